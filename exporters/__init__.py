@@ -1,0 +1,1 @@
+"""Prometheus exposition of gpuwatch's store (imported as gpuwatch.exporters)."""

@@ -1,0 +1,252 @@
+"""The read-only HTTP listener: landing page, /metrics, /healthz and the JSON API."""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from gpuwatch import __version__
+from gpuwatch import metrics as m
+from gpuwatch.daemon import Daemon
+from gpuwatch.exporters.prometheus import (
+    OPENMETRICS_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    MetricsRenderer,
+    wants_openmetrics,
+)
+from gpuwatch.units import format_duration, parse_duration
+
+log = logging.getLogger(__name__)
+
+GPU_PREFIX = "gpuwatch_gpu_"
+MAX_HISTORY_POINTS = 11_000  # Prometheus's own limit on points per series in a range query
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _success(data: Any) -> web.Response:
+    return web.json_response({"status": "success", "data": data})
+
+
+def _bad_request(message: str) -> web.Response:
+    return web.json_response(
+        {"status": "error", "errorType": "bad_data", "error": message}, status=400
+    )
+
+
+def _number(value: float) -> float | str | None:
+    """JSON has no NaN or Inf; Prometheus writes them as strings."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+def _short(name: str) -> str:
+    return name[len(GPU_PREFIX):] if name.startswith(GPU_PREFIX) else name.removeprefix("gpuwatch_")
+
+
+def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
+    view = daemon.view
+    if view.batch is None:
+        return []
+    per_gpu: dict[str, dict[str, Any]] = {}
+    for series in daemon.store.latest(daemon.clock.now()):
+        labels = series.label_dict
+        uuid = labels.get("uuid")
+        if not uuid or "gpu" not in labels or series.name in (m.GPU_INFO, m.GPU_HEALTH):
+            continue
+        values = per_gpu.setdefault(uuid, {"clock_events_active": [], "xid_errors": {},
+                                           "nvlink": {"links": 0, "up": 0}})
+        extra = set(labels) - {"gpu", "uuid"}
+        value = series.last_value
+        if not extra:
+            values[_short(series.name)] = _number(value)
+        elif series.name == m.CLOCK_EVENT and value == 1.0:
+            values["clock_events_active"].append(labels["reason"])
+        elif series.name == m.XID_ERRORS:
+            values["xid_errors"][labels["xid"]] = int(value)
+        elif series.name == m.NVLINK_LINK_UP:
+            values["nvlink"]["links"] += 1
+            values["nvlink"]["up"] += int(value == 1.0)
+        elif series.name == m.ECC_ERRORS:
+            values.setdefault("ecc_errors", {})[f"{labels['type']}_{labels['scope']}"] = int(value)
+        elif series.name == m.REMAPPED_ROWS:
+            values.setdefault("remapped_rows", {})[labels["type"]] = int(value)
+        elif series.name == m.RECOVERY_ACTION and value == 1.0:
+            values["recovery_action"] = labels["action"]
+    out = []
+    for gpu in view.batch.gpus:
+        info = gpu.info
+        verdict = view.gpu_verdicts.get(info.index)
+        out.append({
+            "index": info.index,
+            "uuid": info.uuid,
+            "model": info.model,
+            "pci_bus_id": info.pci_bus_id,
+            "serial": info.serial,
+            "vbios_version": info.vbios_version,
+            "status": gpu.status.value,
+            "reason": gpu.reason,
+            "health": verdict.state.value if verdict else "unknown",
+            "health_reasons": verdict.reasons if verdict else [],
+            "metrics": per_gpu.get(info.uuid, {}),
+        })
+    return out
+
+
+def node_payload(daemon: Daemon) -> dict[str, Any]:
+    view = daemon.view
+    backend = daemon.source.backend
+    verdict = view.node_verdict
+    return {
+        "node": daemon.config.node_name,
+        "version": __version__,
+        "verdict": verdict.state.value if verdict else "unknown",
+        "reasons": verdict.reasons if verdict else ["no sample taken yet"],
+        "backend": {
+            "name": backend.name,
+            "up": backend.up,
+            "reason": backend.reason,
+            "driver_version": backend.driver_version,
+            "library_version": backend.library_version,
+        },
+        "sampling": {
+            "interval_seconds": daemon.config.sampling.interval,
+            "last_sample_time": daemon.last_cycle_end,
+            "last_duration_seconds": daemon.last_cycle_duration,
+            "problem": daemon.sampling_problem(),
+        },
+        "gpus": gpus_payload(daemon),
+    }
+
+
+class Api:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.renderer = MetricsRenderer(daemon.store, daemon.clock)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024)
+        app.router.add_get("/", self.landing)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/api/v1/node", self.node)
+        app.router.add_get("/api/v1/gpus", self.gpus)
+        app.router.add_get("/api/v1/history", self.history)
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except Exception:  # one bad request must never take the daemon down
+            log.exception("request failed path=%s", request.path)
+            return web.json_response(
+                {"status": "error", "errorType": "internal", "error": "internal error; see the daemon log"},
+                status=500,
+            )
+
+    async def landing(self, request: web.Request) -> web.Response:
+        node = html.escape(self.daemon.config.node_name)
+        links = "".join(
+            f'<li><a href="{p}">{p}</a></li>'
+            for p in ("/metrics", "/healthz", "/api/v1/node", "/api/v1/gpus",
+                      "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m")
+        )
+        body = (f"<!doctype html><html><head><title>gpuwatch on {node}</title></head><body>"
+                f"<h1>gpuwatch {__version__} on {node}</h1><ul>{links}</ul></body></html>")
+        return web.Response(text=body, content_type="text/html")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
+        gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
+        body = await self.renderer.render(openmetrics, gzipped)
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        if gzipped:
+            response.headers["Content-Encoding"] = "gzip"
+        return response
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        problem = self.daemon.sampling_problem()
+        body = {
+            "status": "stale" if problem else "ok",
+            "problem": problem,
+            "last_sample_time": self.daemon.last_cycle_end,
+        }
+        return web.json_response(body, status=503 if problem else 200)
+
+    async def node(self, request: web.Request) -> web.Response:
+        return _success(node_payload(self.daemon))
+
+    async def gpus(self, request: web.Request) -> web.Response:
+        return _success(gpus_payload(self.daemon))
+
+    async def history(self, request: web.Request) -> web.Response:
+        q = request.query
+        metric = q.get("metric", "")
+        if not metric:
+            return _bad_request("missing parameter 'metric' (a metric name such as gpuwatch_gpu_temperature_celsius)")
+        name = metric if metric.startswith("gpuwatch_") else GPU_PREFIX + metric
+        try:
+            window = parse_duration(q.get("range", "1h"))
+            step = parse_duration(q["step"]) if "step" in q else 0.0
+        except ValueError as exc:
+            return _bad_request(f"range/step: {exc}")
+        if window <= 0:
+            return _bad_request("range must be greater than zero")
+        gpu = q.get("gpu")
+        end = self.daemon.clock.now()
+        start = end - window
+        if step and window / step > MAX_HISTORY_POINTS:
+            return _bad_request(f"range/step gives more than {MAX_HISTORY_POINTS} points; use a larger step")
+        result = []
+        for series in self.daemon.store.select(name):
+            labels = series.label_dict
+            if gpu is not None and labels.get("gpu") != gpu:
+                continue
+            points = series.samples(start, end)
+            if step:
+                points = _downsample(points, start, step)
+            result.append({
+                "metric": {"__name__": series.name, **labels},
+                "values": [[t, str(v)] for t, v in points[-MAX_HISTORY_POINTS:]],
+            })
+        result.sort(key=lambda r: (r["metric"].get("gpu", ""), str(sorted(r["metric"].items()))))
+        return _success({"resultType": "matrix", "result": result,
+                         "range": format_duration(window), "step": step or None})
+
+
+def _downsample(points: list[tuple[float, float]], start: float, step: float) -> list[tuple[float, float]]:
+    """The last sample in each step-wide bucket."""
+    out: list[tuple[float, float]] = []
+    bucket = -1
+    for t, v in points:
+        b = int((t - start) // step)
+        if b == bucket and out:
+            out[-1] = (t, v)
+        else:
+            out.append((t, v))
+            bucket = b
+    return out
+
+
+async def start_http(api: Api, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve the API; returns the runner and the port bound (useful when port is 0)."""
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    server = site._server
+    sockets = getattr(server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, int(bound)

@@ -1,0 +1,213 @@
+"""The `gpuwatch` command line (DESIGN §5)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from gpuwatch import __version__, logs
+from gpuwatch.clock import Clock, ScaledClock, SystemClock
+from gpuwatch.config import Config, load_config
+from gpuwatch.nvml.device import NvmlModule
+from gpuwatch.runner import Running, StartupError, real_nvml, serve
+from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.scenario import builtin_names, load_scenario
+from gpuwatch.units import parse_listen
+from gpuwatch.yamlfile import FileError
+
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+DEFAULT_URL = "http://127.0.0.1:10040"
+DEMO_LISTEN = "127.0.0.1:10040"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuwatch", description="GPU health daemon for fleets.")
+    p.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("-c", "--config", help="YAML config file (defaults apply without one)")
+    run.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:10040)")
+    run.add_argument("--state-dir", help="where state is kept (default /var/lib/gpuwatch)")
+    run.add_argument("--simulate", metavar="SCENARIO",
+                     help="sample a simulated node instead of NVML: a built-in scenario or a YAML file")
+    run.add_argument("--speed", type=float, default=1.0,
+                     help="with --simulate: play the scenario this many times faster than real time")
+
+    demo = sub.add_parser("demo", help="the daemon on a simulated node, with a live view")
+    demo.add_argument("scenario", nargs="?", default="demo")
+    demo.add_argument("--listen", default=DEMO_LISTEN, help=f"HOST:PORT (default {DEMO_LISTEN})")
+    demo.add_argument("--speed", type=float, default=1.0, help="play the scenario faster")
+    demo.add_argument("--once", action="store_true", help="print the table once after a few cycles and exit")
+
+    status = sub.add_parser("status", help="one-shot table of a node")
+    status.add_argument("url", nargs="?", default=DEFAULT_URL)
+    status.add_argument("--json", action="store_true", help="print the daemon's JSON")
+
+    sim = sub.add_parser("sim", help="the simulator")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SUBCOMMAND")
+    sim_sub.add_parser("list", help="built-in fault scenarios")
+
+    config = sub.add_parser("config", help="configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
+    check = config_sub.add_parser("check", help="check a config file offline")
+    check.add_argument("-c", "--config", help="YAML config file")
+    check.add_argument("file", nargs="?", help="YAML config file (same as -c)")
+    return p
+
+
+def _fail(message: str, code: int = EXIT_CONFIG) -> int:
+    print(f"gpuwatch: {message}", file=sys.stderr)
+    return code
+
+
+def _simulated(scenario_name: str, speed: float) -> tuple[NvmlModule, Clock]:
+    scenario = load_scenario(scenario_name)
+    clock: Clock = SystemClock() if speed == 1.0 else ScaledClock(speed)
+    return FakeNvml(scenario, clock), clock
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config).with_overrides(args.listen, args.state_dir)
+        if args.listen is not None:
+            parse_listen(args.listen)
+        if args.speed <= 0:
+            raise ValueError("--speed must be greater than zero")
+        if args.speed != 1.0 and not args.simulate:
+            raise ValueError("--speed only applies with --simulate")
+        if args.simulate:
+            nvml, clock = _simulated(args.simulate, args.speed)
+        else:
+            nvml, clock = real_nvml(), SystemClock()
+    except FileError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:
+        return _fail(str(exc))
+    logs.setup(config.log.level, config.log.format)
+    try:
+        asyncio.run(serve(config, nvml, clock))
+    except StartupError as exc:
+        return _fail(str(exc), 1)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from gpuwatch.api import node_payload
+    from gpuwatch.status import render_node
+
+    try:
+        parse_listen(args.listen)
+        nvml, clock = _simulated(args.scenario, args.speed)
+    except (FileError, ValueError) as exc:
+        return _fail(str(exc))
+    state_dir = tempfile.mkdtemp(prefix="gpuwatch-demo-")
+    log_path = f"{state_dir}/gpuwatch.log"
+    config = Config(listen=args.listen, state_dir=state_dir)
+    console = Console()
+
+    async def show(running: Running) -> None:
+        header = (f"gpuwatch demo: scenario '{args.scenario}', serving {running.url}/metrics "
+                  f"(log: {log_path}); Ctrl-C to stop")
+        console.print(header, style="dim")
+        if args.once:
+            await asyncio.sleep(3)
+            console.print(render_node(node_payload(running.daemon)))
+            return
+        with Live(render_node(node_payload(running.daemon)), console=console,
+                  refresh_per_second=2) as live:
+            while True:
+                await asyncio.sleep(1)
+                live.update(render_node(node_payload(running.daemon)))
+
+    with open(log_path, "a", encoding="utf-8") as log_file:
+        logs.setup("info", "logfmt", log_file)
+        try:
+            asyncio.run(serve(config, nvml, clock, show))
+        except StartupError as exc:
+            if "listen" not in str(exc) or args.listen != DEMO_LISTEN:
+                return _fail(str(exc), 1)
+            # The default port is taken (a daemon already runs here?): take any free one.
+            config = Config(listen="127.0.0.1:0", state_dir=state_dir)
+            nvml, clock = _simulated(args.scenario, args.speed)
+            asyncio.run(serve(config, nvml, clock, show))
+    return 0
+
+
+def _fetch_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpuwatch.status import render_node
+
+    base = args.url.rstrip("/")
+    try:
+        payload = _fetch_json(f"{base}/api/v1/node")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return _fail(f"{base} unreachable: {reason}", EXIT_UNREACHABLE)
+    node = payload.get("data", {})
+    if args.json:
+        print(json.dumps(node, indent=2))
+    else:
+        Console().print(render_node(node))
+    return 0
+
+
+def cmd_sim_list(_args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("scenario")
+    table.add_column("GPUs", justify="right")
+    table.add_column("faults")
+    table.add_column("description")
+    for name in builtin_names():
+        scenario = load_scenario(name)
+        faults = ", ".join(sorted({f.kind for f in scenario.faults})) or "-"
+        table.add_row(name, str(scenario.gpus), faults, scenario.description)
+    Console().print(table)
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    path = args.config or args.file
+    try:
+        config = load_config(path)
+    except FileError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"{path or '(no file: defaults)'}: OK")
+    print(yaml.safe_dump(config.as_dict(), sort_keys=False).rstrip())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "demo":
+        return cmd_demo(args)
+    if args.command == "status":
+        return cmd_status(args)
+    if args.command == "sim":
+        return cmd_sim_list(args)
+    return cmd_config_check(args)

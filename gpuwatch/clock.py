@@ -1,0 +1,105 @@
+"""Injected time: the daemon core never reads the system clock or sleeps on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Wall time in seconds since the epoch, and waits measured in that same time."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float) -> T: ...
+
+    def block(self, seconds: float) -> None:
+        """Block the calling (worker) thread for `seconds` of this clock's time."""
+        ...
+
+
+class SystemClock:
+    """Real time."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float) -> T:
+        return await asyncio.wait_for(aw, timeout)
+
+    def block(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class ScaledClock:
+    """Time that runs `speed` times faster than real time, starting at `start` (default: now).
+
+    Simulated scenarios and tests use it to play minutes of a scenario in seconds; every
+    duration the daemon waits (intervals, NVML deadlines) shrinks by the same factor.
+    """
+
+    def __init__(self, speed: float, start: float | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._origin_real = time.monotonic()
+        self._origin = time.time() if start is None else start
+
+    def now(self) -> float:
+        return self._origin + (time.monotonic() - self._origin_real) * self.speed
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.speed)
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float) -> T:
+        return await asyncio.wait_for(aw, timeout / self.speed)
+
+    def block(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds) / self.speed)
+
+
+class ManualClock:
+    """Time that moves only when a test advances it. Blocking waits return once it has."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._cond = threading.Condition()
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._cond:
+            self._now += seconds
+            self._cond.notify_all()
+
+    async def sleep(self, seconds: float) -> None:
+        deadline = self._now + seconds
+        while self._now < deadline:
+            await asyncio.sleep(0.001)
+
+    async def wait_for(self, aw: Awaitable[T], timeout: float) -> T:
+        task = asyncio.ensure_future(aw)
+        deadline = self._now + timeout
+        while not task.done():
+            if self._now >= deadline:
+                task.cancel()
+                raise TimeoutError
+            await asyncio.sleep(0.001)
+        return task.result()
+
+    def block(self, seconds: float) -> None:
+        deadline = self._now + seconds
+        with self._cond:
+            while self._now < deadline:
+                self._cond.wait(0.05)

@@ -1,0 +1,202 @@
+"""The daemon's configuration: defaults that work with no file, and strict checking of a file."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpuwatch.units import parse_duration, parse_listen
+from gpuwatch.yamlfile import FileError, PathKey, Problem, YamlDoc, load
+
+T = TypeVar("T")
+
+DEFAULT_LISTEN = "0.0.0.0:10040"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("logfmt", "json")
+
+
+def default_state_dir() -> str:
+    # systemd's StateDirectory= sets STATE_DIRECTORY; elsewhere the FHS location.
+    return os.environ.get("STATE_DIRECTORY", "/var/lib/gpuwatch").split(":")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingConfig:
+    interval: float = 1.0
+    # Deadline for one GPU's sampling calls; None means one interval.
+    timeout: float | None = None
+    # Worker threads left stuck in NVML (uninterruptible) before a GPU is no longer retried.
+    max_abandoned_workers: int = 16
+
+    @property
+    def deadline(self) -> float:
+        return self.timeout if self.timeout is not None else self.interval
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    retention: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    level: str = "info"
+    format: str = "logfmt"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    listen: str = DEFAULT_LISTEN
+    state_dir: str = field(default_factory=default_state_dir)
+    node_name: str = field(default_factory=socket.gethostname)
+    sampling: SamplingConfig = SamplingConfig()
+    store: StoreConfig = StoreConfig()
+    log: LogConfig = LogConfig()
+    source: str | None = None  # the file it was read from, None for defaults
+
+    def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
+        return replace(
+            self,
+            listen=listen if listen is not None else self.listen,
+            state_dir=state_dir if state_dir is not None else self.state_dir,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("source")
+        return out
+
+
+class _Reader:
+    """Walks a parsed file, converting fields and collecting every problem."""
+
+    def __init__(self, doc: YamlDoc) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def section(self, data: Any, path: PathKey, known: tuple[str, ...]) -> dict[str, Any]:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            where = ".".join(str(p) for p in path) or "the file"
+            self.problems.append(self.doc.problem(path, f"{where} must be a mapping"))
+            return {}
+        for key in data:
+            if key not in known:
+                self.problems.append(
+                    self.doc.problem(
+                        (*path, str(key)),
+                        f"unknown key; expected one of: {', '.join(known)}",
+                    )
+                )
+        return data
+
+    def value(
+        self,
+        data: dict[str, Any],
+        path: PathKey,
+        key: str,
+        convert: Callable[[Any], T],
+        default: T,
+    ) -> T:
+        if key not in data or data[key] is None:
+            return default
+        try:
+            return convert(data[key])
+        except (ValueError, TypeError) as exc:
+            self.problems.append(self.doc.problem((*path, key), str(exc)))
+            return default
+
+
+def _positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be greater than zero, got {value!r}")
+    return seconds
+
+
+def _listen(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
+    parse_listen(value)
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return str(value)
+
+    return convert
+
+
+def _count(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, got {value!r}")
+        return value
+
+    return convert
+
+
+def from_doc(doc: YamlDoc) -> Config:
+    r = _Reader(doc)
+    base = Config()
+    top = r.section(doc.data, (), ("listen", "state_dir", "node_name", "sampling", "store", "log"))
+
+    s = r.section(
+        top.get("sampling"), ("sampling",), ("interval", "timeout", "max_abandoned_workers")
+    )
+    sampling = SamplingConfig(
+        interval=r.value(s, ("sampling",), "interval", _positive_duration, 1.0),
+        timeout=r.value(s, ("sampling",), "timeout", _positive_duration, None),
+        max_abandoned_workers=r.value(
+            s, ("sampling",), "max_abandoned_workers", _count(1, 1024), 16
+        ),
+    )
+    st = r.section(top.get("store"), ("store",), ("retention",))
+    store = StoreConfig(
+        retention=r.value(st, ("store",), "retention", _positive_duration, 3600.0),
+    )
+    lg = r.section(top.get("log"), ("log",), ("level", "format"))
+    log = LogConfig(
+        level=r.value(lg, ("log",), "level", _one_of(LOG_LEVELS), "info"),
+        format=r.value(lg, ("log",), "format", _one_of(LOG_FORMATS), "logfmt"),
+    )
+    config = Config(
+        listen=r.value(top, (), "listen", _listen, base.listen),
+        state_dir=r.value(top, (), "state_dir", _text, base.state_dir),
+        node_name=r.value(top, (), "node_name", _text, base.node_name),
+        sampling=sampling,
+        store=store,
+        log=log,
+        source=doc.file,
+    )
+    if sampling.timeout is not None and sampling.timeout > sampling.interval:
+        r.problems.append(
+            doc.problem(
+                ("sampling", "timeout"),
+                "must not exceed sampling.interval, or one hung GPU would slow every cycle",
+            )
+        )
+    if r.problems:
+        raise FileError(r.problems)
+    return config
+
+
+def load_config(path: str | Path | None) -> Config:
+    """The config from `path`, or the defaults when no path is given. Raises FileError."""
+    if path is None:
+        return Config()
+    return from_doc(load(path))

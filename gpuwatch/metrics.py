@@ -1,0 +1,98 @@
+"""The catalogue of gpuwatch's metric names: type and help text for each (DESIGN §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    name: str
+    type: MetricType
+    help: str
+
+
+UP = "gpuwatch_up"
+GPU_UP = "gpuwatch_gpu_up"
+GPU_INFO = "gpuwatch_gpu_info"
+TEMPERATURE = "gpuwatch_gpu_temperature_celsius"
+MEMORY_TEMPERATURE = "gpuwatch_gpu_memory_temperature_celsius"
+POWER = "gpuwatch_gpu_power_watts"
+POWER_LIMIT = "gpuwatch_gpu_power_limit_watts"
+ENERGY = "gpuwatch_gpu_energy_joules_total"
+UTILIZATION = "gpuwatch_gpu_utilization_ratio"
+MEMORY_BANDWIDTH_UTILIZATION = "gpuwatch_gpu_memory_bandwidth_utilization_ratio"
+MEMORY_USED = "gpuwatch_gpu_memory_used_bytes"
+MEMORY_TOTAL = "gpuwatch_gpu_memory_total_bytes"
+SM_CLOCK = "gpuwatch_gpu_sm_clock_hertz"
+MEMORY_CLOCK = "gpuwatch_gpu_memory_clock_hertz"
+CLOCK_EVENT = "gpuwatch_gpu_clock_event_active"
+ECC_ERRORS = "gpuwatch_gpu_ecc_errors_total"
+RETIRED_PAGES = "gpuwatch_gpu_retired_pages"
+RETIRED_PAGES_PENDING = "gpuwatch_gpu_retired_pages_pending"
+REMAPPED_ROWS = "gpuwatch_gpu_remapped_rows"
+ROW_REMAP_PENDING = "gpuwatch_gpu_row_remap_pending"
+ROW_REMAP_FAILED = "gpuwatch_gpu_row_remap_failed"
+XID_ERRORS = "gpuwatch_gpu_xid_errors_total"
+PCIE_REPLAYS = "gpuwatch_gpu_pcie_replays_total"
+PCIE_LINK_GENERATION = "gpuwatch_gpu_pcie_link_generation"
+PCIE_LINK_WIDTH = "gpuwatch_gpu_pcie_link_width"
+NVLINK_BYTES = "gpuwatch_gpu_nvlink_bytes_total"
+NVLINK_ERRORS = "gpuwatch_gpu_nvlink_errors_total"
+NVLINK_LINK_UP = "gpuwatch_gpu_nvlink_link_up"
+RECOVERY_ACTION = "gpuwatch_gpu_recovery_action"
+GPU_HEALTH = "gpuwatch_gpu_health"
+NODE_HEALTH = "gpuwatch_node_health"
+SAMPLE_DURATION = "gpuwatch_sample_duration_seconds"
+LAST_SAMPLE_TIMESTAMP = "gpuwatch_last_sample_timestamp_seconds"
+NVML_TIMEOUTS = "gpuwatch_nvml_timeouts_total"
+NVML_ABANDONED_WORKERS = "gpuwatch_nvml_abandoned_workers"
+STORE_SERIES = "gpuwatch_store_series"
+
+_DEFS = [
+    MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
+    MetricDef(GPU_UP, "gauge", "1 when the GPU answers; 0 when it is lost or unresponsive."),
+    MetricDef(GPU_INFO, "gauge", "Descriptive labels of each GPU; always 1."),
+    MetricDef(TEMPERATURE, "gauge", "GPU die temperature."),
+    MetricDef(MEMORY_TEMPERATURE, "gauge", "GPU memory (HBM) temperature."),
+    MetricDef(POWER, "gauge", "Power draw of the board."),
+    MetricDef(POWER_LIMIT, "gauge", "Enforced power limit."),
+    MetricDef(ENERGY, "counter", "Energy consumed since the driver was loaded."),
+    MetricDef(UTILIZATION, "gauge", "Fraction of time a kernel was running on the GPU."),
+    MetricDef(
+        MEMORY_BANDWIDTH_UTILIZATION, "gauge", "Fraction of time device memory was read or written."
+    ),
+    MetricDef(MEMORY_USED, "gauge", "Device memory in use."),
+    MetricDef(MEMORY_TOTAL, "gauge", "Device memory installed."),
+    MetricDef(SM_CLOCK, "gauge", "Current SM clock."),
+    MetricDef(MEMORY_CLOCK, "gauge", "Current memory clock."),
+    MetricDef(CLOCK_EVENT, "gauge", "1 while the named reason holds the clocks down."),
+    MetricDef(ECC_ERRORS, "counter", "ECC errors by type and scope."),
+    MetricDef(RETIRED_PAGES, "gauge", "Memory pages retired, by cause."),
+    MetricDef(RETIRED_PAGES_PENDING, "gauge", "1 when a page retirement waits for a GPU reset."),
+    MetricDef(REMAPPED_ROWS, "gauge", "Memory rows remapped, by error type."),
+    MetricDef(ROW_REMAP_PENDING, "gauge", "1 when a row remap waits for a GPU reset."),
+    MetricDef(ROW_REMAP_FAILED, "gauge", "1 when a row remap failed (the GPU needs service)."),
+    MetricDef(XID_ERRORS, "counter", "XID events by code; one increment per event."),
+    MetricDef(PCIE_REPLAYS, "counter", "PCIe replay counter."),
+    MetricDef(PCIE_LINK_GENERATION, "gauge", "Current PCIe link generation."),
+    MetricDef(PCIE_LINK_WIDTH, "gauge", "Current PCIe link width in lanes."),
+    MetricDef(NVLINK_BYTES, "counter", "NVLink data bytes per link and direction."),
+    MetricDef(NVLINK_ERRORS, "counter", "NVLink errors per link and type."),
+    MetricDef(NVLINK_LINK_UP, "gauge", "1 when the NVLink link is active."),
+    MetricDef(RECOVERY_ACTION, "gauge", "1 for the recovery action the driver asks for."),
+    MetricDef(GPU_HEALTH, "gauge", "1 for the GPU's current health state."),
+    MetricDef(NODE_HEALTH, "gauge", "1 for the node's current health state."),
+    MetricDef(SAMPLE_DURATION, "gauge", "Duration of the last sampling cycle."),
+    MetricDef(LAST_SAMPLE_TIMESTAMP, "gauge", "When the last sampling cycle ended."),
+    MetricDef(NVML_TIMEOUTS, "counter", "NVML calls abandoned past their deadline."),
+    MetricDef(
+        NVML_ABANDONED_WORKERS, "gauge", "Worker threads still stuck in an abandoned NVML call."
+    ),
+    MetricDef(STORE_SERIES, "gauge", "Series held in the in-memory store."),
+]
+
+CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

@@ -1,0 +1,81 @@
+"""Values that flow from sources to the store, the exporter and the API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class Sample(NamedTuple):
+    """One value of one series. `labels` is ordered as the source emits it, never re-sorted."""
+
+    name: str
+    labels: Labels
+    value: float
+
+
+class GpuStatus(str, Enum):
+    OK = "ok"
+    LOST = "lost"
+    UNRESPONSIVE = "unresponsive"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """What identifies a GPU; read once when its handle is opened."""
+
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+    serial: str
+    vbios_version: str
+    nvlink_count: int
+
+    @property
+    def labels(self) -> Labels:
+        return (("gpu", str(self.index)), ("uuid", self.uuid))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    info: GpuInfo
+    status: GpuStatus
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendState:
+    """The GPU backend as a whole (NVML loaded and answering, or not, and why)."""
+
+    up: bool
+    name: str
+    reason: str = ""
+    driver_version: str = ""
+    library_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened at an instant: an XID, a GPU lost or back, a timeout."""
+
+    time: float
+    kind: str
+    gpu: int | None
+    uuid: str | None
+    message: str
+    data: dict[str, int | float | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One sampling cycle of one source."""
+
+    source: str
+    time: float
+    samples: list[Sample]
+    backend: BackendState
+    gpus: list[GpuState]

@@ -1,0 +1,276 @@
+"""Reading one GPU: opened once, then sampled every cycle inside its NVML worker thread.
+
+A value NVML does not support on this GPU (NotSupported, FunctionNotFound) is absent from the
+output, never 0 or NaN; it is logged once and not asked for again. A GpuIsLost from any call
+propagates: the whole GPU is lost, not one field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwatch import metrics as m
+from gpuwatch.model import GpuInfo, Labels, Sample
+
+log = logging.getLogger(__name__)
+
+NvmlModule = Any  # the pynvml module, or the simulator's FakeNvml: same names, same behaviour
+
+CLOCK_EVENT_REASONS = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake"),
+    (0x100, "display_clock_setting"),
+)
+RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
+# Legacy per-link CRC data counters exist for links 0-11 only; NVLink4+ parts do not report them.
+LEGACY_LINKS = 12
+
+
+def handle_key(handle: Any) -> int:
+    """A stable identity for an NVML device handle (a ctypes pointer), as events carry it."""
+    return ctypes.addressof(handle.contents)
+
+
+def as_text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _field_value(fv: Any, nvml: NvmlModule) -> float:
+    kind = fv.valueType
+    v = fv.value
+    if kind == nvml.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if kind == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return float(v.siVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return float(v.usVal)
+    return float(v.ullVal)
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    """One requested field value and how it becomes a sample (or several, for one-hot fields)."""
+
+    request: int | tuple[int, int]
+    name: str
+    labels: Labels
+    scale: float = 1.0
+    one_hot: tuple[str, ...] = ()
+
+
+def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
+    """Open GPU `index` and read what identifies it. Runs in a worker thread."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    uuid = as_text(nvml.nvmlDeviceGetUUID(handle))
+    name = as_text(nvml.nvmlDeviceGetName(handle))
+
+    def optional(fn: Callable[[], str]) -> str:
+        try:
+            return fn()
+        except nvml.NVMLError as exc:
+            if isinstance(exc, nvml.NVMLError_GpuIsLost):
+                raise
+            return ""
+
+    pci = optional(lambda: as_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+    serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)))
+    vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)))
+    links = 0
+    try:
+        fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+        if fv.nvmlReturn == nvml.NVML_SUCCESS:
+            links = int(_field_value(fv, nvml))
+    except nvml.NVMLError as exc:
+        if isinstance(exc, nvml.NVMLError_GpuIsLost):
+            raise
+    info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
+    return DeviceReader(nvml, handle, info)
+
+
+class DeviceReader:
+    def __init__(self, nvml: NvmlModule, handle: Any, info: GpuInfo) -> None:
+        self.nvml = nvml
+        self.handle = handle
+        self.info = info
+        self._unsupported: set[str] = set()
+        self._newly_unsupported: list[str] = []
+        self._reported: set[tuple[str, str]] = set()
+        base = info.labels
+        self._labels = base
+        self._reason_labels = [
+            (bit, (*base, ("reason", reason))) for bit, reason in CLOCK_EVENT_REASONS
+        ]
+        self._supported_reasons: int | None = None
+        self._fields = self._plan_fields(nvml, base, info.nvlink_count)
+
+    @staticmethod
+    def _plan_fields(nvml: NvmlModule, base: Labels, links: int) -> list[_FieldPlan]:
+        ecc, retired, remap = m.ECC_ERRORS, m.RETIRED_PAGES, m.REMAPPED_ROWS
+        plan = [
+            _FieldPlan(nvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, ecc,
+                       (*base, ("type", "corrected"), ("scope", "volatile"))),
+            _FieldPlan(nvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, ecc,
+                       (*base, ("type", "uncorrected"), ("scope", "volatile"))),
+            _FieldPlan(nvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, ecc,
+                       (*base, ("type", "corrected"), ("scope", "aggregate"))),
+            _FieldPlan(nvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, ecc,
+                       (*base, ("type", "uncorrected"), ("scope", "aggregate"))),
+            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_SBE, retired, (*base, ("cause", "sbe"))),
+            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_DBE, retired, (*base, ("cause", "dbe"))),
+            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_PENDING, m.RETIRED_PAGES_PENDING, base),
+            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_COR, remap, (*base, ("type", "correctable"))),
+            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_UNC, remap, (*base, ("type", "uncorrectable"))),
+            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_PENDING, m.ROW_REMAP_PENDING, base),
+            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_FAILURE, m.ROW_REMAP_FAILED, base),
+            _FieldPlan(nvml.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base),
+            _FieldPlan(nvml.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001),
+            _FieldPlan(nvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
+            _FieldPlan(nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, m.RECOVERY_ACTION, base,
+                       one_hot=RECOVERY_ACTIONS),
+        ]
+        for link in range(links):
+            lb = (*base, ("link", str(link)))
+            plan += [
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), m.NVLINK_BYTES,
+                           (*lb, ("direction", "tx")), scale=1024.0),
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link), m.NVLINK_BYTES,
+                           (*lb, ("direction", "rx")), scale=1024.0),
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_GET_STATE, link), m.NVLINK_LINK_UP, lb),
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link), m.NVLINK_ERRORS,
+                           (*lb, ("type", "replay"))),
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link), m.NVLINK_ERRORS,
+                           (*lb, ("type", "recovery"))),
+                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link), m.NVLINK_ERRORS,
+                           (*lb, ("type", "crc_flit"))),
+            ]
+            if link < LEGACY_LINKS:
+                first = (nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 if link < 6
+                         else nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 - 6)
+                plan.append(_FieldPlan(first + link, m.NVLINK_ERRORS, (*lb, ("type", "crc_data"))))
+        return plan
+
+    # -- helpers -------------------------------------------------------------------------
+    def _unsupported_now(self, what: str) -> None:
+        self._unsupported.add(what)
+        self._newly_unsupported.append(what)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        key = (what, type(exc).__name__)
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning("gpu=%d uuid=%s %s failed: %s", self.info.index, self.info.uuid, what, exc)
+
+    def _try(self, what: str, fn: Callable[[], Any]) -> Any:
+        """fn() or None; NotSupported/FunctionNotFound retire the call, GpuIsLost propagates."""
+        if what in self._unsupported:
+            return None
+        nvml = self.nvml
+        try:
+            return fn()
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            self._unsupported_now(what)
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError as exc:
+            self._failed(what, exc)
+        return None
+
+    # -- sampling ------------------------------------------------------------------------
+    def read(self) -> list[Sample]:
+        """One cycle's samples for this GPU. Runs in the GPU's worker thread."""
+        nvml, h, base = self.nvml, self.handle, self._labels
+        out: list[Sample] = [Sample(m.GPU_UP, base, 1.0)]
+
+        def add(name: str, value: float | None, scale: float = 1.0) -> None:
+            if value is not None:
+                out.append(Sample(name, base, float(value) * scale))
+
+        add(m.TEMPERATURE,
+            self._try("temperature", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)))
+        add(m.POWER, self._try("power", lambda: nvml.nvmlDeviceGetPowerUsage(h)), 0.001)
+        add(m.POWER_LIMIT,
+            self._try("power_limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h)), 0.001)
+        util = self._try("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+        if util is not None:
+            add(m.UTILIZATION, util.gpu, 0.01)
+            add(m.MEMORY_BANDWIDTH_UTILIZATION, util.memory, 0.01)
+        mem = self._try("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
+        if mem is not None:
+            add(m.MEMORY_USED, mem.used)
+            add(m.MEMORY_TOTAL, mem.total)
+        add(m.SM_CLOCK, self._try("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)), 1e6)
+        add(m.MEMORY_CLOCK,
+            self._try("memory_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)), 1e6)
+        add(m.PCIE_LINK_GENERATION,
+            self._try("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)))
+        add(m.PCIE_LINK_WIDTH, self._try("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)))
+        self._read_clock_events(out)
+        self._read_fields(out)
+        if self._newly_unsupported:
+            log.info("gpu=%d uuid=%s not supported, left out: %s", self.info.index, self.info.uuid,
+                     "; ".join(self._newly_unsupported))
+            self._newly_unsupported.clear()
+        return out
+
+    def _read_clock_events(self, out: list[Sample]) -> None:
+        nvml, h = self.nvml, self.handle
+        if self._supported_reasons is None:
+            supported = self._try("clock_event_reasons_supported",
+                                  lambda: nvml.nvmlDeviceGetSupportedClocksEventReasons(h))
+            if supported is None:
+                if "clock_event_reasons_supported" not in self._unsupported:
+                    return  # transient failure: ask again next cycle
+                supported = 0xFFFFFFFF
+            self._supported_reasons = int(supported)
+        current = self._try("clock_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+        if current is None:
+            return
+        for bit, labels in self._reason_labels:
+            if self._supported_reasons & bit:
+                out.append(Sample(m.CLOCK_EVENT, labels, 1.0 if current & bit else 0.0))
+
+    def _read_fields(self, out: list[Sample]) -> None:
+        if not self._fields:
+            return
+        nvml = self.nvml
+        values = self._try("field_values",
+                           lambda: nvml.nvmlDeviceGetFieldValues(self.handle, [f.request for f in self._fields]))
+        if values is None:
+            return
+        keep: list[_FieldPlan] = []
+        for plan, fv in zip(self._fields, values, strict=True):
+            ret = fv.nvmlReturn
+            if ret == nvml.NVML_SUCCESS:
+                keep.append(plan)
+                value = _field_value(fv, nvml)
+                if plan.one_hot:
+                    for i, state in enumerate(plan.one_hot):
+                        out.append(Sample(plan.name, (*plan.labels, ("action", state)),
+                                          1.0 if int(value) == i else 0.0))
+                else:
+                    out.append(Sample(plan.name, plan.labels, value * plan.scale))
+            elif ret in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                         nvml.NVML_ERROR_INVALID_ARGUMENT):
+                self._unsupported_now(f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})")
+            elif ret == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise nvml.NVMLError(ret)
+            else:
+                keep.append(plan)
+                self._failed(f"field {plan.request} ({plan.name})", nvml.NVMLError(ret))
+        self._fields = keep

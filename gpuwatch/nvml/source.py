@@ -1,0 +1,226 @@
+"""The NVML source: one Batch per sampling cycle, every GPU read in parallel with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import Clock
+from gpuwatch.config import SamplingConfig
+from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.nvml.caller import LaneStuck, NvmlCaller, NvmlTimeout
+from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
+from gpuwatch.nvml.events import EventWaiter
+
+log = logging.getLogger(__name__)
+
+DRIVER_LANE = "driver"
+INIT_DEADLINE_S = 30.0  # nvmlInit and opening handles are slow without persistence mode
+RETRY_S = 30.0  # how often a down backend or an unopened GPU is tried again
+SHUTDOWN_DEADLINE_S = 2.0
+
+
+def init_failure_reason(nvml: NvmlModule, exc: BaseException) -> str:
+    """The operator-facing reason NVML could not start."""
+    if isinstance(exc, nvml.NVMLError_LibraryNotFound):
+        return "NVML: driver library not found"
+    if isinstance(exc, nvml.NVMLError_DriverNotLoaded):
+        return "NVML: driver not loaded"
+    if isinstance(exc, nvml.NVMLError_LibRmVersionMismatch):
+        return "NVML: library and kernel driver versions differ (reload the driver or reboot)"
+    if isinstance(exc, nvml.NVMLError_NoPermission):
+        return "NVML: insufficient permissions"
+    if isinstance(exc, NvmlTimeout | LaneStuck):
+        return f"NVML: nvmlInit did not answer within {INIT_DEADLINE_S:g}s"
+    return f"NVML: {exc}"
+
+
+@dataclass
+class _Gpu:
+    index: int
+    info: GpuInfo
+    reader: DeviceReader | None
+    status: GpuStatus
+    reason: str = ""
+    next_open: float = 0.0
+
+    @property
+    def lane(self) -> str:
+        return f"gpu{self.index}"
+
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(
+        self,
+        nvml: NvmlModule,
+        clock: Clock,
+        sampling: SamplingConfig,
+        on_event: Callable[[Event], None],
+    ) -> None:
+        self._nvml = nvml
+        self._clock = clock
+        self._sampling = sampling
+        self._on_event = on_event
+        self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
+        self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
+        self._gpus: list[_Gpu] = []
+        self._xids: dict[str, dict[int, int]] = {}
+        self._events: EventWaiter | None = None
+        self._next_init = 0.0
+        self._initialized = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def backend(self) -> BackendState:
+        return self._backend
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._init()
+
+    async def stop(self) -> None:
+        if self._events is not None:
+            await asyncio.to_thread(self._events.stop, 1.0)
+        if self._initialized:
+            try:
+                await self._caller.call(DRIVER_LANE, SHUTDOWN_DEADLINE_S, self._nvml.nvmlShutdown)
+            except (self._nvml.NVMLError, NvmlTimeout, LaneStuck) as exc:
+                log.warning("nvmlShutdown: %s", exc)
+        self._caller.close()
+
+    # -- start-up --------------------------------------------------------------------------
+    async def _init(self) -> None:
+        nvml, call = self._nvml, self._caller.call
+        self._next_init = self._clock.now() + RETRY_S
+        try:
+            await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlInit)
+            self._initialized = True
+            driver = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlSystemGetDriverVersion)
+            library = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlSystemGetNVMLVersion)
+            count = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlDeviceGetCount)
+        except (nvml.NVMLError, NvmlTimeout, LaneStuck) as exc:
+            reason = init_failure_reason(nvml, exc)
+            if reason != self._backend.reason:
+                log.error("GPU backend down: %s", reason)
+            self._backend = BackendState(up=False, name="nvml", reason=reason)
+            return
+        self._backend = BackendState(
+            up=True,
+            name="nvml",
+            driver_version=as_text(driver),
+            library_version=as_text(library),
+        )
+        self._gpus = [
+            _Gpu(i, GpuInfo(i, "", "", "", "", "", 0), None, GpuStatus.UNRESPONSIVE, "not opened yet")
+            for i in range(count)
+        ]
+        await asyncio.gather(*(self._open(g) for g in self._gpus))
+        log.info("NVML up: driver=%s gpus=%d", self._backend.driver_version, count)
+        handles = {g.info.uuid: g.reader.handle for g in self._gpus if g.reader is not None}
+        self._events = EventWaiter(nvml, handles, self._xid_from_thread)
+        self._events.start()
+
+    async def _open(self, gpu: _Gpu) -> None:
+        nvml = self._nvml
+        gpu.next_open = self._clock.now() + RETRY_S
+        try:
+            gpu.reader = await self._caller.call(gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index)
+        except nvml.NVMLError_GpuIsLost:
+            gpu.status, gpu.reason = GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)"
+        except (NvmlTimeout, LaneStuck) as exc:
+            gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: {exc}"
+        except nvml.NVMLError as exc:
+            gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: NVML: {exc}"
+        else:
+            gpu.info, gpu.status, gpu.reason = gpu.reader.info, GpuStatus.OK, ""
+            self._xids.setdefault(gpu.info.uuid, {})
+            return
+        log.warning("gpu=%d cannot be opened: %s", gpu.index, gpu.reason)
+
+    # -- events ----------------------------------------------------------------------------
+    def _xid_from_thread(self, uuid: str, code: int) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._record_xid, uuid, code)
+
+    def _record_xid(self, uuid: str, code: int) -> None:
+        counts = self._xids.setdefault(uuid, {})
+        counts[code] = counts.get(code, 0) + 1
+        gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
+        index = gpu.index if gpu else None
+        log.warning("XID %d on gpu=%s uuid=%s", code, index, uuid)
+        self._on_event(Event(self._clock.now(), "xid", index, uuid, f"XID {code} on GPU {index}",
+                             {"xid": code}))
+
+    def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
+        if status == gpu.status and reason == gpu.reason:
+            return
+        old = gpu.status
+        gpu.status, gpu.reason = status, reason
+        if status == old:
+            return
+        kind = {GpuStatus.OK: "gpu_recovered", GpuStatus.LOST: "gpu_lost",
+                GpuStatus.UNRESPONSIVE: "gpu_unresponsive"}[status]
+        message = f"GPU {gpu.index} {status.value}" + (f": {reason}" if reason else "")
+        (log.info if status == GpuStatus.OK else log.error)("%s uuid=%s", message, gpu.info.uuid)
+        self._on_event(Event(self._clock.now(), kind, gpu.index, gpu.info.uuid, message))
+
+    # -- sampling --------------------------------------------------------------------------
+    async def collect(self) -> Batch:
+        now = self._clock.now()
+        if not self._backend.up and now >= self._next_init:
+            await self._init()
+        if not self._backend.up:
+            return Batch(self.name, now, [Sample(m.UP, (), 0.0)], self._backend, [])
+        per_gpu = await asyncio.gather(*(self._sample(g) for g in self._gpus))
+        samples = [Sample(m.UP, (), 1.0)]
+        for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
+            samples.extend(gpu_samples)
+            samples.extend(self._bookkeeping(gpu))
+        samples.append(Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0))))
+        samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
+        states = [GpuState(g.info, g.status, g.reason) for g in self._gpus]
+        return Batch(self.name, self._clock.now(), samples, self._backend, states)
+
+    async def _sample(self, gpu: _Gpu) -> list[Sample]:
+        nvml = self._nvml
+        if gpu.reader is None:
+            if self._clock.now() >= gpu.next_open:
+                await self._open(gpu)
+            if gpu.reader is None:
+                return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
+        try:
+            samples = await self._caller.call(gpu.lane, self._sampling.deadline, gpu.reader.read)
+        except nvml.NVMLError_GpuIsLost:
+            self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
+        except (NvmlTimeout, LaneStuck) as exc:
+            self._transition(gpu, GpuStatus.UNRESPONSIVE, str(exc))
+        except Exception as exc:  # a bug or an NVML surprise must not stop the other GPUs
+            log.exception("gpu=%d sampling failed", gpu.index)
+            self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {exc}")
+        else:
+            self._transition(gpu, GpuStatus.OK, "")
+            return samples
+        return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
+
+    def _bookkeeping(self, gpu: _Gpu) -> list[Sample]:
+        """Series that exist whatever state the GPU is in: identity, XIDs seen, timeouts."""
+        info, labels = gpu.info, gpu.info.labels
+        out = [Sample(m.NVML_TIMEOUTS, labels, float(self._caller.timeouts.get(gpu.lane, 0)))]
+        if not info.uuid:
+            return out
+        out.append(Sample(m.GPU_INFO, (
+            *labels,
+            ("model", info.model),
+            ("pci_bus_id", info.pci_bus_id),
+            ("serial", info.serial),
+            ("driver_version", self._backend.driver_version),
+            ("vbios_version", info.vbios_version),
+        ), 1.0))
+        for code, count in self._xids.get(info.uuid, {}).items():
+            out.append(Sample(m.XID_ERRORS, (*labels, ("xid", str(code))), float(count)))
+        return out

@@ -1,0 +1,103 @@
+"""Assembling and running the daemon: source, store, sampling loop and HTTP listener."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from gpuwatch.api import Api, start_http
+from gpuwatch.clock import Clock
+from gpuwatch.config import Config
+from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.nvml.device import NvmlModule
+from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.units import parse_listen
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The daemon cannot start as configured; the message says why and what to do."""
+
+
+def real_nvml() -> NvmlModule:
+    import pynvml
+
+    return pynvml
+
+
+def prepare_state_dir(path: str) -> Path:
+    state = Path(path)
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        probe = state / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise StartupError(
+            f"state directory {path}: {exc.strerror}; pass --state-dir DIR or set state_dir in the config"
+        ) from exc
+    return state
+
+
+@dataclass
+class Running:
+    daemon: Daemon
+    runner: web.AppRunner
+    port: int
+
+    @property
+    def url(self) -> str:
+        host, _ = parse_listen(self.daemon.config.listen)
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host if ':' not in host else f'[{host}]'}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.daemon.stop()
+
+
+async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
+    prepare_state_dir(config.state_dir)
+    events = EventLog()
+    source = NvmlSource(nvml, clock, config.sampling, events.publish)
+    daemon = Daemon(config, clock, source, events)
+    host, port = parse_listen(config.listen)
+    try:
+        runner, bound = await start_http(Api(daemon), host, port)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+    await daemon.start()
+    log.info("gpuwatch serving on %s:%d", host, bound)
+    return Running(daemon, runner, bound)
+
+
+async def serve(
+    config: Config,
+    nvml: NvmlModule,
+    clock: Clock,
+    alongside: Callable[[Running], Awaitable[None]] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or until `alongside` returns)."""
+    running = await start(config, nvml, clock)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiters = [asyncio.create_task(stop.wait())]
+    if alongside is not None:
+        waiters.append(asyncio.create_task(alongside(running)))
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            task.cancel()
+        log.info("gpuwatch stopping")
+        await running.stop()

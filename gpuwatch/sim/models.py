@@ -1,0 +1,94 @@
+"""Specifications of the GPU models the simulator can play."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    name: str
+    memory_bytes: int
+    power_limit_w: float
+    idle_power_w: float
+    max_sm_clock_mhz: float
+    idle_sm_clock_mhz: float
+    memory_clock_mhz: float
+    nvlinks: int
+    nvlink_gbps_per_link: float  # per direction, GB/s
+    pcie_generation: int
+    pcie_width: int
+    slowdown_temp_c: float
+    thermal_resistance: float  # °C per W above ambient at steady state
+    vbios: str
+    has_row_remapping: bool  # Ampere and newer remap rows; older parts retire pages
+    has_nvlink_crc_data: bool  # NVLink4 (Hopper) reports one CRC counter, not flit/data
+
+
+MODELS: dict[str, GpuModel] = {
+    m.name: m
+    for m in (
+        GpuModel(
+            name="NVIDIA H100 80GB HBM3",
+            memory_bytes=81559 * 1024**2,
+            power_limit_w=700.0,
+            idle_power_w=72.0,
+            max_sm_clock_mhz=1980.0,
+            idle_sm_clock_mhz=345.0,
+            memory_clock_mhz=2619.0,
+            nvlinks=18,
+            nvlink_gbps_per_link=25.0,
+            pcie_generation=5,
+            pcie_width=16,
+            slowdown_temp_c=87.0,
+            thermal_resistance=0.06,
+            vbios="96.00.99.00.01",
+            has_row_remapping=True,
+            has_nvlink_crc_data=False,
+        ),
+        GpuModel(
+            name="NVIDIA A100-SXM4-80GB",
+            memory_bytes=81920 * 1024**2,
+            power_limit_w=400.0,
+            idle_power_w=60.0,
+            max_sm_clock_mhz=1410.0,
+            idle_sm_clock_mhz=210.0,
+            memory_clock_mhz=1593.0,
+            nvlinks=12,
+            nvlink_gbps_per_link=25.0,
+            pcie_generation=4,
+            pcie_width=16,
+            slowdown_temp_c=85.0,
+            thermal_resistance=0.1,
+            vbios="92.00.45.00.06",
+            has_row_remapping=True,
+            has_nvlink_crc_data=True,
+        ),
+        GpuModel(
+            name="NVIDIA L4",
+            memory_bytes=23034 * 1024**2,
+            power_limit_w=72.0,
+            idle_power_w=16.0,
+            max_sm_clock_mhz=2040.0,
+            idle_sm_clock_mhz=210.0,
+            memory_clock_mhz=6251.0,
+            nvlinks=0,
+            nvlink_gbps_per_link=0.0,
+            pcie_generation=4,
+            pcie_width=16,
+            slowdown_temp_c=90.0,
+            thermal_resistance=0.6,
+            vbios="95.04.39.00.0A",
+            has_row_remapping=True,
+            has_nvlink_crc_data=False,
+        ),
+    )
+}
+
+ALIASES = {"H100": "NVIDIA H100 80GB HBM3", "A100": "NVIDIA A100-SXM4-80GB", "L4": "NVIDIA L4"}
+
+
+def find_model(name: str) -> GpuModel | None:
+    return MODELS.get(ALIASES.get(name, name))

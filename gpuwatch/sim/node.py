@@ -1,0 +1,234 @@
+"""A simulated GPU node: coupled signals per GPU and the faults of a scenario, as functions of time.
+
+Utilization follows the workload; power follows utilization and clocks; temperature follows
+power through a first-order thermal lag; energy and NVLink byte counters integrate power and
+traffic. Faults change clocks, cooling or the GPU's answers. Everything is deterministic for a
+given seed, so tests can assert exact behaviour.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from gpuwatch.clock import Clock
+from gpuwatch.sim.models import GpuModel
+from gpuwatch.sim.scenario import Fault, Scenario
+
+AMBIENT_C = 28.0
+THERMAL_TAU_S = 25.0
+CHECKPOINT_EVERY_S = 600.0
+CHECKPOINT_LENGTH_S = 20.0
+MAX_STEP_S = 1.0
+NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
+XID_FELL_OFF_BUS = 79
+
+# Clock-event reason bits, as NVML reports them.
+REASON_GPU_IDLE = 0x1
+REASON_SW_POWER_CAP = 0x4
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+REASON_HW_POWER_BRAKE = 0x80
+
+
+def hash01(*parts: int) -> float:
+    """A well-mixed value in [0, 1) from integers (splitmix64)."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (p & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+    return (x >> 11) / float(1 << 53)
+
+
+def smooth_noise(seed: int, channel: int, t: float, period: float) -> float:
+    """Value noise in [0, 1): random at multiples of `period`, smoothly interpolated between."""
+    pos = t / period
+    k = math.floor(pos)
+    frac = pos - k
+    w = frac * frac * (3 - 2 * frac)
+    return hash01(seed, channel, k) * (1 - w) + hash01(seed, channel, k + 1) * w
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One GPU's signals at an instant, in the units NVML reports."""
+
+    temperature_c: int
+    memory_temperature_c: int
+    power_mw: int
+    power_limit_mw: int
+    energy_mj: int
+    utilization_pct: int
+    memory_utilization_pct: int
+    memory_used: int
+    memory_total: int
+    sm_clock_mhz: int
+    memory_clock_mhz: int
+    clock_reasons: int
+    nvlink_tx_kib: tuple[int, ...]
+    nvlink_rx_kib: tuple[int, ...]
+
+
+class SimGpu:
+    def __init__(self, node: SimNode, index: int) -> None:
+        self.node = node
+        self.index = index
+        self.model: GpuModel = node.scenario.model
+        self.faults = [f for f in node.scenario.faults if f.gpu == index]
+        self._lock = threading.Lock()
+        self._t = node.start
+        self._temp = AMBIENT_C
+        self._energy_mj = 0.0
+        self._tx = [0.0] * self.model.nvlinks
+        self._rx = [0.0] * self.model.nvlinks
+        # Start at thermal steady state for the workload's initial power.
+        self._temp = self._target_temp(node.start, self._power_w(node.start, self._temp)[0])
+        self._reading = self._read(node.start)
+
+    # -- faults --------------------------------------------------------------------------
+    def active(self, kind: str, t: float) -> Fault | None:
+        elapsed = t - self.node.start
+        for f in self.faults:
+            if f.kind == kind and f.active(elapsed):
+                return f
+        return None
+
+    def lost(self, t: float) -> bool:
+        return self.active("fall_off_bus", t) is not None
+
+    def hang_until(self, t: float) -> float | None:
+        f = self.active("nvml_hang", t)
+        if f is None:
+            return None
+        return math.inf if f.duration is None else self.node.start + f.at + f.duration
+
+    # -- signals -------------------------------------------------------------------------
+    def utilization(self, t: float) -> float:
+        elapsed = t - self.node.start
+        seed, i = self.node.scenario.seed, self.index
+        workload = self.node.scenario.workload
+        if workload == "idle":
+            return 0.0
+        if workload == "inference":
+            return 0.15 + 0.7 * smooth_noise(seed, i * 16 + 1, elapsed, 15.0)
+        # Data-parallel training: all GPUs in step, a checkpoint pause every ten minutes.
+        in_checkpoint = elapsed > CHECKPOINT_EVERY_S and elapsed % CHECKPOINT_EVERY_S < CHECKPOINT_LENGTH_S
+        if in_checkpoint:
+            return 0.03
+        return 0.93 + 0.07 * smooth_noise(seed, i * 16 + 1, elapsed, 3.0)
+
+    def _clock_factor(self, t: float, temp: float) -> tuple[float, int]:
+        factor, reasons = 1.0, 0
+        if self.active("hw_slowdown", t):
+            factor, reasons = min(factor, 0.5), reasons | REASON_HW_SLOWDOWN
+        if self.active("power_brake", t):
+            factor = min(factor, 0.2)
+            reasons |= REASON_HW_POWER_BRAKE | REASON_HW_SLOWDOWN
+        if temp >= self.model.slowdown_temp_c - 3:
+            reasons |= REASON_SW_THERMAL
+            factor = min(factor, 0.8)
+        if temp >= self.model.slowdown_temp_c:
+            reasons |= REASON_HW_THERMAL
+            factor = min(factor, 0.6)
+        return factor, reasons
+
+    def _power_w(self, t: float, temp: float) -> tuple[float, float, int]:
+        m = self.model
+        util = self.utilization(t)
+        factor, reasons = self._clock_factor(t, temp)
+        noise = smooth_noise(self.node.scenario.seed, self.index * 16 + 2, t - self.node.start, 2.0)
+        demand = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * util * (0.86 + 0.12 * noise) * factor
+        if demand > m.power_limit_w:
+            demand, reasons = m.power_limit_w, reasons | REASON_SW_POWER_CAP
+        if util < 0.05:
+            reasons |= REASON_GPU_IDLE
+        return demand, factor, reasons
+
+    def _target_temp(self, t: float, power_w: float) -> float:
+        resistance = self.model.thermal_resistance
+        runaway = self.active("thermal_runaway", t)
+        if runaway is not None:
+            since = t - (self.node.start + runaway.at)
+            resistance *= 1 + min(3.0, 0.03 * since)
+        return AMBIENT_C + resistance * power_w
+
+    def _step(self, t: float) -> None:
+        dt = t - self._t
+        if dt <= 0:
+            return
+        power, _, _ = self._power_w(t, self._temp)
+        target = self._target_temp(t, power)
+        self._temp = target + (self._temp - target) * math.exp(-dt / THERMAL_TAU_S)
+        self._energy_mj += power * dt * 1000.0
+        rate_kib = self.utilization(t) * NVLINK_SHARE * self.model.nvlink_gbps_per_link * 1e9 / 1024
+        for link in range(self.model.nvlinks):
+            self._tx[link] += rate_kib * dt
+            self._rx[link] += rate_kib * dt * 0.98
+        self._t = t
+
+    def _read(self, t: float) -> Reading:
+        m = self.model
+        seed, i = self.node.scenario.seed, self.index
+        elapsed = t - self.node.start
+        power, factor, reasons = self._power_w(t, self._temp)
+        util = self.utilization(t)
+        workload = self.node.scenario.workload
+        share = {"training": 0.9, "inference": 0.55, "idle": 0.006}[workload]
+        used = m.memory_bytes * (share + 0.03 * smooth_noise(seed, i * 16 + 3, elapsed, 60.0))
+        if util < 0.05:
+            sm_clock = m.idle_sm_clock_mhz
+        else:
+            sm_clock = m.max_sm_clock_mhz * factor * (0.97 + 0.03 * smooth_noise(seed, i * 16 + 4, elapsed, 5.0))
+        mem_util = util * 0.55 + 0.1 * smooth_noise(seed, i * 16 + 5, elapsed, 4.0) if util > 0.05 else 0.0
+        return Reading(
+            temperature_c=round(self._temp),
+            memory_temperature_c=round(self._temp + 4 + 2 * smooth_noise(seed, i * 16 + 6, elapsed, 30.0)),
+            power_mw=round(power * 1000),
+            power_limit_mw=round(m.power_limit_w * 1000),
+            energy_mj=int(self._energy_mj),
+            utilization_pct=round(util * 100),
+            memory_utilization_pct=round(mem_util * 100),
+            memory_used=int(used),
+            memory_total=m.memory_bytes,
+            sm_clock_mhz=round(sm_clock),
+            memory_clock_mhz=round(m.memory_clock_mhz),
+            clock_reasons=reasons,
+            nvlink_tx_kib=tuple(int(v) for v in self._tx),
+            nvlink_rx_kib=tuple(int(v) for v in self._rx),
+        )
+
+    def reading(self) -> Reading:
+        """The GPU's signals now, integrating the physics since the last reading."""
+        t = self.node.clock.now()
+        with self._lock:
+            if t > self._t:
+                while self._t + MAX_STEP_S < t:
+                    self._step(self._t + MAX_STEP_S)
+                self._step(t)
+                self._reading = self._read(t)
+            return self._reading
+
+
+@dataclass(frozen=True, slots=True)
+class SimEvent:
+    time: float
+    gpu: int
+    xid: int
+
+
+class SimNode:
+    def __init__(self, scenario: Scenario, clock: Clock) -> None:
+        self.scenario = scenario
+        self.clock = clock
+        self.start = clock.now()
+        self.gpus = [SimGpu(self, i) for i in range(scenario.gpus)]
+        events = []
+        for f in scenario.faults:
+            if f.kind == "xid" and f.code is not None:
+                events.append(SimEvent(self.start + f.at, f.gpu, f.code))
+            elif f.kind == "fall_off_bus":
+                events.append(SimEvent(self.start + f.at, f.gpu, XID_FELL_OFF_BUS))
+        self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))

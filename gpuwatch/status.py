@@ -1,0 +1,65 @@
+"""The one-shot node table (`gpuwatch status`), also drawn live by `gpuwatch demo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red"}
+GIB = 1024**3
+
+
+def _num(metrics: dict[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render_node(node: dict[str, Any]) -> Group:
+    verdict = node.get("verdict", "unknown")
+    backend = node.get("backend", {})
+    header = Text()
+    header.append(f"{node.get('node', '?')}  ", style="bold")
+    header.append(verdict.upper(), style=HEALTH_STYLE.get(verdict, ""))
+    if backend.get("up"):
+        header.append(f"   driver {backend.get('driver_version', '?')}   {len(node.get('gpus', []))} GPUs")
+    reasons = Text("\n".join(f"  - {r}" for r in node.get("reasons", [])), style="dim")
+
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for column, justify in (("GPU", "right"), ("Model", "left"), ("Health", "left"),
+                            ("Util", "right"), ("Memory", "right"), ("Temp", "right"),
+                            ("Power", "right"), ("SM clock", "right"), ("Clock events", "left"),
+                            ("XID", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for gpu in node.get("gpus", []):
+        mt = gpu.get("metrics", {})
+        health = gpu.get("health", "unknown")
+        status = gpu.get("status", "ok")
+        util = _num(mt, "utilization_ratio")
+        used, total = _num(mt, "memory_used_bytes"), _num(mt, "memory_total_bytes")
+        power, limit = _num(mt, "power_watts"), _num(mt, "power_limit_watts")
+        clock = _num(mt, "sm_clock_hertz")
+        xids = ", ".join(f"{code}×{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
+        table.add_row(
+            str(gpu.get("index")),
+            gpu.get("model", ""),
+            Text(health if status == "ok" else f"{health} ({status})", style=HEALTH_STYLE.get(health, "")),
+            _fmt(util * 100 if util is not None else None, "{:.0f}%"),
+            "-" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f} GiB",
+            _fmt(_num(mt, "temperature_celsius"), "{:.0f}°C"),
+            "-" if power is None else f"{power:.0f}/{_fmt(limit, '{:.0f}')} W",
+            _fmt(clock / 1e6 if clock is not None else None, "{:.0f} MHz"),
+            ", ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle") or "",
+            xids,
+        )
+    parts: list[Any] = [header]
+    if node.get("reasons"):
+        parts.append(reasons)
+    parts.append(table)
+    return Group(*parts)

@@ -1,0 +1,226 @@
+"""In-memory time series: per-series ring buffers with a retention window and staleness.
+
+Each source's batches share one timeline of timestamps, so a series stores only its values.
+Values are kept in runs: a run holds consecutive batch indices of one series, as a single
+number while it stays constant (most error counters, limits and link states) and as a packed
+array of doubles once it varies. Runs are capped, so retention frees memory run by run.
+
+A series missing from its source's next batch gets a stale marker at that batch's time, as
+Prometheus does: it stops appearing in instant lookups from then on, and history shows a gap.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator
+
+from gpuwatch.model import Labels, Sample
+
+RUN_CAPACITY = 256
+CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
+TRIM_EVERY = 64  # batches between retention sweeps
+DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
+
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+_STALE_BITS = struct.pack("<d", STALE_NAN)
+
+SeriesKey = tuple[str, Labels]
+
+
+def is_stale_marker(value: float) -> bool:
+    return value != value and struct.pack("<d", value) == _STALE_BITS
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b and struct.pack("<d", a) == struct.pack("<d", b))
+
+
+class Timeline:
+    """Timestamps of one source's batches; batch i is at times[i - first]."""
+
+    __slots__ = ("first", "times")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.first = 0
+
+    def append(self, t: float) -> int:
+        self.times.append(t)
+        return self.first + len(self.times) - 1
+
+    def time(self, index: int) -> float:
+        return self.times[index - self.first]
+
+    def index_after(self, t: float) -> int:
+        """The first index whose time is > t."""
+        return self.first + bisect_right(self.times, t)
+
+    def index_at_or_after(self, t: float) -> int:
+        return self.first + bisect_left(self.times, t)
+
+    def trim(self, before: float) -> None:
+        k = bisect_left(self.times, before)
+        if k:
+            del self.times[:k]
+            self.first += k
+
+
+class _Run:
+    __slots__ = ("const", "count", "start", "values")
+
+    def __init__(self, start: int, value: float) -> None:
+        self.start = start
+        self.count = 1
+        self.const = value
+        self.values: array[float] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+    def value(self, index: int) -> float:
+        return self.const if self.values is None else self.values[index - self.start]
+
+
+class Series:
+    __slots__ = ("labels", "last_index", "last_time", "last_value", "name", "runs", "stale", "timeline")
+
+    def __init__(self, name: str, labels: Labels, timeline: Timeline) -> None:
+        self.name = name
+        self.labels = labels
+        self.timeline = timeline
+        self.runs: list[_Run] = []
+        self.last_index = -1
+        self.last_time = math.nan
+        self.last_value = math.nan
+        self.stale = False
+
+    @property
+    def label_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def append(self, index: int, time: float, value: float) -> None:
+        if index == self.last_index:
+            return  # a duplicate within one batch: the first value stands
+        self.last_index, self.last_time, self.last_value = index, time, value
+        self.stale = is_stale_marker(value)
+        run = self.runs[-1] if self.runs else None
+        if run is None or run.end != index or run.count >= RUN_CAPACITY:
+            self.runs.append(_Run(index, value))
+            return
+        if run.values is None:
+            if _same(value, run.const):
+                run.count += 1
+                return
+            if run.count >= CONST_RUN_MIN:
+                self.runs.append(_Run(index, value))
+                return
+            run.values = array("d", [run.const]) * run.count
+        run.values.append(value)
+        run.count += 1
+
+    def trim(self, first_index: int) -> None:
+        k = 0
+        while k < len(self.runs) and self.runs[k].end <= first_index:
+            k += 1
+        if k:
+            del self.runs[:k]
+
+    def _points(self, lo: int, hi: int) -> Iterator[tuple[float, float]]:
+        """(time, value) for batch indices in [lo, hi), stale markers included."""
+        lo = max(lo, self.timeline.first)
+        starts = [r.start for r in self.runs]
+        i = max(0, bisect_right(starts, lo) - 1)
+        time = self.timeline.time
+        for run in self.runs[i:]:
+            if run.start >= hi:
+                break
+            for index in range(max(lo, run.start), min(hi, run.end)):
+                yield time(index), run.value(index)
+
+    def samples(self, start: float, end: float) -> list[tuple[float, float]]:
+        """Samples with start < time <= end (left-open, as Prometheus 3), without stale markers."""
+        tl = self.timeline
+        return [
+            (t, v)
+            for t, v in self._points(tl.index_after(start), tl.index_after(end))
+            if not is_stale_marker(v)
+        ]
+
+    def value_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> float | None:
+        """The instant value at t: the newest sample in (t - lookback, t], unless it is stale."""
+        tl = self.timeline
+        points = list(self._points(tl.index_after(t - lookback), tl.index_after(t)))
+        if not points or is_stale_marker(points[-1][1]):
+            return None
+        return points[-1][1]
+
+
+class Store:
+    def __init__(self, retention: float) -> None:
+        self.retention = retention
+        self._timelines: dict[str, Timeline] = {}
+        self._series: dict[SeriesKey, Series] = {}
+        self._by_name: dict[str, dict[SeriesKey, Series]] = {}
+        self._current: dict[str, set[SeriesKey]] = {}
+        self._batches = 0
+        self.generation = 0  # bumps on every ingest; lets readers cache per cycle
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def ingest(self, source: str, time: float, samples: Iterable[Sample]) -> None:
+        """Append one batch of `source`; its series absent from this batch become stale."""
+        timeline = self._timelines.get(source)
+        if timeline is None:
+            timeline = self._timelines[source] = Timeline()
+        index = timeline.append(time)
+        seen: set[SeriesKey] = set()
+        series_map = self._series
+        for name, labels, value in samples:
+            key = (name, labels)
+            series = series_map.get(key)
+            if series is None:
+                series = series_map[key] = Series(name, labels, timeline)
+                self._by_name.setdefault(name, {})[key] = series
+            series.append(index, time, value)
+            seen.add(key)
+        for key in self._current.get(source, set()) - seen:
+            gone = series_map.get(key)
+            if gone is not None and not gone.stale:
+                gone.append(index, time, STALE_NAN)
+        self._current[source] = seen
+        self.generation += 1
+        self._batches += 1
+        if self._batches % TRIM_EVERY == 0:
+            self._trim(time - self.retention)
+
+    def _trim(self, cutoff: float) -> None:
+        for timeline in self._timelines.values():
+            timeline.trim(cutoff)
+        for key, series in list(self._series.items()):
+            series.trim(series.timeline.first)
+            if not series.runs:
+                del self._series[key]
+                family = self._by_name[series.name]
+                del family[key]
+                if not family:
+                    del self._by_name[series.name]
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+    def select(self, name: str, match: Callable[[Series], bool] | None = None) -> list[Series]:
+        family = self._by_name.get(name, {})
+        return [s for s in family.values() if match is None or match(s)]
+
+    def latest(self, now: float, lookback: float = DEFAULT_LOOKBACK_S) -> Iterator[Series]:
+        """Series with a current value: not stale, last sample within the lookback."""
+        oldest = now - lookback
+        for family in self._by_name.values():
+            for series in family.values():
+                if not series.stale and series.last_time > oldest:
+                    yield series

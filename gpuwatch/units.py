@@ -1,0 +1,55 @@
+"""Parsing of the durations and addresses users write in config and scenario files."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: object) -> float:
+    """'1s', '500ms', '1h30m' or a plain number of seconds -> seconds. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 1s, 500ms or 5m, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        pos, total = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            pos = match.end()
+        if pos == len(text) and text:
+            return total
+    raise ValueError(f"expected a duration such as 1s, 500ms or 5m, got {value!r}")
+
+
+def format_duration(seconds: float) -> str:
+    if seconds and seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    out, rest = "", int(round(seconds))
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or "0s"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """'HOST:PORT' or '[v6]:PORT' -> (host, port). Raises ValueError."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0-65535, got {port}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        raise ValueError(f"expected HOST:PORT with a host, got {value!r}")
+    return host, port

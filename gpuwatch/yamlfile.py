@@ -1,0 +1,95 @@
+"""YAML loading that remembers where each key came from, so errors can name the line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a file: where, which field, and what was expected."""
+
+    file: str
+    line: int | None
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class FileError(Exception):
+    """A file could not be used; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("\n".join(str(p) for p in problems))
+        self.problems = problems
+
+
+@dataclass
+class YamlDoc:
+    """Parsed YAML plus the line of every mapping key and sequence item."""
+
+    file: str
+    data: Any
+    lines: dict[PathKey, int] = field(default_factory=dict)
+
+    def line(self, path: PathKey) -> int | None:
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return None
+
+    def problem(self, path: PathKey, message: str) -> Problem:
+        return Problem(self.file, self.line(path), dotted(path), message)
+
+
+def dotted(path: PathKey) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            sub = (*path, str(key_node.value))
+            lines[sub] = key_node.start_mark.line + 1
+            _record_lines(value_node, sub, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = (*path, i)
+            lines[sub] = item.start_mark.line + 1
+            _record_lines(item, sub, lines)
+
+
+def parse(text: str, file: str) -> YamlDoc:
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise FileError([Problem(file, line, "", f"not valid YAML: {exc.problem}")]) from exc
+    except yaml.YAMLError as exc:
+        raise FileError([Problem(file, None, "", f"not valid YAML: {exc}")]) from exc
+    doc = YamlDoc(file, data)
+    if root is not None:
+        _record_lines(root, (), doc.lines)
+    return doc
+
+
+def load(path: str | Path) -> YamlDoc:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileError([Problem(str(path), None, "", f"cannot read: {exc.strerror}")]) from exc
+    return parse(text, str(path))

@@ -1,0 +1,1 @@
+"""The Textual dashboard (imported as gpuwatch.tui); built in the dashboard issue."""
