@@ -1,0 +1,107 @@
+"""Shared fixtures: a real `gpuwatch run` process on a loopback port, and HTTP helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SERVING = re.compile(r"gpuwatch serving on ([\d.]+):(\d+)")
+
+
+@dataclass
+class DaemonProcess:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+    def json(self, path: str) -> Any:
+        status, _, body = self.get(path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def metrics(self) -> str:
+        status, _, body = self.get("/metrics")
+        assert status == 200
+        return body.decode()
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+def start_daemon(tmp_path: Path, *args: str, timeout: float = 15.0) -> DaemonProcess:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log_path = tmp_path / "daemon.log"
+    log_file = open(log_path, "wb")  # noqa: SIM115 (kept open for the process's lifetime)
+    cmd = [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
+           "--state-dir", str(tmp_path / "state"), *args]
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        match = SERVING.search(log_path.read_text())
+        if match:
+            return DaemonProcess(proc, f"http://{match.group(1)}:{match.group(2)}", log_path)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"daemon did not start: {log_path.read_text()}")
+
+
+def stop_daemon(daemon: DaemonProcess) -> int:
+    daemon.proc.send_signal(signal.SIGTERM)
+    try:
+        return daemon.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        daemon.proc.kill()
+        raise
+
+
+@pytest.fixture
+def run_daemon(tmp_path: Path) -> Iterator[Any]:
+    started: list[DaemonProcess] = []
+
+    def start(*args: str) -> DaemonProcess:
+        daemon = start_daemon(tmp_path / f"d{len(started)}", *args)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.proc.poll() is None:
+            assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Exposition text -> name -> [(labels, value)] (enough for our own well-formed output)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+    label_re = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = line_re.match(line)
+        assert match, f"unparseable line: {line}"
+        labels = dict(label_re.findall(match.group(2) or ""))
+        out.setdefault(match.group(1), []).append((labels, float(match.group(3))))
+    return out
