@@ -81,7 +81,7 @@ class MetricsRenderer:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         if openmetrics:
-            return openmetrics_format.generate_latest(registry)
+            return bytes(openmetrics_format.generate_latest(registry))  # type: ignore[no-untyped-call]
         return text_format.generate_latest(registry)
 
     async def render(self, openmetrics: bool, gzipped: bool) -> bytes:

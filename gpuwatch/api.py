@@ -39,7 +39,7 @@ def _bad_request(message: str) -> web.Response:
     )
 
 
-def _number(value: float) -> float | str | None:
+def _number(value: float) -> float | str:
     """JSON has no NaN or Inf; Prometheus writes them as strings."""
     if math.isnan(value):
         return "NaN"
@@ -48,8 +48,16 @@ def _number(value: float) -> float | str | None:
     return value
 
 
+def _sample_text(value: float) -> str:
+    """A sample value as Prometheus's API writes it: a string, with NaN and Inf spelled out."""
+    number = _number(value)
+    return number if isinstance(number, str) else repr(number)
+
+
 def _short(name: str) -> str:
-    return name[len(GPU_PREFIX):] if name.startswith(GPU_PREFIX) else name.removeprefix("gpuwatch_")
+    return (
+        name[len(GPU_PREFIX) :] if name.startswith(GPU_PREFIX) else name.removeprefix("gpuwatch_")
+    )
 
 
 def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
@@ -62,8 +70,9 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
         uuid = labels.get("uuid")
         if not uuid or "gpu" not in labels or series.name in (m.GPU_INFO, m.GPU_HEALTH):
             continue
-        values = per_gpu.setdefault(uuid, {"clock_events_active": [], "xid_errors": {},
-                                           "nvlink": {"links": 0, "up": 0}})
+        values = per_gpu.setdefault(
+            uuid, {"clock_events_active": [], "xid_errors": {}, "nvlink": {"links": 0, "up": 0}}
+        )
         extra = set(labels) - {"gpu", "uuid"}
         value = series.last_value
         if not extra:
@@ -85,19 +94,21 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
     for gpu in view.batch.gpus:
         info = gpu.info
         verdict = view.gpu_verdicts.get(info.index)
-        out.append({
-            "index": info.index,
-            "uuid": info.uuid,
-            "model": info.model,
-            "pci_bus_id": info.pci_bus_id,
-            "serial": info.serial,
-            "vbios_version": info.vbios_version,
-            "status": gpu.status.value,
-            "reason": gpu.reason,
-            "health": verdict.state.value if verdict else "unknown",
-            "health_reasons": verdict.reasons if verdict else [],
-            "metrics": per_gpu.get(info.uuid, {}),
-        })
+        out.append(
+            {
+                "index": info.index,
+                "uuid": info.uuid,
+                "model": info.model,
+                "pci_bus_id": info.pci_bus_id,
+                "serial": info.serial,
+                "vbios_version": info.vbios_version,
+                "status": gpu.status.value,
+                "reason": gpu.reason,
+                "health": verdict.state.value if verdict else "unknown",
+                "health_reasons": verdict.reasons if verdict else [],
+                "metrics": per_gpu.get(info.uuid, {}),
+            }
+        )
     return out
 
 
@@ -151,7 +162,11 @@ class Api:
         except Exception:  # one bad request must never take the daemon down
             log.exception("request failed path=%s", request.path)
             return web.json_response(
-                {"status": "error", "errorType": "internal", "error": "internal error; see the daemon log"},
+                {
+                    "status": "error",
+                    "errorType": "internal",
+                    "error": "internal error; see the daemon log",
+                },
                 status=500,
             )
 
@@ -159,11 +174,18 @@ class Api:
         node = html.escape(self.daemon.config.node_name)
         links = "".join(
             f'<li><a href="{p}">{p}</a></li>'
-            for p in ("/metrics", "/healthz", "/api/v1/node", "/api/v1/gpus",
-                      "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m")
+            for p in (
+                "/metrics",
+                "/healthz",
+                "/api/v1/node",
+                "/api/v1/gpus",
+                "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
+            )
         )
-        body = (f"<!doctype html><html><head><title>gpuwatch on {node}</title></head><body>"
-                f"<h1>gpuwatch {__version__} on {node}</h1><ul>{links}</ul></body></html>")
+        body = (
+            f"<!doctype html><html><head><title>gpuwatch on {node}</title></head><body>"
+            f"<h1>gpuwatch {__version__} on {node}</h1><ul>{links}</ul></body></html>"
+        )
         return web.Response(text=body, content_type="text/html")
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -171,7 +193,9 @@ class Api:
         gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
         body = await self.renderer.render(openmetrics, gzipped)
         response = web.Response(body=body)
-        response.headers["Content-Type"] = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        response.headers["Content-Type"] = (
+            OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        )
         if gzipped:
             response.headers["Content-Encoding"] = "gzip"
         return response
@@ -195,7 +219,8 @@ class Api:
         q = request.query
         metric = q.get("metric", "")
         if not metric:
-            return _bad_request("missing parameter 'metric' (a metric name such as gpuwatch_gpu_temperature_celsius)")
+            example = "gpuwatch_gpu_temperature_celsius"
+            return _bad_request(f"missing parameter 'metric' (a metric name such as {example})")
         name = metric if metric.startswith("gpuwatch_") else GPU_PREFIX + metric
         try:
             window = parse_duration(q.get("range", "1h"))
@@ -208,8 +233,10 @@ class Api:
         end = self.daemon.clock.now()
         start = end - window
         if step and window / step > MAX_HISTORY_POINTS:
-            return _bad_request(f"range/step gives more than {MAX_HISTORY_POINTS} points; use a larger step")
-        result = []
+            return _bad_request(
+                f"range/step gives more than {MAX_HISTORY_POINTS} points; use a larger step"
+            )
+        result: list[tuple[dict[str, str], list[list[float | str]]]] = []
         for series in self.daemon.store.select(name):
             labels = series.label_dict
             if gpu is not None and labels.get("gpu") != gpu:
@@ -217,16 +244,25 @@ class Api:
             points = series.samples(start, end)
             if step:
                 points = _downsample(points, start, step)
-            result.append({
-                "metric": {"__name__": series.name, **labels},
-                "values": [[t, str(v)] for t, v in points[-MAX_HISTORY_POINTS:]],
-            })
-        result.sort(key=lambda r: (r["metric"].get("gpu", ""), str(sorted(r["metric"].items()))))
-        return _success({"resultType": "matrix", "result": result,
-                         "range": format_duration(window), "step": step or None})
+            identity = {"__name__": series.name, **labels}
+            values: list[list[float | str]] = [
+                [t, _sample_text(v)] for t, v in points[-MAX_HISTORY_POINTS:]
+            ]
+            result.append((identity, values))
+        result.sort(key=lambda r: (r[0].get("gpu", ""), sorted(r[0].items())))
+        return _success(
+            {
+                "resultType": "matrix",
+                "result": [{"metric": labels, "values": values} for labels, values in result],
+                "range": format_duration(window),
+                "step": step or None,
+            }
+        )
 
 
-def _downsample(points: list[tuple[float, float]], start: float, step: float) -> list[tuple[float, float]]:
+def _downsample(
+    points: list[tuple[float, float]], start: float, step: float
+) -> list[tuple[float, float]]:
     """The last sample in each step-wide bucket."""
     out: list[tuple[float, float]] = []
     bucket = -1

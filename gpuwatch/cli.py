@@ -39,16 +39,25 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-c", "--config", help="YAML config file (defaults apply without one)")
     run.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:10040)")
     run.add_argument("--state-dir", help="where state is kept (default /var/lib/gpuwatch)")
-    run.add_argument("--simulate", metavar="SCENARIO",
-                     help="sample a simulated node instead of NVML: a built-in scenario or a YAML file")
-    run.add_argument("--speed", type=float, default=1.0,
-                     help="with --simulate: play the scenario this many times faster than real time")
+    run.add_argument(
+        "--simulate",
+        metavar="SCENARIO",
+        help="sample a simulated node instead of NVML: a built-in scenario or a YAML file",
+    )
+    run.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="with --simulate: play the scenario this many times faster than real time",
+    )
 
     demo = sub.add_parser("demo", help="the daemon on a simulated node, with a live view")
     demo.add_argument("scenario", nargs="?", default="demo")
     demo.add_argument("--listen", default=DEMO_LISTEN, help=f"HOST:PORT (default {DEMO_LISTEN})")
     demo.add_argument("--speed", type=float, default=1.0, help="play the scenario faster")
-    demo.add_argument("--once", action="store_true", help="print the table once after a few cycles and exit")
+    demo.add_argument(
+        "--once", action="store_true", help="print the table once after a few cycles and exit"
+    )
 
     status = sub.add_parser("status", help="one-shot table of a node")
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
@@ -120,15 +129,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     console = Console()
 
     async def show(running: Running) -> None:
-        header = (f"gpuwatch demo: scenario '{args.scenario}', serving {running.url}/metrics "
-                  f"(log: {log_path}); Ctrl-C to stop")
+        header = (
+            f"gpuwatch demo: scenario '{args.scenario}', serving {running.url}/metrics "
+            f"(log: {log_path}); Ctrl-C to stop"
+        )
         console.print(header, style="dim")
         if args.once:
             await asyncio.sleep(3)
             console.print(render_node(node_payload(running.daemon)))
             return
-        with Live(render_node(node_payload(running.daemon)), console=console,
-                  refresh_per_second=2) as live:
+        with Live(
+            render_node(node_payload(running.daemon)), console=console, refresh_per_second=2
+        ) as live:
             while True:
                 await asyncio.sleep(1)
                 live.update(render_node(node_payload(running.daemon)))

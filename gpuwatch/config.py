@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuwatch.units import parse_duration, parse_listen
-from gpuwatch.yamlfile import FileError, PathKey, Problem, YamlDoc, load
-
-T = TypeVar("T")
+from gpuwatch.yamlfile import Checker, YamlDoc, load, one_of, whole_number
 
 DEFAULT_LISTEN = "0.0.0.0:10040"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -71,47 +68,6 @@ class Config:
         return out
 
 
-class _Reader:
-    """Walks a parsed file, converting fields and collecting every problem."""
-
-    def __init__(self, doc: YamlDoc) -> None:
-        self.doc = doc
-        self.problems: list[Problem] = []
-
-    def section(self, data: Any, path: PathKey, known: tuple[str, ...]) -> dict[str, Any]:
-        if data is None:
-            return {}
-        if not isinstance(data, dict):
-            where = ".".join(str(p) for p in path) or "the file"
-            self.problems.append(self.doc.problem(path, f"{where} must be a mapping"))
-            return {}
-        for key in data:
-            if key not in known:
-                self.problems.append(
-                    self.doc.problem(
-                        (*path, str(key)),
-                        f"unknown key; expected one of: {', '.join(known)}",
-                    )
-                )
-        return data
-
-    def value(
-        self,
-        data: dict[str, Any],
-        path: PathKey,
-        key: str,
-        convert: Callable[[Any], T],
-        default: T,
-    ) -> T:
-        if key not in data or data[key] is None:
-            return default
-        try:
-            return convert(data[key])
-        except (ValueError, TypeError) as exc:
-            self.problems.append(self.doc.problem((*path, key), str(exc)))
-            return default
-
-
 def _positive_duration(value: Any) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
@@ -132,26 +88,8 @@ def _text(value: Any) -> str:
     return value
 
 
-def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
-        return str(value)
-
-    return convert
-
-
-def _count(low: int, high: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"expected a whole number from {low} to {high}, got {value!r}")
-        return value
-
-    return convert
-
-
 def from_doc(doc: YamlDoc) -> Config:
-    r = _Reader(doc)
+    r = Checker(doc)
     base = Config()
     top = r.section(doc.data, (), ("listen", "state_dir", "node_name", "sampling", "store", "log"))
 
@@ -162,7 +100,7 @@ def from_doc(doc: YamlDoc) -> Config:
         interval=r.value(s, ("sampling",), "interval", _positive_duration, 1.0),
         timeout=r.value(s, ("sampling",), "timeout", _positive_duration, None),
         max_abandoned_workers=r.value(
-            s, ("sampling",), "max_abandoned_workers", _count(1, 1024), 16
+            s, ("sampling",), "max_abandoned_workers", whole_number(1, 1024), 16
         ),
     )
     st = r.section(top.get("store"), ("store",), ("retention",))
@@ -171,8 +109,8 @@ def from_doc(doc: YamlDoc) -> Config:
     )
     lg = r.section(top.get("log"), ("log",), ("level", "format"))
     log = LogConfig(
-        level=r.value(lg, ("log",), "level", _one_of(LOG_LEVELS), "info"),
-        format=r.value(lg, ("log",), "format", _one_of(LOG_FORMATS), "logfmt"),
+        level=r.value(lg, ("log",), "level", one_of(LOG_LEVELS), "info"),
+        format=r.value(lg, ("log",), "format", one_of(LOG_FORMATS), "logfmt"),
     )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
@@ -190,8 +128,7 @@ def from_doc(doc: YamlDoc) -> Config:
                 "must not exceed sampling.interval, or one hung GPU would slow every cycle",
             )
         )
-    if r.problems:
-        raise FileError(r.problems)
+    r.check()
     return config
 
 

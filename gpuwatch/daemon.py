@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -62,10 +63,8 @@ class Daemon:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         await self.source.stop()
 
     # -- sampling -------------------------------------------------------------------------
@@ -101,7 +100,9 @@ class Daemon:
         ]
         self.store.ingest(self.source.name, batch.time, samples)
 
-    def _judge(self, gpus: list[GpuState], samples: list[Sample]) -> tuple[dict[int, Verdict], Verdict]:
+    def _judge(
+        self, gpus: list[GpuState], samples: list[Sample]
+    ) -> tuple[dict[int, Verdict], Verdict]:
         events = active_clock_events(samples)
         verdicts = {g.info.index: gpu_verdict(g, events.get(g.info.uuid, set())) for g in gpus}
         return verdicts, node_verdict(self.source.backend, verdicts, self.sampling_problem())

@@ -8,13 +8,13 @@ recovery action) extends it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from gpuwatch import metrics as m
 from gpuwatch.model import BackendState, GpuState, GpuStatus, Sample
 
 
-class Health(str, Enum):
+class Health(StrEnum):
     HEALTHY = "healthy"
     DEGRADED = "degraded"
     UNHEALTHY = "unhealthy"
@@ -80,8 +80,15 @@ def health_samples(
     for gpu in gpus:
         verdict = verdicts[gpu.info.index]
         for state in Health:
-            out.append(Sample(m.GPU_HEALTH, (*gpu.info.labels, ("state", state.value)),
-                              1.0 if verdict.state == state else 0.0))
+            out.append(
+                Sample(
+                    m.GPU_HEALTH,
+                    (*gpu.info.labels, ("state", state.value)),
+                    1.0 if verdict.state == state else 0.0,
+                )
+            )
     for state in Health:
-        out.append(Sample(m.NODE_HEALTH, (("state", state.value),), 1.0 if node.state == state else 0.0))
+        out.append(
+            Sample(m.NODE_HEALTH, (("state", state.value),), 1.0 if node.state == state else 0.0)
+        )
     return out

@@ -18,8 +18,10 @@ def _logfmt_value(value: str) -> str:
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        line = (f"ts={stamp}.{int(record.msecs):03d}Z level={record.levelname.lower()} "
-                f"logger={record.name} msg={_logfmt_value(record.getMessage())}")
+        line = (
+            f"ts={stamp}.{int(record.msecs):03d}Z level={record.levelname.lower()} "
+            f"logger={record.name} msg={_logfmt_value(record.getMessage())}"
+        )
         if record.exc_info:
             line += " exc=" + _logfmt_value(self.formatException(record.exc_info))
         return line

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -17,7 +17,7 @@ class Sample(NamedTuple):
     value: float
 
 
-class GpuStatus(str, Enum):
+class GpuStatus(StrEnum):
     OK = "ok"
     LOST = "lost"
     UNRESPONSIVE = "unresponsive"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -40,9 +41,8 @@ def prepare_state_dir(path: str) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise StartupError(
-            f"state directory {path}: {exc.strerror}; pass --state-dir DIR or set state_dir in the config"
-        ) from exc
+        hint = "pass --state-dir DIR or set state_dir in the config"
+        raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
     return state
 
 
@@ -83,7 +83,7 @@ async def serve(
     config: Config,
     nvml: NvmlModule,
     clock: Clock,
-    alongside: Callable[[Running], Awaitable[None]] | None = None,
+    alongside: Callable[[Running], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until `alongside` returns)."""
     running = await start(config, nvml, clock)
@@ -91,7 +91,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    waiters = [asyncio.create_task(stop.wait())]
+    waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
     if alongside is not None:
         waiters.append(asyncio.create_task(alongside(running)))
     try:

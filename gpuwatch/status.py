@@ -28,14 +28,24 @@ def render_node(node: dict[str, Any]) -> Group:
     header.append(f"{node.get('node', '?')}  ", style="bold")
     header.append(verdict.upper(), style=HEALTH_STYLE.get(verdict, ""))
     if backend.get("up"):
-        header.append(f"   driver {backend.get('driver_version', '?')}   {len(node.get('gpus', []))} GPUs")
+        header.append(
+            f"   driver {backend.get('driver_version', '?')}   {len(node.get('gpus', []))} GPUs"
+        )
     reasons = Text("\n".join(f"  - {r}" for r in node.get("reasons", [])), style="dim")
 
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for column, justify in (("GPU", "right"), ("Model", "left"), ("Health", "left"),
-                            ("Util", "right"), ("Memory", "right"), ("Temp", "right"),
-                            ("Power", "right"), ("SM clock", "right"), ("Clock events", "left"),
-                            ("XID", "left")):
+    for column, justify in (
+        ("GPU", "right"),
+        ("Model", "left"),
+        ("Health", "left"),
+        ("Util", "right"),
+        ("Memory", "right"),
+        ("Temp", "right"),
+        ("Power", "right"),
+        ("SM clock", "right"),
+        ("Clock events", "left"),
+        ("XID", "left"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for gpu in node.get("gpus", []):
         mt = gpu.get("metrics", {})
@@ -45,11 +55,14 @@ def render_node(node: dict[str, Any]) -> Group:
         used, total = _num(mt, "memory_used_bytes"), _num(mt, "memory_total_bytes")
         power, limit = _num(mt, "power_watts"), _num(mt, "power_limit_watts")
         clock = _num(mt, "sm_clock_hertz")
-        xids = ", ".join(f"{code}×{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
+        xids = ", ".join(f"{code} x{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
         table.add_row(
             str(gpu.get("index")),
             gpu.get("model", ""),
-            Text(health if status == "ok" else f"{health} ({status})", style=HEALTH_STYLE.get(health, "")),
+            Text(
+                health if status == "ok" else f"{health} ({status})",
+                style=HEALTH_STYLE.get(health, ""),
+            ),
             _fmt(util * 100 if util is not None else None, "{:.0f}%"),
             "-" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f} GiB",
             _fmt(_num(mt, "temperature_celsius"), "{:.0f}°C"),

@@ -31,11 +31,12 @@ SeriesKey = tuple[str, Labels]
 
 
 def is_stale_marker(value: float) -> bool:
-    return value != value and struct.pack("<d", value) == _STALE_BITS
+    return math.isnan(value) and struct.pack("<d", value) == _STALE_BITS
 
 
 def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b and struct.pack("<d", a) == struct.pack("<d", b))
+    """Equal, treating NaNs with the same bits (a NaN loss, the stale marker) as equal."""
+    return a == b or (math.isnan(a) and struct.pack("<d", a) == struct.pack("<d", b))
 
 
 class Timeline:
@@ -86,7 +87,16 @@ class _Run:
 
 
 class Series:
-    __slots__ = ("labels", "last_index", "last_time", "last_value", "name", "runs", "stale", "timeline")
+    __slots__ = (
+        "labels",
+        "last_index",
+        "last_time",
+        "last_value",
+        "name",
+        "runs",
+        "stale",
+        "timeline",
+    )
 
     def __init__(self, name: str, labels: Labels, timeline: Timeline) -> None:
         self.name = name

@@ -32,7 +32,7 @@ def parse_duration(value: object) -> float:
 def format_duration(seconds: float) -> str:
     if seconds and seconds < 1:
         return f"{round(seconds * 1000)}ms"
-    out, rest = "", int(round(seconds))
+    out, rest = "", round(seconds)
     for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
         if rest >= size:
             out += f"{rest // size}{unit}"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 PathKey = tuple[str | int, ...]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +24,9 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        return (
+            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        )
 
 
 class FileError(Exception):
@@ -93,3 +97,72 @@ def load(path: str | Path) -> YamlDoc:
     except OSError as exc:
         raise FileError([Problem(str(path), None, "", f"cannot read: {exc.strerror}")]) from exc
     return parse(text, str(path))
+
+
+class Checker:
+    """Walks a parsed file, converting fields and collecting every problem."""
+
+    def __init__(self, doc: YamlDoc) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def section(self, data: Any, path: PathKey, known: tuple[str, ...]) -> dict[str, Any]:
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            where = ".".join(str(p) for p in path) or "the file"
+            self.problems.append(self.doc.problem(path, f"{where} must be a mapping"))
+            return {}
+        for key in data:
+            if key not in known:
+                self.problems.append(
+                    self.doc.problem(
+                        (*path, str(key)),
+                        f"unknown key; expected one of: {', '.join(known)}",
+                    )
+                )
+        return data
+
+    def value(
+        self,
+        data: dict[str, Any],
+        path: PathKey,
+        key: str,
+        convert: Callable[[Any], T],
+        default: T,
+    ) -> T:
+        if key not in data or data[key] is None:
+            return default
+        try:
+            return convert(data[key])
+        except (ValueError, TypeError) as exc:
+            self.problems.append(self.doc.problem((*path, key), str(exc)))
+            return default
+
+    def require(self, data: dict[str, Any], path: PathKey, key: str, what: str) -> bool:
+        if key in data and data[key] is not None:
+            return True
+        self.problems.append(self.doc.problem(path, f"missing {key!r} ({what})"))
+        return False
+
+    def check(self) -> None:
+        if self.problems:
+            raise FileError(self.problems)
+
+
+def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return str(value)
+
+    return convert
+
+
+def whole_number(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"expected a whole number from {low} to {high}, got {value!r}")
+        return value
+
+    return convert

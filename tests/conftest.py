@@ -26,7 +26,9 @@ class DaemonProcess:
     url: str
     log_path: Path
 
-    def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, path: str, headers: dict[str, str] | None = None, timeout: float = 5.0
+    ) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(self.url + path, headers=headers or {})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -52,10 +54,20 @@ def start_daemon(tmp_path: Path, *args: str, timeout: float = 15.0) -> DaemonPro
     tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / "daemon.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 (kept open for the process's lifetime)
-    cmd = [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
-           "--state-dir", str(tmp_path / "state"), *args]
-    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpuwatch",
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--state-dir",
+        str(tmp_path / "state"),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         match = SERVING.search(log_path.read_text())
@@ -95,7 +107,7 @@ def run_daemon(tmp_path: Path) -> Iterator[Any]:
 def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Exposition text -> name -> [(labels, value)] (enough for our own well-formed output)."""
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+    line_re = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
     label_re = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
     for line in text.splitlines():
         if not line or line.startswith("#"):

@@ -23,11 +23,11 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class NvmlTimeout(Exception):
+class NvmlTimeoutError(Exception):
     """The call did not answer within its deadline; its worker was abandoned."""
 
 
-class LaneStuck(Exception):
+class LaneStuckError(Exception):
     """An earlier call on this lane is still stuck, or too many workers are stuck overall."""
 
 
@@ -96,12 +96,14 @@ class NvmlCaller:
             return lane in self._stuck
 
     async def call(self, lane: str, deadline: float, fn: Callable[..., T], *args: Any) -> T:
-        """fn(*args) in the lane's worker; raises NvmlTimeout past `deadline` clock-seconds."""
+        """fn(*args) in the lane's worker; raises NvmlTimeoutError past `deadline` clock-seconds."""
         with self._lock:
             if lane in self._stuck:
-                raise LaneStuck(f"an earlier NVML call on {lane} is still stuck")
+                raise LaneStuckError(f"an earlier NVML call on {lane} is still stuck")
             if len(self._stuck) >= self._max_stuck:
-                raise LaneStuck(f"{len(self._stuck)} NVML calls are stuck; not starting another")
+                raise LaneStuckError(
+                    f"{len(self._stuck)} NVML calls are stuck; not starting another"
+                )
             worker = self._workers.get(lane)
             if worker is None:
                 worker = self._workers[lane] = _Worker(f"nvml-{lane}", self._freed_callback(lane))
@@ -117,8 +119,10 @@ class NvmlCaller:
                     self._stuck[lane] = worker
                 else:
                     worker.stop()
-            log.warning("nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline)
-            raise NvmlTimeout(f"NVML call on {lane} took longer than {deadline:g}s") from None
+            log.warning(
+                "nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline
+            )
+            raise NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s") from None
 
     def _freed_callback(self, lane: str) -> Callable[[_Worker], None]:
         def freed(worker: _Worker) -> None:

@@ -123,14 +123,26 @@ class DeviceReader:
     def _plan_fields(nvml: NvmlModule, base: Labels, links: int) -> list[_FieldPlan]:
         ecc, retired, remap = m.ECC_ERRORS, m.RETIRED_PAGES, m.REMAPPED_ROWS
         plan = [
-            _FieldPlan(nvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, ecc,
-                       (*base, ("type", "corrected"), ("scope", "volatile"))),
-            _FieldPlan(nvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, ecc,
-                       (*base, ("type", "uncorrected"), ("scope", "volatile"))),
-            _FieldPlan(nvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, ecc,
-                       (*base, ("type", "corrected"), ("scope", "aggregate"))),
-            _FieldPlan(nvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, ecc,
-                       (*base, ("type", "uncorrected"), ("scope", "aggregate"))),
+            _FieldPlan(
+                nvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+                ecc,
+                (*base, ("type", "corrected"), ("scope", "volatile")),
+            ),
+            _FieldPlan(
+                nvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+                ecc,
+                (*base, ("type", "uncorrected"), ("scope", "volatile")),
+            ),
+            _FieldPlan(
+                nvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+                ecc,
+                (*base, ("type", "corrected"), ("scope", "aggregate")),
+            ),
+            _FieldPlan(
+                nvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+                ecc,
+                (*base, ("type", "uncorrected"), ("scope", "aggregate")),
+            ),
             _FieldPlan(nvml.NVML_FI_DEV_RETIRED_SBE, retired, (*base, ("cause", "sbe"))),
             _FieldPlan(nvml.NVML_FI_DEV_RETIRED_DBE, retired, (*base, ("cause", "dbe"))),
             _FieldPlan(nvml.NVML_FI_DEV_RETIRED_PENDING, m.RETIRED_PAGES_PENDING, base),
@@ -141,27 +153,51 @@ class DeviceReader:
             _FieldPlan(nvml.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base),
             _FieldPlan(nvml.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001),
             _FieldPlan(nvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
-            _FieldPlan(nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, m.RECOVERY_ACTION, base,
-                       one_hot=RECOVERY_ACTIONS),
+            _FieldPlan(
+                nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
+                m.RECOVERY_ACTION,
+                base,
+                one_hot=RECOVERY_ACTIONS,
+            ),
         ]
         for link in range(links):
             lb = (*base, ("link", str(link)))
             plan += [
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), m.NVLINK_BYTES,
-                           (*lb, ("direction", "tx")), scale=1024.0),
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link), m.NVLINK_BYTES,
-                           (*lb, ("direction", "rx")), scale=1024.0),
+                _FieldPlan(
+                    (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
+                    m.NVLINK_BYTES,
+                    (*lb, ("direction", "tx")),
+                    scale=1024.0,
+                ),
+                _FieldPlan(
+                    (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link),
+                    m.NVLINK_BYTES,
+                    (*lb, ("direction", "rx")),
+                    scale=1024.0,
+                ),
                 _FieldPlan((nvml.NVML_FI_DEV_NVLINK_GET_STATE, link), m.NVLINK_LINK_UP, lb),
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link), m.NVLINK_ERRORS,
-                           (*lb, ("type", "replay"))),
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link), m.NVLINK_ERRORS,
-                           (*lb, ("type", "recovery"))),
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link), m.NVLINK_ERRORS,
-                           (*lb, ("type", "crc_flit"))),
+                _FieldPlan(
+                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link),
+                    m.NVLINK_ERRORS,
+                    (*lb, ("type", "replay")),
+                ),
+                _FieldPlan(
+                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link),
+                    m.NVLINK_ERRORS,
+                    (*lb, ("type", "recovery")),
+                ),
+                _FieldPlan(
+                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link),
+                    m.NVLINK_ERRORS,
+                    (*lb, ("type", "crc_flit")),
+                ),
             ]
             if link < LEGACY_LINKS:
-                first = (nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 if link < 6
-                         else nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 - 6)
+                first = (
+                    nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0
+                    if link < 6
+                    else nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 - 6
+                )
                 plan.append(_FieldPlan(first + link, m.NVLINK_ERRORS, (*lb, ("type", "crc_data"))))
         return plan
 
@@ -201,11 +237,18 @@ class DeviceReader:
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))
 
-        add(m.TEMPERATURE,
-            self._try("temperature", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)))
+        add(
+            m.TEMPERATURE,
+            self._try(
+                "temperature", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+            ),
+        )
         add(m.POWER, self._try("power", lambda: nvml.nvmlDeviceGetPowerUsage(h)), 0.001)
-        add(m.POWER_LIMIT,
-            self._try("power_limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h)), 0.001)
+        add(
+            m.POWER_LIMIT,
+            self._try("power_limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h)),
+            0.001,
+        )
         util = self._try("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
             add(m.UTILIZATION, util.gpu, 0.01)
@@ -214,31 +257,51 @@ class DeviceReader:
         if mem is not None:
             add(m.MEMORY_USED, mem.used)
             add(m.MEMORY_TOTAL, mem.total)
-        add(m.SM_CLOCK, self._try("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)), 1e6)
-        add(m.MEMORY_CLOCK,
-            self._try("memory_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)), 1e6)
-        add(m.PCIE_LINK_GENERATION,
-            self._try("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)))
-        add(m.PCIE_LINK_WIDTH, self._try("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)))
+        add(
+            m.SM_CLOCK,
+            self._try("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+            1e6,
+        )
+        add(
+            m.MEMORY_CLOCK,
+            self._try("memory_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
+            1e6,
+        )
+        add(
+            m.PCIE_LINK_GENERATION,
+            self._try("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+        )
+        add(
+            m.PCIE_LINK_WIDTH,
+            self._try("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+        )
         self._read_clock_events(out)
         self._read_fields(out)
         if self._newly_unsupported:
-            log.info("gpu=%d uuid=%s not supported, left out: %s", self.info.index, self.info.uuid,
-                     "; ".join(self._newly_unsupported))
+            log.info(
+                "gpu=%d uuid=%s not supported, left out: %s",
+                self.info.index,
+                self.info.uuid,
+                "; ".join(self._newly_unsupported),
+            )
             self._newly_unsupported.clear()
         return out
 
     def _read_clock_events(self, out: list[Sample]) -> None:
         nvml, h = self.nvml, self.handle
         if self._supported_reasons is None:
-            supported = self._try("clock_event_reasons_supported",
-                                  lambda: nvml.nvmlDeviceGetSupportedClocksEventReasons(h))
+            supported = self._try(
+                "clock_event_reasons_supported",
+                lambda: nvml.nvmlDeviceGetSupportedClocksEventReasons(h),
+            )
             if supported is None:
                 if "clock_event_reasons_supported" not in self._unsupported:
                     return  # transient failure: ask again next cycle
                 supported = 0xFFFFFFFF
             self._supported_reasons = int(supported)
-        current = self._try("clock_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+        current = self._try(
+            "clock_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        )
         if current is None:
             return
         for bit, labels in self._reason_labels:
@@ -249,8 +312,10 @@ class DeviceReader:
         if not self._fields:
             return
         nvml = self.nvml
-        values = self._try("field_values",
-                           lambda: nvml.nvmlDeviceGetFieldValues(self.handle, [f.request for f in self._fields]))
+        values = self._try(
+            "field_values",
+            lambda: nvml.nvmlDeviceGetFieldValues(self.handle, [f.request for f in self._fields]),
+        )
         if values is None:
             return
         keep: list[_FieldPlan] = []
@@ -261,13 +326,23 @@ class DeviceReader:
                 value = _field_value(fv, nvml)
                 if plan.one_hot:
                     for i, state in enumerate(plan.one_hot):
-                        out.append(Sample(plan.name, (*plan.labels, ("action", state)),
-                                          1.0 if int(value) == i else 0.0))
+                        out.append(
+                            Sample(
+                                plan.name,
+                                (*plan.labels, ("action", state)),
+                                1.0 if int(value) == i else 0.0,
+                            )
+                        )
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
-            elif ret in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                         nvml.NVML_ERROR_INVALID_ARGUMENT):
-                self._unsupported_now(f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})")
+            elif ret in (
+                nvml.NVML_ERROR_NOT_SUPPORTED,
+                nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                nvml.NVML_ERROR_INVALID_ARGUMENT,
+            ):
+                self._unsupported_now(
+                    f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})"
+                )
             elif ret == nvml.NVML_ERROR_GPU_IS_LOST:
                 raise nvml.NVMLError(ret)
             else:

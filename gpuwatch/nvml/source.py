@@ -11,7 +11,7 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
-from gpuwatch.nvml.caller import LaneStuck, NvmlCaller, NvmlTimeout
+from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter
 
@@ -33,7 +33,7 @@ def init_failure_reason(nvml: NvmlModule, exc: BaseException) -> str:
         return "NVML: library and kernel driver versions differ (reload the driver or reboot)"
     if isinstance(exc, nvml.NVMLError_NoPermission):
         return "NVML: insufficient permissions"
-    if isinstance(exc, NvmlTimeout | LaneStuck):
+    if isinstance(exc, NvmlTimeoutError | LaneStuckError):
         return f"NVML: nvmlInit did not answer within {INIT_DEADLINE_S:g}s"
     return f"NVML: {exc}"
 
@@ -89,7 +89,7 @@ class NvmlSource:
         if self._initialized:
             try:
                 await self._caller.call(DRIVER_LANE, SHUTDOWN_DEADLINE_S, self._nvml.nvmlShutdown)
-            except (self._nvml.NVMLError, NvmlTimeout, LaneStuck) as exc:
+            except (self._nvml.NVMLError, NvmlTimeoutError, LaneStuckError) as exc:
                 log.warning("nvmlShutdown: %s", exc)
         self._caller.close()
 
@@ -103,7 +103,7 @@ class NvmlSource:
             driver = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlSystemGetDriverVersion)
             library = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlSystemGetNVMLVersion)
             count = await call(DRIVER_LANE, INIT_DEADLINE_S, nvml.nvmlDeviceGetCount)
-        except (nvml.NVMLError, NvmlTimeout, LaneStuck) as exc:
+        except (nvml.NVMLError, NvmlTimeoutError, LaneStuckError) as exc:
             reason = init_failure_reason(nvml, exc)
             if reason != self._backend.reason:
                 log.error("GPU backend down: %s", reason)
@@ -116,7 +116,9 @@ class NvmlSource:
             library_version=as_text(library),
         )
         self._gpus = [
-            _Gpu(i, GpuInfo(i, "", "", "", "", "", 0), None, GpuStatus.UNRESPONSIVE, "not opened yet")
+            _Gpu(
+                i, GpuInfo(i, "", "", "", "", "", 0), None, GpuStatus.UNRESPONSIVE, "not opened yet"
+            )
             for i in range(count)
         ]
         await asyncio.gather(*(self._open(g) for g in self._gpus))
@@ -129,10 +131,12 @@ class NvmlSource:
         nvml = self._nvml
         gpu.next_open = self._clock.now() + RETRY_S
         try:
-            gpu.reader = await self._caller.call(gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index)
+            gpu.reader = await self._caller.call(
+                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index
+            )
         except nvml.NVMLError_GpuIsLost:
             gpu.status, gpu.reason = GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)"
-        except (NvmlTimeout, LaneStuck) as exc:
+        except (NvmlTimeoutError, LaneStuckError) as exc:
             gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: {exc}"
         except nvml.NVMLError as exc:
             gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: NVML: {exc}"
@@ -153,8 +157,11 @@ class NvmlSource:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
         log.warning("XID %d on gpu=%s uuid=%s", code, index, uuid)
-        self._on_event(Event(self._clock.now(), "xid", index, uuid, f"XID {code} on GPU {index}",
-                             {"xid": code}))
+        self._on_event(
+            Event(
+                self._clock.now(), "xid", index, uuid, f"XID {code} on GPU {index}", {"xid": code}
+            )
+        )
 
     def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
         if status == gpu.status and reason == gpu.reason:
@@ -163,8 +170,11 @@ class NvmlSource:
         gpu.status, gpu.reason = status, reason
         if status == old:
             return
-        kind = {GpuStatus.OK: "gpu_recovered", GpuStatus.LOST: "gpu_lost",
-                GpuStatus.UNRESPONSIVE: "gpu_unresponsive"}[status]
+        kind = {
+            GpuStatus.OK: "gpu_recovered",
+            GpuStatus.LOST: "gpu_lost",
+            GpuStatus.UNRESPONSIVE: "gpu_unresponsive",
+        }[status]
         message = f"GPU {gpu.index} {status.value}" + (f": {reason}" if reason else "")
         (log.info if status == GpuStatus.OK else log.error)("%s uuid=%s", message, gpu.info.uuid)
         self._on_event(Event(self._clock.now(), kind, gpu.index, gpu.info.uuid, message))
@@ -181,7 +191,9 @@ class NvmlSource:
         for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
             samples.extend(gpu_samples)
             samples.extend(self._bookkeeping(gpu))
-        samples.append(Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0))))
+        samples.append(
+            Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
+        )
         samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
         states = [GpuState(g.info, g.status, g.reason) for g in self._gpus]
         return Batch(self.name, self._clock.now(), samples, self._backend, states)
@@ -197,7 +209,7 @@ class NvmlSource:
             samples = await self._caller.call(gpu.lane, self._sampling.deadline, gpu.reader.read)
         except nvml.NVMLError_GpuIsLost:
             self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
-        except (NvmlTimeout, LaneStuck) as exc:
+        except (NvmlTimeoutError, LaneStuckError) as exc:
             self._transition(gpu, GpuStatus.UNRESPONSIVE, str(exc))
         except Exception as exc:  # a bug or an NVML surprise must not stop the other GPUs
             log.exception("gpu=%d sampling failed", gpu.index)
@@ -213,14 +225,20 @@ class NvmlSource:
         out = [Sample(m.NVML_TIMEOUTS, labels, float(self._caller.timeouts.get(gpu.lane, 0)))]
         if not info.uuid:
             return out
-        out.append(Sample(m.GPU_INFO, (
-            *labels,
-            ("model", info.model),
-            ("pci_bus_id", info.pci_bus_id),
-            ("serial", info.serial),
-            ("driver_version", self._backend.driver_version),
-            ("vbios_version", info.vbios_version),
-        ), 1.0))
+        out.append(
+            Sample(
+                m.GPU_INFO,
+                (
+                    *labels,
+                    ("model", info.model),
+                    ("pci_bus_id", info.pci_bus_id),
+                    ("serial", info.serial),
+                    ("driver_version", self._backend.driver_version),
+                    ("vbios_version", info.vbios_version),
+                ),
+                1.0,
+            )
+        )
         for code, count in self._xids.get(info.uuid, {}).items():
             out.append(Sample(m.XID_ERRORS, (*labels, ("xid", str(code))), float(count)))
         return out

@@ -77,13 +77,16 @@ class FakeNvml:
         # Handles are real pynvml device pointers, so event data carries them as NVML does.
         self._structs = [pynvml.struct_c_nvmlDevice_t() for _ in self.node.gpus]
         self._handles = [ctypes.pointer(s) for s in self._structs]
-        self._by_address = {ctypes.addressof(s): gpu for s, gpu in zip(self._structs, self.node.gpus, strict=True)}
+        self._by_address = {
+            ctypes.addressof(s): gpu for s, gpu in zip(self._structs, self.node.gpus, strict=True)
+        }
         self._uuids = [_uuid(scenario.seed, g.index) for g in self.node.gpus]
         self.calls = itertools.count()  # how many NVML calls were made (tests and benches)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(pynvml, name)
         if isinstance(value, types.FunctionType):
+
             def missing(*_args: Any, **_kwargs: Any) -> Any:
                 raise pynvml.NVMLError_FunctionNotFound()
 
@@ -184,7 +187,11 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         r = self._gpu(handle).reading()
         out = pynvml.c_nvmlMemory_t()
-        out.total, out.used, out.free = r.memory_total, r.memory_used, r.memory_total - r.memory_used
+        out.total, out.used, out.free = (
+            r.memory_total,
+            r.memory_used,
+            r.memory_total - r.memory_used,
+        )
         return out
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:

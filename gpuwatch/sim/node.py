@@ -115,7 +115,9 @@ class SimGpu:
         if workload == "inference":
             return 0.15 + 0.7 * smooth_noise(seed, i * 16 + 1, elapsed, 15.0)
         # Data-parallel training: all GPUs in step, a checkpoint pause every ten minutes.
-        in_checkpoint = elapsed > CHECKPOINT_EVERY_S and elapsed % CHECKPOINT_EVERY_S < CHECKPOINT_LENGTH_S
+        in_checkpoint = (
+            elapsed > CHECKPOINT_EVERY_S and elapsed % CHECKPOINT_EVERY_S < CHECKPOINT_LENGTH_S
+        )
         if in_checkpoint:
             return 0.03
         return 0.93 + 0.07 * smooth_noise(seed, i * 16 + 1, elapsed, 3.0)
@@ -140,7 +142,10 @@ class SimGpu:
         util = self.utilization(t)
         factor, reasons = self._clock_factor(t, temp)
         noise = smooth_noise(self.node.scenario.seed, self.index * 16 + 2, t - self.node.start, 2.0)
-        demand = m.idle_power_w + (m.power_limit_w - m.idle_power_w) * util * (0.86 + 0.12 * noise) * factor
+        demand = (
+            m.idle_power_w
+            + (m.power_limit_w - m.idle_power_w) * util * (0.86 + 0.12 * noise) * factor
+        )
         if demand > m.power_limit_w:
             demand, reasons = m.power_limit_w, reasons | REASON_SW_POWER_CAP
         if util < 0.05:
@@ -181,11 +186,19 @@ class SimGpu:
         if util < 0.05:
             sm_clock = m.idle_sm_clock_mhz
         else:
-            sm_clock = m.max_sm_clock_mhz * factor * (0.97 + 0.03 * smooth_noise(seed, i * 16 + 4, elapsed, 5.0))
-        mem_util = util * 0.55 + 0.1 * smooth_noise(seed, i * 16 + 5, elapsed, 4.0) if util > 0.05 else 0.0
+            sm_clock = (
+                m.max_sm_clock_mhz
+                * factor
+                * (0.97 + 0.03 * smooth_noise(seed, i * 16 + 4, elapsed, 5.0))
+            )
+        mem_util = (
+            util * 0.55 + 0.1 * smooth_noise(seed, i * 16 + 5, elapsed, 4.0) if util > 0.05 else 0.0
+        )
         return Reading(
             temperature_c=round(self._temp),
-            memory_temperature_c=round(self._temp + 4 + 2 * smooth_noise(seed, i * 16 + 6, elapsed, 30.0)),
+            memory_temperature_c=round(
+                self._temp + 4 + 2 * smooth_noise(seed, i * 16 + 6, elapsed, 30.0)
+            ),
             power_mw=round(power * 1000),
             power_limit_mw=round(m.power_limit_w * 1000),
             energy_mj=int(self._energy_mj),

@@ -9,7 +9,17 @@ from typing import Any
 
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
 from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import FileError, Problem, YamlDoc, load, parse
+from gpuwatch.yamlfile import (
+    Checker,
+    FileError,
+    PathKey,
+    Problem,
+    YamlDoc,
+    load,
+    one_of,
+    parse,
+    whole_number,
+)
 
 WORKLOADS = ("training", "inference", "idle")
 
@@ -77,101 +87,78 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in _scenario_dir().glob("*.yaml"))
 
 
-def _int_in(doc: YamlDoc, data: dict[str, Any], path: tuple[str | int, ...], key: str,
-            low: int, high: int, problems: list[Problem], default: int | None) -> int | None:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        problems.append(doc.problem((*path, key), f"expected a whole number from {low} to {high}, got {value!r}"))
-        return None
-    return value
+def _duration(value: Any) -> float:
+    return parse_duration(value)
 
 
 def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
-    problems: list[Problem] = []
-    data = doc.data if isinstance(doc.data, dict) else None
-    if data is None:
-        raise FileError([doc.problem((), "a scenario must be a mapping with 'node' and 'faults'")])
-    for key in data:
-        if key not in ("name", "description", "node", "faults"):
-            problems.append(doc.problem((key,), "unknown key; expected one of: name, description, node, faults"))
-    node = data.get("node") or {}
-    if not isinstance(node, dict):
-        raise FileError([doc.problem(("node",), "must be a mapping with gpus, model, workload, seed")])
-    for key in node:
-        if key not in ("gpus", "model", "workload", "seed"):
-            problems.append(doc.problem(("node", key), "unknown key; expected one of: gpus, model, workload, seed"))
-    gpus = _int_in(doc, node, ("node",), "gpus", 1, 1024, problems, 8) or 1
-    seed = _int_in(doc, node, ("node",), "seed", 0, 2**31, problems, 1) or 0
+    c = Checker(doc)
+    top = c.section(doc.data, (), ("name", "description", "node", "faults"))
+    node = c.section(top.get("node"), ("node",), ("gpus", "model", "workload", "seed"))
+    gpus = c.value(node, ("node",), "gpus", whole_number(1, 1024), 8)
+    seed = c.value(node, ("node",), "seed", whole_number(0, 2**31), 1)
+    workload = c.value(node, ("node",), "workload", one_of(WORKLOADS), "training")
     model_name = str(node.get("model", "H100"))
     model = find_model(model_name)
     if model is None:
         names = ", ".join([*ALIASES, *MODELS])
-        problems.append(doc.problem(("node", "model"), f"unknown GPU model {model_name!r}; expected one of: {names}"))
+        c.problems.append(
+            doc.problem(
+                ("node", "model"), f"unknown GPU model {model_name!r}; expected one of: {names}"
+            )
+        )
         model = MODELS[ALIASES["H100"]]
-    workload = node.get("workload", "training")
-    if workload not in WORKLOADS:
-        problems.append(doc.problem(("node", "workload"), f"expected one of {', '.join(WORKLOADS)}, got {workload!r}"))
-        workload = "training"
 
     faults: list[Fault] = []
-    raw_faults = data.get("faults") or []
+    raw_faults = top.get("faults") or []
     if not isinstance(raw_faults, list):
-        problems.append(doc.problem(("faults",), "must be a list of faults"))
+        c.problems.append(doc.problem(("faults",), "must be a list of faults"))
         raw_faults = []
     for i, raw in enumerate(raw_faults):
-        fault = _fault(doc, raw, ("faults", i), gpus, problems)
+        fault = _fault(c, raw, ("faults", i), gpus)
         if fault is not None:
             faults.append(fault)
-    if problems:
-        raise FileError(problems)
+    c.check()
     return Scenario(
-        name=str(data.get("name", default_name)),
-        description=str(data.get("description", "")),
+        name=str(top.get("name", default_name)),
+        description=str(top.get("description", "")),
         gpus=gpus,
         model=model,
-        workload=str(workload),
+        workload=workload,
         seed=seed,
         faults=tuple(sorted(faults, key=lambda f: f.at)),
     )
 
 
-def _fault(doc: YamlDoc, raw: Any, path: tuple[str | int, ...], gpus: int,
-           problems: list[Problem]) -> Fault | None:
-    if not isinstance(raw, dict):
-        problems.append(doc.problem(path, "a fault must be a mapping with kind, gpu and at"))
+def _kind(value: Any) -> str:
+    if value in PLANNED_FAULT_KINDS:
+        raise ValueError(
+            f"fault kind {value!r} is not simulated yet; available: {', '.join(FAULT_KINDS)}"
+        )
+    if value not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {value!r}; expected one of: {', '.join(FAULT_KINDS)}")
+    return str(value)
+
+
+def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
+    before = len(c.problems)
+    data = c.section(raw, path, ("kind", "gpu", "at", "duration", "code"))
+    if not data:
         return None
-    before = len(problems)
-    for key in raw:
-        if key not in ("kind", "gpu", "at", "duration", "code"):
-            problems.append(doc.problem((*path, key), "unknown key; expected one of: kind, gpu, at, duration, code"))
-    kind = raw.get("kind")
-    if kind in PLANNED_FAULT_KINDS:
-        problems.append(doc.problem((*path, "kind"), f"fault kind {kind!r} is not simulated yet; available: {', '.join(FAULT_KINDS)}"))
-    elif kind not in FAULT_KINDS:
-        problems.append(doc.problem((*path, "kind"), f"unknown fault kind {kind!r}; expected one of: {', '.join(FAULT_KINDS)}"))
-    gpu = _int_in(doc, raw, path, "gpu", 0, gpus - 1, problems, None) if "gpu" in raw else None
-    if "gpu" not in raw:
-        problems.append(doc.problem(path, "missing 'gpu' (the index of the GPU the fault hits)"))
-    at = duration = None
-    try:
-        at = parse_duration(raw.get("at", 0))
-    except ValueError as exc:
-        problems.append(doc.problem((*path, "at"), str(exc)))
-    if raw.get("duration") is not None:
-        try:
-            duration = parse_duration(raw["duration"])
-        except ValueError as exc:
-            problems.append(doc.problem((*path, "duration"), str(exc)))
+    has_kind = c.require(data, path, "kind", "the fault kind")
+    has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits")
+    kind = c.value(data, path, "kind", _kind, "")
+    gpu = c.value(data, path, "gpu", whole_number(0, gpus - 1), 0)
+    at = c.value(data, path, "at", _duration, 0.0)
+    duration = c.value(data, path, "duration", _duration, None)
     code = None
-    if kind == "xid":
-        code = _int_in(doc, raw, path, "code", 1, 65535, problems, None) if "code" in raw else None
-        if "code" not in raw:
-            problems.append(doc.problem(path, "an xid fault needs 'code' (the XID number)"))
-    elif "code" in raw:
-        problems.append(doc.problem((*path, "code"), "only xid faults take a code"))
-    if len(problems) > before or gpu is None or at is None:
+    if kind == "xid" and c.require(data, path, "code", "the XID number"):
+        code = c.value(data, path, "code", whole_number(1, 65535), None)
+    elif kind != "xid" and "code" in data:
+        c.problems.append(c.doc.problem((*path, "code"), "only xid faults take a code"))
+    if len(c.problems) > before or not (has_kind and has_gpu):
         return None
-    return Fault(kind=str(kind), gpu=gpu, at=at, duration=duration, code=code)
+    return Fault(kind=kind, gpu=gpu, at=at, duration=duration, code=code)
 
 
 def load_scenario(name_or_path: str) -> Scenario:
@@ -181,5 +168,9 @@ def load_scenario(name_or_path: str) -> Scenario:
         return from_doc(load(path), path.stem)
     builtin = _scenario_dir() / f"{name_or_path}.yaml"
     if not builtin.exists():
-        raise FileError([Problem(name_or_path, None, "", f"no such scenario file or built-in scenario; built-in: {', '.join(builtin_names())}")])
-    return from_doc(parse(builtin.read_text(encoding="utf-8"), f"builtin:{name_or_path}"), name_or_path)
+        known = ", ".join(builtin_names())
+        message = f"no such scenario file or built-in scenario; built-in: {known}"
+        raise FileError([Problem(name_or_path, None, "", message)])
+    return from_doc(
+        parse(builtin.read_text(encoding="utf-8"), f"builtin:{name_or_path}"), name_or_path
+    )

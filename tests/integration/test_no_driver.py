@@ -22,15 +22,19 @@ def test_no_driver_reports_backend_down_and_keeps_serving(run_daemon) -> None:  
     daemon = run_daemon()
     families = parse_metrics(daemon.metrics())
     assert families["gpuwatch_up"] == [({}, 0.0)]
-    assert not [name for name, rows in families.items()
-                if any("gpu" in labels for labels, _ in rows)], "GPU series without a GPU"
+    assert not [
+        name for name, rows in families.items() if any("gpu" in labels for labels, _ in rows)
+    ], "GPU series without a GPU"
     assert ({"state": "unhealthy"}, 1.0) in families["gpuwatch_node_health"]
     node = daemon.json("/api/v1/node")["data"]
     assert node["verdict"] == "unhealthy"
     assert node["reasons"] == ["NVML: driver library not found"]
     assert node["backend"] == {
-        "name": "nvml", "up": False, "reason": "NVML: driver library not found",
-        "driver_version": "", "library_version": "",
+        "name": "nvml",
+        "up": False,
+        "reason": "NVML: driver library not found",
+        "driver_version": "",
+        "library_version": "",
     }
     assert node["gpus"] == []
     status, _, _ = daemon.get("/healthz")

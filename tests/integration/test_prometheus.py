@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus not installed"
+)
 
 
 def _free_port() -> int:
@@ -42,9 +44,14 @@ def test_prometheus_scrapes_and_queries_the_daemon(run_daemon, tmp_path: Path) -
     port = _free_port()
     log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115
     prom = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -68,7 +75,9 @@ def test_prometheus_scrapes_and_queries_the_daemon(run_daemon, tmp_path: Path) -
         assert len(watts) == 8
         assert all(300 < float(r["value"][1]) < 710 for r in watts), watts
         # Joining on the info metric works as a fleet dashboard would use it.
-        joined = _query(base, "gpuwatch_gpu_power_watts * on(uuid) group_left(model) gpuwatch_gpu_info")
+        joined = _query(
+            base, "gpuwatch_gpu_power_watts * on(uuid) group_left(model) gpuwatch_gpu_info"
+        )
         assert {r["metric"]["model"] for r in joined} == {"NVIDIA H100 80GB HBM3"}
     finally:
         prom.terminate()
