@@ -1,0 +1,164 @@
+"""The simulator: coupled signals, faults, and the pynvml surface the NVML source relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.scenario import Fault, builtin_names, load_scenario
+from gpuwatch.yamlfile import FileError
+
+
+def _nvml(name: str = "healthy", **overrides: object) -> tuple[FakeNvml, ManualClock]:
+    clock = ManualClock()
+    nvml = FakeNvml(load_scenario(name), clock)
+    nvml.nvmlInit()
+    return nvml, clock
+
+
+def test_builtin_scenarios_cover_the_sampling_faults() -> None:
+    names = set(builtin_names())
+    assert {
+        "demo",
+        "healthy",
+        "nvml_hang",
+        "fall_off_bus",
+        "thermal_runaway",
+        "hw_slowdown",
+        "power_brake",
+        "xid",
+    } <= names
+    for name in names - {"demo", "healthy"}:
+        scenario = load_scenario(name)
+        assert scenario.gpus == 8
+        assert scenario.faults[0] == Fault(
+            kind=name,
+            gpu=1,
+            at=10.0,
+            duration=30.0 if name == "nvml_hang" else None,
+            code=48 if name == "xid" else None,
+        )
+    assert load_scenario("healthy").faults == ()
+
+
+def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "node: {gpus: 2, model: B300}\n"
+        "faults:\n"
+        "  - {kind: xid, gpu: 5, at: soon}\n"
+        "  - {kind: nan_loss, gpu: 0}\n"
+        "  - {kind: hw_slowdown}\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    text = str(caught.value)
+    assert f"{path}:1: node.model: unknown GPU model 'B300'" in text
+    assert f"{path}:3: faults[0].gpu: expected a whole number from 0 to 1, got 5" in text
+    assert f"{path}:3: faults[0].at: expected a duration" in text
+    assert f"{path}:3: faults[0]: missing 'code' (the XID number)" in text
+    assert f"{path}:4: faults[1].kind: fault kind 'nan_loss' is not simulated yet" in text
+    assert f"{path}:5: faults[2]: missing 'gpu'" in text
+
+
+def test_work_drives_power_and_power_drives_temperature() -> None:
+    nvml, clock = _nvml()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    busy_power = nvml.nvmlDeviceGetPowerUsage(h)
+    busy_temp = nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu >= 90
+    assert 500_000 < busy_power <= 700_000
+    # Ten minutes in, the training job checkpoints: utilization, power and then heat fall.
+    clock.advance(605)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu < 10
+    idle_power = nvml.nvmlDeviceGetPowerUsage(h)
+    assert idle_power < 120_000
+    clock.advance(14)
+    assert nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) < busy_temp - 10
+    reasons = nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+    assert reasons & pynvml.nvmlClocksEventReasonGpuIdle
+
+
+def test_energy_integrates_power_and_nvlink_bytes_grow_with_work() -> None:
+    nvml, clock = _nvml()
+    h = nvml.nvmlDeviceGetHandleByIndex(3)
+    fields = [pynvml.NVML_FI_DEV_ENERGY, (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0)]
+    before = [v.value.ullVal for v in nvml.nvmlDeviceGetFieldValues(h, fields)]
+    clock.advance(60)
+    after = [v.value.ullVal for v in nvml.nvmlDeviceGetFieldValues(h, fields)]
+    watts = (after[0] - before[0]) / 1000 / 60
+    assert 500 < watts <= 700
+    gib_per_s = (after[1] - before[1]) * 1024 / 60 / 2**30
+    assert 5 < gib_per_s < 25
+
+
+def test_hopper_reports_absent_fields_as_not_supported() -> None:
+    nvml, _ = _nvml()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    values = nvml.nvmlDeviceGetFieldValues(
+        h, [pynvml.NVML_FI_DEV_RETIRED_SBE, pynvml.NVML_FI_DEV_REMAPPED_UNC]
+    )
+    assert values[0].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert values[1].nvmlReturn == pynvml.NVML_SUCCESS
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+        nvml.nvmlDeviceGetGpuFabricInfo(h)
+    assert nvml.NVML_FI_DEV_ENERGY == pynvml.NVML_FI_DEV_ENERGY  # constants are pynvml's
+
+
+def test_thermal_runaway_climbs_into_thermal_slowdown() -> None:
+    nvml, clock = _nvml("thermal_runaway")
+    h = nvml.nvmlDeviceGetHandleByIndex(1)
+    start = nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    clock.advance(180)
+    hot = nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    assert hot >= 87 > start
+    assert (
+        nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        & pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    )
+    other = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert nvml.nvmlDeviceGetTemperature(other, pynvml.NVML_TEMPERATURE_GPU) < 80
+
+
+@pytest.mark.parametrize(
+    ("scenario", "bit", "max_clock"),
+    [
+        ("hw_slowdown", pynvml.nvmlClocksEventReasonHwSlowdown, 1000),
+        ("power_brake", pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown, 400),
+    ],
+)
+def test_slowdowns_hold_clocks_and_power_down(scenario: str, bit: int, max_clock: int) -> None:
+    nvml, clock = _nvml(scenario)
+    h = nvml.nvmlDeviceGetHandleByIndex(1)
+    assert not nvml.nvmlDeviceGetCurrentClocksEventReasons(h) & bit
+    clock.advance(11)
+    assert nvml.nvmlDeviceGetCurrentClocksEventReasons(h) & bit
+    assert nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) < max_clock
+    assert nvml.nvmlDeviceGetPowerUsage(h) < 450_000
+
+
+def test_fall_off_bus_answers_gpu_is_lost_and_sends_xid_79() -> None:
+    nvml, clock = _nvml("fall_off_bus")
+    h = nvml.nvmlDeviceGetHandleByIndex(1)
+    events = nvml.nvmlEventSetCreate()
+    nvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        nvml.nvmlEventSetWait_v2(events, 0)
+    clock.advance(10)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    data = nvml.nvmlEventSetWait_v2(events, 0)
+    assert data.eventData == 79
+    assert data.eventType == pynvml.nvmlEventTypeXidCriticalError
+    other = nvml.nvmlDeviceGetHandleByIndex(2)
+    assert nvml.nvmlDeviceGetTemperature(other, pynvml.NVML_TEMPERATURE_GPU) > 0
+
+
+def test_calls_before_init_fail_as_nvml_does() -> None:
+    nvml = FakeNvml(load_scenario("healthy"), ManualClock())
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        nvml.nvmlDeviceGetCount()

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import math
+
+from gpuwatch.model import Sample
+from gpuwatch.store import RUN_CAPACITY, Store
+
+GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
+GPU1 = (("gpu", "1"), ("uuid", "GPU-b"))
+
+
+def _feed(store: Store, t: float, **values: float) -> None:
+    store.ingest("nvml", t, [Sample(name, GPU0, v) for name, v in values.items()])
+
+
+def test_history_is_left_open_and_right_closed() -> None:
+    store = Store(retention=3600)
+    for t in range(10):
+        _feed(store, 100.0 + t, temp=float(t))
+    (series,) = store.select("temp")
+    assert series.samples(102.0, 105.0) == [(103.0, 3.0), (104.0, 4.0), (105.0, 5.0)]
+    assert series.value_at(105.5) == 5.0
+    assert series.value_at(99.0) is None  # nothing before the first sample
+    assert series.value_at(109.0 + 301) is None  # beyond the 5 m lookback
+
+
+def test_series_missing_from_a_batch_goes_stale_and_leaves_a_gap() -> None:
+    store = Store(retention=3600)
+    store.ingest("nvml", 1.0, [Sample("temp", GPU0, 50.0), Sample("temp", GPU1, 60.0)])
+    store.ingest("nvml", 2.0, [Sample("temp", GPU0, 51.0)])  # GPU 1 stopped answering
+    store.ingest("nvml", 3.0, [Sample("temp", GPU0, 52.0)])
+    latest = {s.labels: s.last_value for s in store.latest(now=3.0)}
+    assert latest == {GPU0: 52.0}
+    (gpu1,) = store.select("temp", lambda s: s.label_dict["gpu"] == "1")
+    assert gpu1.value_at(1.5) == 60.0
+    assert gpu1.value_at(2.5) is None  # stale from the batch that lacked it, not 5 m later
+    store.ingest("nvml", 4.0, [Sample("temp", GPU0, 53.0), Sample("temp", GPU1, 61.0)])
+    assert gpu1.samples(0, 10) == [(1.0, 60.0), (4.0, 61.0)]
+    assert gpu1.value_at(4.0) == 61.0
+
+
+def test_sources_do_not_mark_each_other_stale() -> None:
+    store = Store(retention=3600)
+    store.ingest("nvml", 1.0, [Sample("temp", GPU0, 50.0)])
+    store.ingest("jobs", 1.5, [Sample("train_loss", (("job", "a"),), 2.0)])
+    store.ingest("nvml", 2.0, [Sample("temp", GPU0, 50.0)])
+    assert {s.name for s in store.latest(now=2.0)} == {"temp", "train_loss"}
+
+
+def test_nan_values_are_kept_and_distinct_from_staleness() -> None:
+    store = Store(retention=3600)
+    _feed(store, 1.0, loss=math.nan)
+    _feed(store, 2.0, loss=math.nan)
+    (series,) = store.select("loss")
+    value = series.value_at(2.0)
+    assert value is not None and math.isnan(value)
+    assert len(series.samples(0, 3)) == 2
+
+
+def test_retention_drops_old_samples_and_dead_series() -> None:
+    store = Store(retention=100)
+    store.ingest("nvml", 0.0, [Sample("gone", GPU0, 1.0), Sample("temp", GPU0, 1.0)])
+    for t in range(1, 1000):
+        _feed(store, float(t), temp=float(t % 7))
+    (series,) = store.select("temp")
+    kept = series.samples(-1, 1000)
+    assert kept[0][0] >= 999 - 100 - 64  # trimmed in sweeps, never far past the window
+    assert kept[-1] == (999.0, 999 % 7)
+    assert store.select("gone") == []
+    assert len(store) == 1
+
+
+def test_constant_series_take_one_run_per_capacity_and_varying_ones_pack_values() -> None:
+    store = Store(retention=10_000)
+    for t in range(1000):
+        _feed(store, float(t), limit=700.0, temp=float(t % 5))
+    (limit,) = store.select("limit")
+    (temp,) = store.select("temp")
+    assert len(limit.runs) == math.ceil(1000 / RUN_CAPACITY)
+    assert all(run.values is None for run in limit.runs)
+    assert all(run.values is not None for run in temp.runs)
+    assert [v for _, v in temp.samples(994.5, 999)] == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.cli import main
+from gpuwatch.config import Config, load_config
+from gpuwatch.units import parse_duration, parse_listen
+from gpuwatch.yamlfile import FileError
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1s", 1.0), ("500ms", 0.5), ("5m", 300.0), ("1h30m", 5400.0), (2, 2.0), ("1d", 86400.0)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["fast", "1x", "", "s", -1, True, "1s 2m"])
+def test_bad_durations_say_what_was_expected(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"duration|negative"):
+        parse_duration(bad)
+
+
+def test_listen_addresses() -> None:
+    assert parse_listen("0.0.0.0:10040") == ("0.0.0.0", 10040)
+    assert parse_listen("[::1]:9") == ("::1", 9)
+    for bad in ("10040", "host:", "host:99999", ":80"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def test_no_file_means_working_defaults() -> None:
+    config = load_config(None)
+    assert config == Config(state_dir=config.state_dir, node_name=config.node_name)
+    assert config.listen == "0.0.0.0:10040"
+    assert config.sampling.interval == 1.0
+    assert config.sampling.deadline == 1.0
+    assert config.store.retention == 3600.0
+
+
+def test_a_good_file(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text("listen: 127.0.0.1:9000\nsampling:\n  interval: 2s\n  timeout: 500ms\n")
+    config = load_config(path)
+    assert config.listen == "127.0.0.1:9000"
+    assert config.sampling.interval == 2.0
+    assert config.sampling.deadline == 0.5
+
+
+def test_every_bad_value_is_reported_with_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text(
+        "listen: everywhere\n"
+        "sampling:\n"
+        "  interval: fast\n"
+        "  max_abandoned_workers: 0\n"
+        "stroe:\n"
+        "  retention: 1h\n"
+        "log:\n"
+        "  level: loud\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_config(path)
+    lines = str(caught.value).splitlines()
+    assert lines == [
+        f"{path}:5: stroe: unknown key; expected one of: "
+        "listen, state_dir, node_name, sampling, store, log",
+        f"{path}:3: sampling.interval: expected a duration such as 1s, 500ms or 5m, got 'fast'",
+        f"{path}:4: sampling.max_abandoned_workers: expected a whole number from 1 to 1024, got 0",
+        f"{path}:8: log.level: expected one of debug, info, warning, error, got 'loud'",
+        f"{path}:1: listen: expected HOST:PORT such as 0.0.0.0:10040, got 'everywhere'",
+    ]
+
+
+def test_timeout_longer_than_the_interval_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  interval: 1s\n  timeout: 5s\n")
+    with pytest.raises(FileError, match=r"c.yaml:3: sampling.timeout: must not exceed"):
+        load_config(path)
+
+
+def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("store: {retention: 2h}\n")
+    assert main(["config", "check", "-c", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"{good}: OK" in out and "retention: 7200.0" in out
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sampling: [1, 2]\n")
+    assert main(["config", "check", str(bad)]) == 2
+    assert f"{bad}:1: sampling: sampling must be a mapping" in capsys.readouterr().err
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("listen: [\n")
+    assert main(["config", "check", str(broken)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+    assert main(["config", "check", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_run_refuses_a_bad_config_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sampling: {interval: 0s}\n")
+    assert main(["run", "-c", str(bad), "--simulate", "healthy"]) == 2
+    assert "sampling.interval: must be greater than zero" in capsys.readouterr().err
+    assert main(["run", "--simulate", "no-such-scenario"]) == 2
+    assert "no such scenario" in capsys.readouterr().err
+    assert main(["run", "--speed", "10"]) == 2
+    assert "--speed only applies with --simulate" in capsys.readouterr().err
+
+
+def test_status_of_an_unreachable_daemon_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "http://127.0.0.1:9"]) == 3
+    assert "unreachable" in capsys.readouterr().err
