@@ -31,7 +31,7 @@ def _values(batch: Any, name: str) -> dict[str, float]:
 
 
 async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on() -> None:
-    source, events, clock = _source("fall_off_bus")
+    source, events, _ = _source("fall_off_bus")
     await source.start()
     first = await source.collect()
     assert all(g.status == GpuStatus.OK for g in first.gpus)
