@@ -45,22 +45,21 @@ def as_text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _field_value(fv: Any, nvml: NvmlModule) -> float:
-    kind = fv.valueType
-    v = fv.value
-    if kind == nvml.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(v.uiVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(v.ulVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(v.sllVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
-        return float(v.siVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
-        return float(v.usVal)
-    return float(v.ullVal)
+def value_members(nvml: NvmlModule) -> dict[int, str]:
+    """NVML value type -> the member of the nvmlValue_t union that holds it."""
+    return {
+        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+        nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    }
+
+
+def _field_value(fv: Any, members: dict[int, str]) -> float:
+    return float(getattr(fv.value, members.get(fv.valueType, "ullVal")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +94,7 @@ def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
     try:
         fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
         if fv.nvmlReturn == nvml.NVML_SUCCESS:
-            links = int(_field_value(fv, nvml))
+            links = int(_field_value(fv, value_members(nvml)))
     except nvml.NVMLError as exc:
         if isinstance(exc, nvml.NVMLError_GpuIsLost):
             raise
@@ -118,6 +117,13 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         self._fields = self._plan_fields(nvml, base, info.nvlink_count)
+        self._requests: list[int | tuple[int, int]] = []
+        self._members = value_members(nvml)
+        self._no_such_field = {
+            nvml.NVML_ERROR_NOT_SUPPORTED,
+            nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            nvml.NVML_ERROR_INVALID_ARGUMENT,
+        }
 
     @staticmethod
     def _plan_fields(nvml: NvmlModule, base: Labels, links: int) -> list[_FieldPlan]:
@@ -312,18 +318,21 @@ class DeviceReader:
         if not self._fields:
             return
         nvml = self.nvml
+        if len(self._requests) != len(self._fields):
+            self._requests = [f.request for f in self._fields]
+        requests = self._requests
         values = self._try(
-            "field_values",
-            lambda: nvml.nvmlDeviceGetFieldValues(self.handle, [f.request for f in self._fields]),
+            "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
         )
         if values is None:
             return
         keep: list[_FieldPlan] = []
+        success, lost, members = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST, self._members
         for plan, fv in zip(self._fields, values, strict=True):
             ret = fv.nvmlReturn
-            if ret == nvml.NVML_SUCCESS:
+            if ret == success:
                 keep.append(plan)
-                value = _field_value(fv, nvml)
+                value = _field_value(fv, members)
                 if plan.one_hot:
                     for i, state in enumerate(plan.one_hot):
                         out.append(
@@ -335,15 +344,11 @@ class DeviceReader:
                         )
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
-            elif ret in (
-                nvml.NVML_ERROR_NOT_SUPPORTED,
-                nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                nvml.NVML_ERROR_INVALID_ARGUMENT,
-            ):
+            elif ret in self._no_such_field:
                 self._unsupported_now(
                     f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})"
                 )
-            elif ret == nvml.NVML_ERROR_GPU_IS_LOST:
+            elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
                 keep.append(plan)

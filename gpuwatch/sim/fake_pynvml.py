@@ -90,7 +90,8 @@ class FakeNvml:
             def missing(*_args: Any, **_kwargs: Any) -> Any:
                 raise pynvml.NVMLError_FunctionNotFound()
 
-            return missing
+            value = missing
+        setattr(self, name, value)  # later lookups skip __getattr__
         return value
 
     # -- plumbing -----------------------------------------------------------------------
