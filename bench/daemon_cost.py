@@ -53,9 +53,20 @@ def measure(gpus: int, window: float, warmup: float) -> dict[str, float]:
         log = directory / "daemon.log"
         with open(log, "wb") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch", "run", "--simulate", str(_scenario(directory, gpus)),
-                 "--listen", "127.0.0.1:0", "--state-dir", str(directory / "state")],
-                stdout=log_file, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuwatch",
+                    "run",
+                    "--simulate",
+                    str(_scenario(directory, gpus)),
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--state-dir",
+                    str(directory / "state"),
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
             )
             try:
                 url = ""
@@ -103,16 +114,23 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=15.0)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, {platform.processor() or '?'}, "
-          f"Python {platform.python_version()}; window {args.window:g}s after {args.warmup:g}s warm-up; "
-          f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s")
-    print(f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'RSS MiB':>8} "
-          f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, {platform.processor() or '?'}, "
+        f"Python {platform.python_version()}; "
+        f"window {args.window:g}s after {args.warmup:g}s warm-up; "
+        f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s"
+    )
+    print(
+        f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'RSS MiB':>8} "
+        f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
+    )
     for gpus in args.gpus:
         r = measure(gpus, args.window, args.warmup)
-        print(f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {r['rss_mib']:>8.1f} "
-              f"{r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} {r['cached_p50_ms']:>14.1f}",
-              flush=True)
+        print(
+            f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {r['rss_mib']:>8.1f} "
+            f"{r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} {r['cached_p50_ms']:>14.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -28,15 +28,14 @@ def render_node(node: dict[str, Any]) -> Group:
     header.append(f"{node.get('node', '?')}  ", style="bold")
     header.append(verdict.upper(), style=HEALTH_STYLE.get(verdict, ""))
     if backend.get("up"):
-        header.append(
-            f"   driver {backend.get('driver_version', '?')}   {len(node.get('gpus', []))} GPUs"
-        )
+        gpus = node.get("gpus", [])
+        models = ", ".join(sorted({g.get("model", "?") for g in gpus}))
+        header.append(f"   driver {backend.get('driver_version', '?')}   {len(gpus)} x {models}")
     reasons = Text("\n".join(f"  - {r}" for r in node.get("reasons", [])), style="dim")
 
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for column, justify in (
         ("GPU", "right"),
-        ("Model", "left"),
         ("Health", "left"),
         ("Util", "right"),
         ("Memory", "right"),
@@ -58,17 +57,16 @@ def render_node(node: dict[str, Any]) -> Group:
         xids = ", ".join(f"{code} x{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
         table.add_row(
             str(gpu.get("index")),
-            gpu.get("model", ""),
             Text(
-                health if status == "ok" else f"{health} ({status})",
+                health if status == "ok" else status,
                 style=HEALTH_STYLE.get(health, ""),
             ),
             _fmt(util * 100 if util is not None else None, "{:.0f}%"),
-            "-" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f} GiB",
+            "-" if used is None or total is None else f"{used / GIB:.0f}/{total / GIB:.0f}G",
             _fmt(_num(mt, "temperature_celsius"), "{:.0f}°C"),
-            "-" if power is None else f"{power:.0f}/{_fmt(limit, '{:.0f}')} W",
+            "-" if power is None else f"{power:.0f}/{_fmt(limit, '{:.0f}')}W",
             _fmt(clock / 1e6 if clock is not None else None, "{:.0f} MHz"),
-            ", ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle") or "",
+            " ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle"),
             xids,
         )
     parts: list[Any] = [header]
