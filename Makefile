@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LISTEN ?= 0.0.0.0:10040
+STATE_DIR ?= .state
 
 .PHONY: run demo test unit integration lint typecheck format bench system-deps clean
 
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: $(STAMP)
-	$(BIN)/gpuwatch run --listen $(LISTEN)
+	$(BIN)/gpuwatch run --listen $(LISTEN) --state-dir $(STATE_DIR)
 
 demo: $(STAMP)
 	$(BIN)/gpuwatch demo
