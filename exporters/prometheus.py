@@ -35,8 +35,8 @@ def wants_openmetrics(accept: str) -> bool:
 class SnapshotCollector:
     """Yields metric families from a snapshot of (name, labels, value) rows."""
 
-    def __init__(self) -> None:
-        self.rows: list[SnapshotRow] = []
+    def __init__(self, rows: list[SnapshotRow]) -> None:
+        self.rows = rows
 
     def describe(self) -> Iterable[Metric]:
         return []  # names are dynamic (job metrics); nothing to pre-register
@@ -76,10 +76,8 @@ class MetricsRenderer:
 
     @staticmethod
     def render_rows(rows: list[SnapshotRow], openmetrics: bool) -> bytes:
-        collector = SnapshotCollector()
-        collector.rows = rows
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
+        registry.register(SnapshotCollector(rows))
         if openmetrics:
             return bytes(openmetrics_format.generate_latest(registry))  # type: ignore[no-untyped-call]
         return text_format.generate_latest(registry)

@@ -18,7 +18,7 @@ from gpuwatch import __version__, logs
 from gpuwatch.clock import Clock, ScaledClock, SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.nvml.device import NvmlModule
-from gpuwatch.runner import Running, StartupError, real_nvml, serve
+from gpuwatch.runner import ListenError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.units import parse_listen
@@ -149,13 +149,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         logs.setup("info", "logfmt", log_file)
         try:
             asyncio.run(serve(config, nvml, clock, show))
-        except StartupError as exc:
-            if "listen" not in str(exc) or args.listen != DEMO_LISTEN:
+        except ListenError as exc:
+            if args.listen != DEMO_LISTEN:
                 return _fail(str(exc), 1)
             # The default port is taken (a daemon already runs here?): take any free one.
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
             nvml, clock = _simulated(args.scenario, args.speed)
             asyncio.run(serve(config, nvml, clock, show))
+        except StartupError as exc:
+            return _fail(str(exc), 1)
     return 0
 
 

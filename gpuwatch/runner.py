@@ -27,6 +27,10 @@ class StartupError(Exception):
     """The daemon cannot start as configured; the message says why and what to do."""
 
 
+class ListenError(StartupError):
+    """The listen address cannot be bound (in use, not ours, not permitted)."""
+
+
 def real_nvml() -> NvmlModule:
     import pynvml
 
@@ -73,7 +77,7 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
     try:
         runner, bound = await start_http(Api(daemon), host, port)
     except OSError as exc:
-        raise StartupError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+        raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
     await daemon.start()
     log.info("gpuwatch serving on %s:%d", host, bound)
     return Running(daemon, runner, bound)

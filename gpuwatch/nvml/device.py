@@ -11,12 +11,13 @@ import ctypes
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
 from gpuwatch.model import GpuInfo, Labels, Sample
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NvmlModule = Any  # the pynvml module, or the simulator's FakeNvml: same names, same behaviour
 
@@ -79,25 +80,25 @@ def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
     uuid = as_text(nvml.nvmlDeviceGetUUID(handle))
     name = as_text(nvml.nvmlDeviceGetName(handle))
 
-    def optional(fn: Callable[[], str]) -> str:
+    def optional(fn: Callable[[], T], default: T) -> T:
+        """What fn() reads, or `default` when NVML cannot say; a lost GPU still propagates."""
         try:
             return fn()
-        except nvml.NVMLError as exc:
-            if isinstance(exc, nvml.NVMLError_GpuIsLost):
-                raise
-            return ""
-
-    pci = optional(lambda: as_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
-    serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)))
-    vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)))
-    links = 0
-    try:
-        fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
-        if fv.nvmlReturn == nvml.NVML_SUCCESS:
-            links = int(_field_value(fv, value_members(nvml)))
-    except nvml.NVMLError as exc:
-        if isinstance(exc, nvml.NVMLError_GpuIsLost):
+        except nvml.NVMLError_GpuIsLost:
             raise
+        except nvml.NVMLError:
+            return default
+
+    def link_count() -> int:
+        fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
+        if fv.nvmlReturn != nvml.NVML_SUCCESS:
+            return 0
+        return int(_field_value(fv, value_members(nvml)))
+
+    pci = optional(lambda: as_text(nvml.nvmlDeviceGetPciInfo(handle).busId), "")
+    serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)), "")
+    vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)), "")
+    links = optional(link_count, 0)
     info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
     return DeviceReader(nvml, handle, info)
 
@@ -117,7 +118,7 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         self._fields = self._plan_fields(nvml, base, info.nvlink_count)
-        self._requests: list[int | tuple[int, int]] = []
+        self._requests = [f.request for f in self._fields]
         self._members = value_members(nvml)
         self._no_such_field = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
@@ -318,8 +319,6 @@ class DeviceReader:
         if not self._fields:
             return
         nvml = self.nvml
-        if len(self._requests) != len(self._fields):
-            self._requests = [f.request for f in self._fields]
         requests = self._requests
         values = self._try(
             "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
@@ -353,4 +352,6 @@ class DeviceReader:
             else:
                 keep.append(plan)
                 self._failed(f"field {plan.request} ({plan.name})", nvml.NVMLError(ret))
-        self._fields = keep
+        if len(keep) != len(self._fields):  # some fields turned out unsupported: stop asking
+            self._fields = keep
+            self._requests = [f.request for f in keep]

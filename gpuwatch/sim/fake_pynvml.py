@@ -44,6 +44,14 @@ _RETIRED_FIELDS = {
 _CRC_DATA_LINK_FIELDS = {
     pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 + i for i in range(6)
 } | {pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 + i for i in range(6)}
+_LINK_SCOPED_FIELDS = {
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+}
 _SUPPORTED_REASONS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80
 
 
@@ -251,15 +259,7 @@ class FakeNvml:
             return 0
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return m.nvlinks if m.nvlinks else None
-        link_scoped = (
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-            pynvml.NVML_FI_DEV_NVLINK_GET_STATE,
-            pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
-            pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
-            pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
-        )
-        if field_id in link_scoped:
+        if field_id in _LINK_SCOPED_FIELDS:
             if not 0 <= scope < m.nvlinks:
                 return None
             if field_id == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:

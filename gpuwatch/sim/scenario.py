@@ -87,10 +87,6 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in _scenario_dir().glob("*.yaml"))
 
 
-def _duration(value: Any) -> float:
-    return parse_duration(value)
-
-
 def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
     c = Checker(doc)
     top = c.section(doc.data, (), ("name", "description", "node", "faults"))
@@ -149,8 +145,8 @@ def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
     has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits")
     kind = c.value(data, path, "kind", _kind, "")
     gpu = c.value(data, path, "gpu", whole_number(0, gpus - 1), 0)
-    at = c.value(data, path, "at", _duration, 0.0)
-    duration = c.value(data, path, "duration", _duration, None)
+    at = c.value(data, path, "at", parse_duration, 0.0)
+    duration = c.value(data, path, "duration", parse_duration, None)
     code = None
     if kind == "xid" and c.require(data, path, "code", "the XID number"):
         code = c.value(data, path, "code", whole_number(1, 65535), None)
