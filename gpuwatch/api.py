@@ -19,6 +19,7 @@ from gpuwatch.exporters.prometheus import (
     MetricsRenderer,
     wants_openmetrics,
 )
+from gpuwatch.health import with_sampling_problem
 from gpuwatch.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
 def node_payload(daemon: Daemon) -> dict[str, Any]:
     view = daemon.view
     backend = daemon.source.backend
-    verdict = view.node_verdict
+    problem = daemon.sampling_problem()
+    verdict = view.node_verdict and with_sampling_problem(view.node_verdict, problem)
     return {
         "node": daemon.config.node_name,
         "version": __version__,
@@ -132,7 +134,7 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
             "interval_seconds": daemon.config.sampling.interval,
             "last_sample_time": daemon.last_cycle_end,
             "last_duration_seconds": daemon.last_cycle_duration,
-            "problem": daemon.sampling_problem(),
+            "problem": problem,
         },
         "gpus": gpus_payload(daemon),
     }

@@ -105,7 +105,7 @@ class Daemon:
     ) -> tuple[dict[int, Verdict], Verdict]:
         events = active_clock_events(samples)
         verdicts = {g.info.index: gpu_verdict(g, events.get(g.info.uuid, set())) for g in gpus}
-        return verdicts, node_verdict(self.source.backend, verdicts, self.sampling_problem())
+        return verdicts, node_verdict(self.source.backend, verdicts)
 
     def sampling_problem(self) -> str:
         """Empty when sampling is current; otherwise why it is not."""

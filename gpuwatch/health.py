@@ -49,18 +49,23 @@ def gpu_verdict(gpu: GpuState, active_reasons: set[str]) -> Verdict:
     return Verdict(Health.DEGRADED if reasons else Health.HEALTHY, reasons)
 
 
-def node_verdict(backend: BackendState, gpus: dict[int, Verdict], sampling_stale: str) -> Verdict:
+def node_verdict(backend: BackendState, gpus: dict[int, Verdict]) -> Verdict:
     if not backend.up:
         return Verdict(Health.UNHEALTHY, [backend.reason])
-    reasons: list[str] = []
     state = Health.HEALTHY
-    if sampling_stale:
-        state, reasons = Health.UNHEALTHY, [sampling_stale]
+    reasons: list[str] = []
     for verdict in gpus.values():
         if SEVERITY[verdict.state] > SEVERITY[state]:
             state = verdict.state
         reasons.extend(verdict.reasons)
     return Verdict(state, reasons)
+
+
+def with_sampling_problem(verdict: Verdict, problem: str) -> Verdict:
+    """The verdict as of now: stale sampling makes the node unhealthy whatever it last saw."""
+    if not problem:
+        return verdict
+    return Verdict(Health.UNHEALTHY, [problem, *verdict.reasons])
 
 
 def active_clock_events(samples: list[Sample]) -> dict[str, set[str]]:
