@@ -59,9 +59,6 @@ class Timeline:
         """The first index whose time is > t."""
         return self.first + bisect_right(self.times, t)
 
-    def index_at_or_after(self, t: float) -> int:
-        return self.first + bisect_left(self.times, t)
-
     def trim(self, before: float) -> None:
         k = bisect_left(self.times, before)
         if k:
@@ -219,9 +216,6 @@ class Store:
                 del family[key]
                 if not family:
                     del self._by_name[series.name]
-
-    def names(self) -> list[str]:
-        return sorted(self._by_name)
 
     def select(self, name: str, match: Callable[[Series], bool] | None = None) -> list[Series]:
         family = self._by_name.get(name, {})

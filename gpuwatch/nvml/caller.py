@@ -91,10 +91,6 @@ class NvmlCaller:
         with self._lock:
             return len(self._stuck)
 
-    def is_stuck(self, lane: str) -> bool:
-        with self._lock:
-            return lane in self._stuck
-
     async def call(self, lane: str, deadline: float, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in the lane's worker; raises NvmlTimeoutError past `deadline` clock-seconds."""
         with self._lock:
