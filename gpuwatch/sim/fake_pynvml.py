@@ -52,6 +52,15 @@ _LINK_SCOPED_FIELDS = {
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
 }
+# Field-value slots are filled through the ctypes descriptors: pynvml's struct __setattr__
+# override (string encoding) would otherwise cost more than the simulation itself.
+_FV = pynvml.c_nvmlFieldValue_t
+_SET_FIELD_ID = _FV.fieldId.__set__
+_SET_SCOPE_ID = _FV.scopeId.__set__
+_SET_TIMESTAMP = _FV.timestamp.__set__
+_SET_RETURN = _FV.nvmlReturn.__set__
+_SET_VALUE_TYPE = _FV.valueType.__set__
+_GET_VALUE = _FV.value.__get__
 _SUPPORTED_REASONS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80
 
 
@@ -227,18 +236,20 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[Any]) -> Any:
         gpu = self._gpu(handle)
         reading = gpu.reading()
-        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        values = (_FV * len(field_ids))()
+        timestamp = int(self.clock.now() * 1e6)
         for slot, request in zip(values, field_ids, strict=True):
             field_id, scope = request if isinstance(request, tuple) else (request, 0)
-            slot.fieldId, slot.scopeId = field_id, scope
-            slot.timestamp = int(self.clock.now() * 1e6)
+            _SET_FIELD_ID(slot, field_id)
+            _SET_SCOPE_ID(slot, scope)
+            _SET_TIMESTAMP(slot, timestamp)
             value = self._field(gpu, reading, field_id, scope)
             if value is None:
-                slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                _SET_RETURN(slot, pynvml.NVML_ERROR_NOT_SUPPORTED)
                 continue
-            slot.nvmlReturn = pynvml.NVML_SUCCESS
-            slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-            slot.value.ullVal = value
+            _SET_RETURN(slot, pynvml.NVML_SUCCESS)
+            _SET_VALUE_TYPE(slot, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
+            _GET_VALUE(slot).ullVal = value
         return values
 
     def _field(self, gpu: SimGpu, reading: Any, field_id: int, scope: int) -> int | None:
