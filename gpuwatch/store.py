@@ -157,13 +157,26 @@ class Series:
             if not is_stale_marker(v)
         ]
 
-    def value_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> float | None:
-        """The instant value at t: the newest sample in (t - lookback, t], unless it is stale."""
+    def point_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> tuple[float, float] | None:
+        """The instant (time, value) at t: the newest sample in (t - lookback, t], unless stale."""
         tl = self.timeline
-        points = list(self._points(tl.index_after(t - lookback), tl.index_after(t)))
-        if not points or is_stale_marker(points[-1][1]):
-            return None
-        return points[-1][1]
+        lo, hi = tl.index_after(t - lookback), tl.index_after(t)
+        if lo <= self.last_index < hi:  # the usual case: evaluating at the newest batch
+            point = (self.last_time, self.last_value)
+        else:
+            i = bisect_right(self.runs, hi - 1, key=lambda r: r.start) - 1
+            if i < 0:
+                return None
+            run = self.runs[i]
+            index = min(hi, run.end) - 1
+            if index < max(lo, tl.first):
+                return None
+            point = (tl.time(index), run.value(index))
+        return None if is_stale_marker(point[1]) else point
+
+    def value_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> float | None:
+        point = self.point_at(t, lookback)
+        return None if point is None else point[1]
 
 
 class Store:
@@ -217,9 +230,15 @@ class Store:
                 if not family:
                     del self._by_name[series.name]
 
-    def select(self, name: str, match: Callable[[Series], bool] | None = None) -> list[Series]:
-        family = self._by_name.get(name, {})
-        return [s for s in family.values() if match is None or match(s)]
+    def select(
+        self, name: str | None, match: Callable[[Series], bool] | None = None
+    ) -> list[Series]:
+        """Series named `name` (any name when None) for which `match` holds."""
+        if name is None:
+            families: Iterable[dict[SeriesKey, Series]] = self._by_name.values()
+        else:
+            families = (self._by_name.get(name, {}),)
+        return [s for f in families for s in f.values() if match is None or match(s)]
 
     def latest(self, now: float, lookback: float = DEFAULT_LOOKBACK_S) -> Iterator[Series]:
         """Series with a current value: not stale, last sample within the lookback."""

@@ -1,0 +1,1 @@
+"""A PromQL evaluator over gpuwatch's store, on the promql-parser package's AST."""

@@ -1,0 +1,135 @@
+"""Aggregation operators with by/without, as Prometheus computes them."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import promql_parser as pp
+
+from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Value, Vector, VSample
+
+
+def kahan_add(total: float, comp: float, inc: float) -> tuple[float, float]:
+    """One step of Neumaier-compensated summation, as Prometheus 3 sums."""
+    t = total + inc
+    if math.isinf(t):
+        comp = 0.0
+    elif abs(total) >= abs(inc):
+        comp += (total - t) + inc
+    else:
+        comp += (inc - t) + total
+    return t, comp
+
+
+def kahan_sum(values: list[float]) -> float:
+    total = comp = 0.0
+    for v in values:
+        total, comp = kahan_add(total, comp, v)
+    return total + comp if not math.isinf(total) else total
+
+
+def variance(values: list[float]) -> float:
+    """Population variance by Welford's method."""
+    mean = acc = 0.0
+    for n, v in enumerate(values, 1):
+        delta = v - mean
+        mean += delta / n
+        acc += delta * (v - mean)
+    return acc / len(values)
+
+
+def quantile(q: float, values: list[float]) -> float:
+    """Prometheus's quantile: linear interpolation between the closest ranks."""
+    if not values:
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    if math.isnan(q):
+        return math.nan
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    lower = max(0, math.floor(rank))
+    upper = min(len(ordered) - 1, lower + 1)
+    weight = rank - math.floor(rank)
+    return ordered[lower] * (1 - weight) + ordered[upper] * weight
+
+
+def _group_key(metric: Labels, modifier: pp.AggModifier | None) -> Labels:
+    if modifier is None:
+        return ()
+    names = set(modifier.labels)
+    if modifier.type == pp.AggModifierType.By:
+        return tuple((k, v) for k, v in metric if k in names)
+    return tuple((k, v) for k, v in metric if k not in names and k != NAME)
+
+
+def _min(values: list[float]) -> float:
+    real = [v for v in values if not math.isnan(v)]
+    return min(real) if real else math.nan
+
+
+def _max(values: list[float]) -> float:
+    real = [v for v in values if not math.isnan(v)]
+    return max(real) if real else math.nan
+
+
+def _avg(values: list[float]) -> float:
+    total = kahan_sum(values)
+    if math.isinf(total):
+        return total
+    return total / len(values)
+
+
+SIMPLE = {
+    "sum": kahan_sum,
+    "avg": _avg,
+    "min": _min,
+    "max": _max,
+    "count": lambda values: float(len(values)),
+    "group": lambda values: 1.0,
+    "stddev": lambda values: math.sqrt(variance(values)),
+    "stdvar": variance,
+}
+
+
+def evaluate(expr: pp.AggregateExpr, vector: Vector, param: Value | None) -> Vector:
+    op = str(expr.op)
+    groups: dict[Labels, list[VSample]] = {}
+    for s in vector:
+        groups.setdefault(_group_key(s.metric, expr.modifier), []).append(s)
+    if op in ("topk", "bottomk"):
+        return _top(op, groups, _scalar_param(op, param))
+    out: Vector = []
+    if op == "quantile":
+        q = _scalar_param(op, param)
+        for key, members in groups.items():
+            out.append(VSample(key, quantile(q, [s.value for s in members]), 0.0))
+        return out
+    fn = SIMPLE[op]
+    for key, members in groups.items():
+        out.append(VSample(key, fn([s.value for s in members]), 0.0))
+    return out
+
+
+def _scalar_param(op: str, param: Value | None) -> float:
+    if not isinstance(param, Scalar):
+        raise EvalError(f"{op} needs a scalar parameter")
+    return param.value
+
+
+def _top(op: str, groups: dict[Labels, list[VSample]], k_value: float) -> Vector:
+    if math.isnan(k_value) or k_value < 1:
+        return []
+    k = int(min(k_value, 2**31))
+    out: Vector = []
+    for members in groups.values():
+        # NaN ranks below every number for topk and above every number for bottomk
+        if op == "topk":
+            chosen = heapq.nlargest(k, members, key=lambda s: (not math.isnan(s.value), s.value))
+        else:
+            chosen = heapq.nsmallest(k, members, key=lambda s: (math.isnan(s.value), s.value))
+        out.extend(chosen)
+    return out

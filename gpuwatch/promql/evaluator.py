@@ -1,0 +1,170 @@
+"""Instant evaluation of a parsed expression at one time over any store of series.
+
+Semantics follow Prometheus 3: range selectors are left-open (start, end], the instant
+lookback is (t - 5m, t], and a stale marker ends a series at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import promql_parser as pp
+
+from gpuwatch.promql import aggregations, binops, functions
+from gpuwatch.promql.values import (
+    NAME,
+    EvalError,
+    Labels,
+    Matrix,
+    RangeSeries,
+    Scalar,
+    StringValue,
+    Value,
+    Vector,
+    VSample,
+)
+
+DEFAULT_LOOKBACK_S = 300.0
+
+
+class SeriesView(Protocol):
+    """What the evaluator reads from one stored series."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]: ...
+    def samples(self, start: float, end: float) -> list[tuple[float, float]]: ...
+    def point_at(self, t: float, lookback: float) -> tuple[float, float] | None: ...
+
+
+class Querier(Protocol):
+    def select(
+        self, name: str | None, match: Callable[[SeriesView], bool] | None = None
+    ) -> Iterable[SeriesView]: ...
+
+
+def metric_of(series: SeriesView) -> Labels:
+    return tuple(sorted(((NAME, series.name), *series.labels)))
+
+
+def _matcher(m: pp.Matcher) -> Callable[[str], bool]:
+    op, value = m.op, m.value
+    if op == pp.MatchOp.Equal:
+        return lambda v: v == value
+    if op == pp.MatchOp.NotEqual:
+        return lambda v: v != value
+    pattern = re.compile(value, re.DOTALL)
+    if op == pp.MatchOp.Re:
+        return lambda v: pattern.fullmatch(v) is not None
+    return lambda v: pattern.fullmatch(v) is None
+
+
+class Selection:
+    """A vector selector compiled once: the metric name to look up and the label tests."""
+
+    def __init__(self, selector: pp.VectorSelector) -> None:
+        self.name = selector.name
+        self.offset = selector.offset.total_seconds() if selector.offset else 0.0
+        name_tests: list[Callable[[str], bool]] = []
+        label_tests: list[tuple[str, Callable[[str], bool]]] = []
+        for m in selector.matchers.matchers:
+            if m.name == NAME:
+                if m.op == pp.MatchOp.Equal and self.name is None:
+                    self.name = m.value
+                else:
+                    name_tests.append(_matcher(m))
+            else:
+                label_tests.append((m.name, _matcher(m)))
+        self._name_tests = name_tests
+        self._label_tests = label_tests
+        # label names with an equality matcher: what absent() puts on its answer
+        self.equalities: Labels = tuple(
+            sorted(
+                (m.name, m.value)
+                for m in selector.matchers.matchers
+                if m.op == pp.MatchOp.Equal and m.name != NAME
+            )
+        )
+
+    def matches(self, series: SeriesView) -> bool:
+        if any(not test(series.name) for test in self._name_tests):
+            return False
+        labels = dict(series.labels)
+        return all(test(labels.get(name, "")) for name, test in self._label_tests)
+
+    def select(self, querier: Querier) -> Iterable[SeriesView]:
+        return querier.select(self.name, self.matches)
+
+
+class Evaluator:
+    def __init__(self, querier: Querier, lookback: float = DEFAULT_LOOKBACK_S) -> None:
+        self.querier = querier
+        self.lookback = lookback
+        self._selections: dict[int, Selection] = {}
+
+    def selection(self, selector: pp.VectorSelector) -> Selection:
+        # AST nodes are rebuilt on each attribute access; key by their text instead.
+        key = hash(str(selector))
+        found = self._selections.get(key)
+        if found is None:
+            found = self._selections[key] = Selection(selector)
+        return found
+
+    def eval(self, expr: pp.Expr, t: float) -> Value:
+        """Evaluate `expr` at time `t` (seconds)."""
+        if isinstance(expr, pp.NumberLiteral):
+            return Scalar(expr.val)
+        if isinstance(expr, pp.StringLiteral):
+            return StringValue(expr.val)
+        if isinstance(expr, pp.ParenExpr):
+            return self.eval(expr.expr, t)
+        if isinstance(expr, pp.VectorSelector):
+            return self.vector_selector(expr, t)
+        if isinstance(expr, pp.MatrixSelector):
+            return self.matrix_selector(expr, t)
+        if isinstance(expr, pp.UnaryExpr):
+            return binops.negate(self.eval(expr.expr, t))
+        if isinstance(expr, pp.BinaryExpr):
+            return binops.evaluate(expr, self.eval(expr.lhs, t), self.eval(expr.rhs, t), t)
+        if isinstance(expr, pp.AggregateExpr):
+            param = self.eval(expr.param, t) if expr.param is not None else None
+            return aggregations.evaluate(expr, self.vector(expr.expr, t), param)
+        if isinstance(expr, pp.Call):
+            return functions.call(self, expr, t)
+        raise EvalError(f"unsupported expression {type(expr).__name__}")
+
+    def vector(self, expr: pp.Expr, t: float) -> Vector:
+        value = self.eval(expr, t)
+        if not isinstance(value, list) or (value and not isinstance(value[0], VSample)):
+            raise EvalError("expected an instant vector")
+        return value  # type: ignore[return-value]
+
+    def scalar(self, expr: pp.Expr, t: float) -> float:
+        value = self.eval(expr, t)
+        if not isinstance(value, Scalar):
+            raise EvalError("expected a scalar")
+        return value.value
+
+    def vector_selector(self, selector: pp.VectorSelector, t: float) -> Vector:
+        sel = self.selection(selector)
+        at = t - sel.offset
+        out: Vector = []
+        for series in sel.select(self.querier):
+            point = series.point_at(at, self.lookback)
+            if point is not None:
+                out.append(VSample(metric_of(series), point[1], point[0]))
+        return out
+
+    def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
+        sel = self.selection(expr.vector_selector)
+        end = t - sel.offset
+        start = end - expr.range.total_seconds()
+        out: Matrix = []
+        for series in sel.select(self.querier):
+            points = series.samples(start, end)
+            if points:
+                out.append(RangeSeries(metric_of(series), points))
+        return out

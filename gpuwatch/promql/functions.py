@@ -1,0 +1,370 @@
+"""PromQL functions of the supported subset."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import promql_parser as pp
+
+from gpuwatch.promql.aggregations import kahan_add, kahan_sum, quantile, variance
+from gpuwatch.promql.values import (
+    EvalError,
+    Labels,
+    Matrix,
+    RangeSeries,
+    Scalar,
+    StringValue,
+    Value,
+    Vector,
+    VSample,
+    drop_name,
+    label_value,
+    with_label,
+)
+
+if TYPE_CHECKING:
+    from gpuwatch.promql.evaluator import Evaluator
+
+Points = list[tuple[float, float]]
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _extrapolated(points: Points, start: float, end: float, counter: bool, rate: bool) -> float | None:
+    """rate/increase/delta: Prometheus 3's extrapolation towards the window's edges."""
+    if len(points) < 2:
+        return None
+    first_t, first_v = points[0]
+    last_t, last_v = points[-1]
+    result = last_v - first_v
+    if counter:
+        previous = first_v
+        for _, v in points[1:]:
+            if v < previous:
+                result += previous
+            previous = v
+    to_start = first_t - start
+    to_end = end - last_t
+    sampled = last_t - first_t
+    average = sampled / (len(points) - 1)
+    threshold = average * 1.1
+    if to_start >= threshold:
+        to_start = average / 2
+    if counter and result > 0 and first_v >= 0:
+        to_zero = sampled * (first_v / result)
+        to_start = min(to_start, to_zero)
+    if to_end >= threshold:
+        to_end = average / 2
+    factor = (sampled + to_start + to_end) / sampled
+    if rate:
+        factor /= end - start
+    return result * factor
+
+
+def _instant_rate(points: Points, counter: bool, rate: bool) -> float | None:
+    """irate/idelta: from the last two samples."""
+    if len(points) < 2:
+        return None
+    (prev_t, prev_v), (last_t, last_v) = points[-2], points[-1]
+    result = last_v if counter and last_v < prev_v else last_v - prev_v
+    if not rate:
+        return result
+    interval = last_t - prev_t
+    return result / interval if interval else None
+
+
+def linear_regression(points: Points, intercept_time: float) -> tuple[float, float]:
+    """(slope, intercept at intercept_time) of a least-squares line, as Prometheus fits it."""
+    first = points[0][1]
+    if all(v == first for _, v in points):
+        return (math.nan, math.nan) if math.isinf(first) else (0.0, first)
+    n = float(len(points))
+    sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
+    for t, v in points:
+        x = t - intercept_time
+        sx, cx = kahan_add(sx, cx, x)
+        sy, cy = kahan_add(sy, cy, v)
+        sxy, cxy = kahan_add(sxy, cxy, x * v)
+        sx2, cx2 = kahan_add(sx2, cx2, x * x)
+    sx, sy, sxy, sx2 = sx + cx, sy + cy, sxy + cxy, sx2 + cx2
+    cov = sxy - sx * sy / n
+    var = sx2 - sx * sx / n
+    slope = cov / var if var else math.nan
+    return slope, sy / n - slope * sx / n
+
+
+def _changes(points: Points) -> float:
+    count = 0
+    for (_, a), (_, b) in zip(points, points[1:], strict=False):
+        if not (a == b or (math.isnan(a) and math.isnan(b))):
+            count += 1
+    return float(count)
+
+
+def _resets(points: Points) -> float:
+    return float(sum(1 for (_, a), (_, b) in zip(points, points[1:], strict=False) if b < a))
+
+
+def _values(points: Points) -> list[float]:
+    return [v for _, v in points]
+
+
+def _avg_over_time(points: Points) -> float:
+    total = kahan_sum(_values(points))
+    return total if math.isinf(total) else total / len(points)
+
+
+OVER_TIME: dict[str, Callable[[Points], float]] = {
+    "avg_over_time": _avg_over_time,
+    "min_over_time": lambda p: _extreme(p, min),
+    "max_over_time": lambda p: _extreme(p, max),
+    "sum_over_time": lambda p: kahan_sum(_values(p)),
+    "count_over_time": lambda p: float(len(p)),
+    "stddev_over_time": lambda p: math.sqrt(variance(_values(p))),
+    "stdvar_over_time": lambda p: variance(_values(p)),
+    "present_over_time": lambda p: 1.0,
+    "changes": _changes,
+    "resets": _resets,
+}
+
+
+def _extreme(points: Points, pick: Callable[[list[float]], float]) -> float:
+    real = [v for _, v in points if not math.isnan(v)]
+    return pick(real) if real else math.nan
+
+
+def _round(v: float, to_nearest: float) -> float:
+    inverse = 1.0 / to_nearest
+    return math.floor(v * inverse + 0.5) / inverse
+
+
+def _sgn(v: float) -> float:
+    if math.isnan(v):
+        return v
+    return 0.0 if v == 0 else math.copysign(1.0, v)
+
+
+def _safe(fn: Callable[[float], float]) -> Callable[[float], float]:
+    def apply(v: float) -> float:
+        try:
+            return fn(v)
+        except (ValueError, OverflowError):
+            if fn is math.exp:
+                return math.inf
+            if v == 0:
+                return -math.inf
+            return math.nan
+
+    return apply
+
+
+def _ceil(v: float) -> float:
+    return v if math.isinf(v) or math.isnan(v) else float(math.ceil(v))
+
+
+def _floor(v: float) -> float:
+    return v if math.isinf(v) or math.isnan(v) else float(math.floor(v))
+
+
+ELEMENTWISE: dict[str, Callable[[float], float]] = {
+    "abs": abs,
+    "ceil": _ceil,
+    "floor": _floor,
+    "sqrt": _safe(math.sqrt),
+    "exp": _safe(math.exp),
+    "ln": _safe(math.log),
+    "sgn": _sgn,
+}
+
+
+def _clamp(v: float, low: float, high: float) -> float:
+    if math.isnan(v):
+        return v
+    return max(low, min(high, v))
+
+
+def _map(vector: Vector, fn: Callable[[float], float]) -> Vector:
+    return [VSample(drop_name(s.metric), fn(s.value), s.time) for s in vector]
+
+
+def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:  # noqa: PLR0911
+    name = expr.func.name
+    args = expr.args
+    if name in ("rate", "increase", "delta", "irate", "idelta", "deriv") or name in OVER_TIME:
+        return _range_function(ev, name, args[0], t)
+    if name == "last_over_time":
+        return [VSample(s.metric, s.points[-1][1], t) for s in _matrix(ev, args[0], t)]
+    if name == "quantile_over_time":
+        q = ev.scalar(args[0], t)
+        return [
+            VSample(drop_name(s.metric), quantile(q, _values(s.points)), t)
+            for s in _matrix(ev, args[1], t)
+        ]
+    if name == "predict_linear":
+        ahead = ev.scalar(args[1], t)
+        out: Vector = []
+        for s in _matrix(ev, args[0], t):
+            if len(s.points) >= 2:
+                slope, intercept = linear_regression(s.points, t)
+                out.append(VSample(drop_name(s.metric), intercept + slope * ahead, t))
+        return out
+    if name in ("absent", "absent_over_time"):
+        found = ev.eval(args[0], t)
+        if found:
+            return []
+        return [VSample(_absent_labels(ev, args[0]), 1.0, t)]
+    if name in ELEMENTWISE:
+        return _map(ev.vector(args[0], t), ELEMENTWISE[name])
+    if name == "round":
+        to_nearest = ev.scalar(args[1], t) if len(args) > 1 else 1.0
+        return _map(ev.vector(args[0], t), lambda v: _round(v, to_nearest))
+    if name in ("clamp", "clamp_min", "clamp_max"):
+        return _clamp_call(ev, name, args, t)
+    if name == "time":
+        return Scalar(t)
+    if name == "timestamp":
+        vector = ev.vector(args[0], t)
+        own_times = isinstance(args[0], pp.VectorSelector)
+        return [VSample(drop_name(s.metric), s.time if own_times else t, t) for s in vector]
+    if name == "vector":
+        return [VSample((), ev.scalar(args[0], t), t)]
+    if name == "scalar":
+        vector = ev.vector(args[0], t)
+        return Scalar(vector[0].value if len(vector) == 1 else math.nan)
+    if name == "label_replace":
+        return _label_replace(ev, args, t)
+    if name == "label_join":
+        return _label_join(ev, args, t)
+    if name in ("sort", "sort_desc"):
+        return ev.vector(args[0], t)  # order carries no meaning in an instant evaluation
+    raise EvalError(f"function {name}() is not supported")
+
+
+def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
+    value = ev.eval(arg, t)
+    if not isinstance(value, list) or (value and not isinstance(value[0], RangeSeries)):
+        raise EvalError("expected a range vector")
+    return value  # type: ignore[return-value]
+
+
+def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
+    if not isinstance(arg, pp.MatrixSelector):
+        raise EvalError(f"{name}() needs a range selector")
+    offset = arg.vector_selector.offset
+    end = t - (offset.total_seconds() if offset else 0.0)
+    start = end - arg.range.total_seconds()
+    out: Vector = []
+    for s in ev.matrix_selector(arg, t):
+        value: float | None
+        if name in ("rate", "increase", "delta"):
+            value = _extrapolated(s.points, start, end, name != "delta", name == "rate")
+        elif name in ("irate", "idelta"):
+            value = _instant_rate(s.points, name == "irate", name == "irate")
+        elif name == "deriv":
+            value = linear_regression(s.points, s.points[0][0])[0] if len(s.points) > 1 else None
+        else:
+            value = OVER_TIME[name](s.points)
+        if value is not None:
+            out.append(VSample(drop_name(s.metric), value, t))
+    return out
+
+
+def _absent_labels(ev: Evaluator, arg: pp.Expr) -> Labels:
+    selector = arg.vector_selector if isinstance(arg, pp.MatrixSelector) else arg
+    if not isinstance(selector, pp.VectorSelector):
+        return ()
+    labels: dict[str, str] = {}
+    duplicated: set[str] = set()
+    for name, value in ev.selection(selector).equalities:
+        if name in labels:
+            duplicated.add(name)
+        labels[name] = value
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in duplicated))
+
+
+def _clamp_call(ev: Evaluator, name: str, args: list[pp.Expr], t: float) -> Vector:
+    vector = ev.vector(args[0], t)
+    if name == "clamp":
+        low, high = ev.scalar(args[1], t), ev.scalar(args[2], t)
+        if high < low:
+            return []
+    elif name == "clamp_min":
+        low, high = ev.scalar(args[1], t), math.inf
+    else:
+        low, high = -math.inf, ev.scalar(args[1], t)
+    if math.isnan(low) or math.isnan(high):
+        return _map(vector, lambda v: math.nan)
+    return _map(vector, lambda v: _clamp(v, low, high))
+
+
+def _string(ev: Evaluator, arg: pp.Expr, t: float) -> str:
+    value = ev.eval(arg, t)
+    if not isinstance(value, StringValue):
+        raise EvalError("expected a string argument")
+    return value.value
+
+
+_GO_TEMPLATE_REF = re.compile(r"\$(\$|\{([^}]*)\}|([a-zA-Z0-9_]+))")
+
+
+def expand_go_replacement(template: str, match: re.Match[str]) -> str:
+    """regexp.Expand: $1, ${1}, $name, ${name}; an unknown group is empty; $$ is a dollar."""
+
+    def ref(m: re.Match[str]) -> str:
+        if m.group(1) == "$":
+            return "$"
+        key = m.group(2) if m.group(2) is not None else m.group(3)
+        try:
+            group = match.group(int(key)) if key.isdigit() else match.group(key)
+        except IndexError:
+            return ""
+        return group or ""
+
+    return _GO_TEMPLATE_REF.sub(ref, template)
+
+
+def _check_unique(out: Vector) -> Vector:
+    seen: set[Labels] = set()
+    for s in out:
+        if s.metric in seen:
+            raise EvalError("vector cannot contain metrics with the same labelset")
+        seen.add(s.metric)
+    return out
+
+
+def _label_replace(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
+    vector = ev.vector(args[0], t)
+    dst, replacement, src, regex_text = (_string(ev, a, t) for a in args[1:5])
+    try:
+        regex = re.compile(regex_text, re.DOTALL)
+    except re.error as exc:
+        raise EvalError(f"invalid regular expression in label_replace(): {regex_text}") from exc
+    if not _LABEL_NAME.fullmatch(dst):
+        raise EvalError(f"invalid destination label name in label_replace(): {dst}")
+    out: Vector = []
+    for s in vector:
+        match = regex.fullmatch(label_value(s.metric, src))
+        metric = s.metric
+        if match is not None:
+            metric = with_label(metric, dst, expand_go_replacement(replacement, match))
+        out.append(VSample(metric, s.value, s.time))
+    return _check_unique(out)
+
+
+def _label_join(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
+    vector = ev.vector(args[0], t)
+    dst, separator = _string(ev, args[1], t), _string(ev, args[2], t)
+    sources = [_string(ev, a, t) for a in args[3:]]
+    out = [
+        VSample(
+            with_label(s.metric, dst, separator.join(label_value(s.metric, n) for n in sources)),
+            s.value,
+            s.time,
+        )
+        for s in vector
+    ]
+    return _check_unique(out)
+

@@ -1,0 +1,57 @@
+"""Parsing an expression and checking it against the subset gpuwatch evaluates.
+
+Anything outside the subset is rejected when a rule file loads, with the construct named,
+so a rule never fails for the first time at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import promql_parser as pp
+
+AGGREGATIONS = frozenset(
+    {"sum", "avg", "min", "max", "count", "stddev", "stdvar", "group", "topk", "bottomk", "quantile"}
+)
+FUNCTIONS = frozenset(
+    {
+        "rate", "irate", "increase", "delta", "idelta", "deriv", "changes", "resets",
+        "absent", "absent_over_time", "present_over_time",
+        "avg_over_time", "min_over_time", "max_over_time", "sum_over_time", "count_over_time",
+        "last_over_time", "stddev_over_time", "stdvar_over_time", "quantile_over_time",
+        "predict_linear", "abs", "ceil", "floor", "round", "sqrt", "exp", "ln", "sgn",
+        "clamp", "clamp_min", "clamp_max", "time", "timestamp", "vector", "scalar",
+        "label_replace", "label_join", "sort", "sort_desc",
+    }
+)  # fmt: skip
+
+
+class QueryError(ValueError):
+    """An expression that does not parse or uses a construct outside the subset."""
+
+
+def parse(text: str) -> pp.Expr:
+    """Parse `text` and check it against the subset. Raises QueryError naming the problem."""
+    try:
+        expr = pp.parse(text)
+    except ValueError as exc:
+        raise QueryError(f"parse error: {exc}") from None
+    problems: list[str] = []
+    pp.walk(expr, lambda node: _check(node, problems) or None)
+    if problems:
+        raise QueryError(f"unsupported in gpuwatch's PromQL subset: {problems[0]}")
+    return expr
+
+
+def _check(node: pp.Expr, problems: list[str]) -> bool:
+    if isinstance(node, pp.SubqueryExpr):
+        problems.append("subquery [range:step]")
+    elif isinstance(node, pp.VectorSelector) and node.at is not None:
+        problems.append("the @ modifier")
+    elif isinstance(node, pp.AggregateExpr) and str(node.op) not in AGGREGATIONS:
+        problems.append(f"aggregation {node.op}")
+    elif isinstance(node, pp.Call) and node.func.name not in FUNCTIONS:
+        problems.append(f"function {node.func.name}()")
+    elif isinstance(node, pp.BinaryExpr) and node.modifier is not None:
+        fill = node.modifier.fill_values
+        if fill is not None and (fill.lhs is not None or fill.rhs is not None):
+            problems.append("fill modifiers")
+    return not problems

@@ -1,0 +1,91 @@
+"""The value types of PromQL evaluation: scalars, instant vectors and range vectors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Labels = tuple[tuple[str, str], ...]  # sorted by name; includes __name__ while a name applies
+NAME = "__name__"
+
+
+class EvalError(Exception):
+    """A query that cannot be evaluated (Prometheus would answer it with an error too)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class StringValue:
+    value: str
+
+
+@dataclass(slots=True)
+class VSample:
+    """One element of an instant vector. `time` is the sample's own timestamp, for timestamp()."""
+
+    metric: Labels
+    value: float
+    time: float
+
+
+@dataclass(slots=True)
+class RangeSeries:
+    """One element of a range vector: the samples of one series inside the window."""
+
+    metric: Labels
+    points: list[tuple[float, float]]
+
+
+Vector = list[VSample]
+Matrix = list[RangeSeries]
+Value = Scalar | StringValue | Vector | Matrix
+
+
+def drop_name(metric: Labels) -> Labels:
+    if metric and any(k == NAME for k, _ in metric):
+        return tuple((k, v) for k, v in metric if k != NAME)
+    return metric
+
+
+def label_value(metric: Labels, name: str) -> str:
+    for k, v in metric:
+        if k == name:
+            return v
+    return ""
+
+
+def with_label(metric: Labels, name: str, value: str) -> Labels:
+    """`metric` with `name` set to `value`, or removed when `value` is empty."""
+    rest = [(k, v) for k, v in metric if k != name]
+    if value:
+        rest.append((name, value))
+        rest.sort()
+    return tuple(rest)
+
+
+def format_labels(metric: Labels) -> str:
+    """Go's labels.String(): {a="b", c="d"}."""
+    return "{" + ", ".join(f"{k}={go_quote(v)}" for k, v in metric) + "}"
+
+
+def go_quote(text: str) -> str:
+    """strconv.Quote for the characters label values actually hold."""
+    out = ['"']
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)

@@ -1,0 +1,241 @@
+"""Alerting and recording rules, and the Prometheus alert state machine.
+
+pending -> firing once the condition has held for `for:`; a pending alert whose condition
+clears is dropped silently; a firing one resolves (or keeps firing for `keep_firing_for`), and
+a resolved alert is kept for 15 minutes so that it is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpuwatch.model import Sample
+from gpuwatch.promql.evaluator import Evaluator
+from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
+from gpuwatch.rules.files import GroupDef, RuleDef
+from gpuwatch.rules.templates import TemplateData
+
+RESOLVED_RETENTION_S = 15 * 60.0
+
+# (source, time, samples): where rule results are written, one source per rule
+Sink = Callable[[str, float, list[Sample]], None]
+
+
+class AlertState(StrEnum):
+    INACTIVE = "inactive"
+    PENDING = "pending"
+    FIRING = "firing"
+
+
+@dataclass(slots=True)
+class Alert:
+    labels: Labels  # sorted, with alertname
+    annotations: tuple[tuple[str, str], ...]
+    state: AlertState
+    value: float
+    active_at: float
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    keep_firing_since: float | None = None
+
+    @property
+    def name(self) -> str:
+        return dict(self.labels).get("alertname", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An alert changed state: what a journal and a notifier act on."""
+
+    rule: str
+    alert: Alert
+    old: AlertState
+    new: AlertState
+    time: float
+
+
+@dataclass(slots=True)
+class RuleStatus:
+    health: str = "unknown"  # ok, err, unknown: as Prometheus's /api/v1/rules
+    last_error: str = ""
+    last_evaluation: float | None = None
+    evaluation_seconds: float = 0.0
+
+
+def _scalar_as_vector(value: object, t: float) -> Vector:
+    if isinstance(value, Scalar):
+        return [VSample((), value.value, t)]
+    if isinstance(value, list) and all(isinstance(s, VSample) for s in value):
+        return value  # type: ignore[return-value]
+    raise EvalError("rule result is not a vector or scalar")
+
+
+class RecordingRule:
+    def __init__(self, rule: RuleDef, group_labels: Labels, source: str) -> None:
+        self.rule = rule
+        self.source = source
+        self.status = RuleStatus()
+        self._labels = dict(group_labels) | {k: t.source for k, t in rule.labels}
+
+    def evaluate(self, ev: Evaluator, t: float, sink: Sink) -> None:
+        vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
+        seen: set[Labels] = set()
+        out: list[Sample] = []
+        for s in vector:
+            labels = {k: v for k, v in s.metric if k != NAME}
+            for k, v in self._labels.items():
+                if v:
+                    labels[k] = v
+                else:
+                    labels.pop(k, None)
+            key = tuple(sorted(labels.items()))
+            if key in seen:
+                raise EvalError(
+                    "vector contains metrics with the same labelset after applying rule labels"
+                )
+            seen.add(key)
+            out.append(Sample(self.rule.name, key, s.value))
+        sink(self.source, t, out)
+
+
+class AlertingRule:
+    def __init__(
+        self,
+        rule: RuleDef,
+        group_labels: Labels,
+        source: str,
+        external_labels: Mapping[str, str],
+        alerts_metric: str,
+    ) -> None:
+        self.rule = rule
+        self.source = source
+        self.status = RuleStatus()
+        self.active: dict[Labels, Alert] = {}
+        self._group_labels = group_labels
+        self._external = external_labels
+        self._alerts_metric = alerts_metric
+
+    def _alert_for(self, s: VSample, t: float) -> tuple[Labels, Alert]:
+        data = TemplateData(dict(s.metric), s.value, self._external)
+        labels = {k: v for k, v in s.metric if k != NAME}
+        labels.update(self._group_labels)
+        for key, template in self.rule.labels:
+            labels[key] = template.expand(data)
+        labels = {k: v for k, v in labels.items() if v}
+        labels["alertname"] = self.rule.name
+        key = tuple(sorted(labels.items()))
+        annotations = tuple((k, tpl.expand(data)) for k, tpl in self.rule.annotations)
+        return key, Alert(key, annotations, AlertState.PENDING, s.value, t)
+
+    def evaluate(self, ev: Evaluator, t: float, limit: int, sink: Sink) -> list[Transition]:
+        vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
+        current: dict[Labels, Alert] = {}
+        for s in vector:
+            key, alert = self._alert_for(s, t)
+            if key in current:
+                raise EvalError(
+                    "vector contains metrics with the same labelset after applying alert labels"
+                )
+            current[key] = alert
+        transitions: list[Transition] = []
+        for key, alert in current.items():
+            existing = self.active.get(key)
+            if existing is not None and existing.state != AlertState.INACTIVE:
+                existing.value, existing.annotations = alert.value, alert.annotations
+                existing.keep_firing_since = None
+            else:
+                self.active[key] = alert
+        active_count = 0
+        for key, alert in list(self.active.items()):
+            if key not in current:
+                keep_firing = False
+                if alert.state == AlertState.FIRING and self.rule.keep_firing_for > 0:
+                    if alert.keep_firing_since is None:
+                        alert.keep_firing_since = t
+                    keep_firing = t - alert.keep_firing_since < self.rule.keep_firing_for
+                if alert.state == AlertState.PENDING or (
+                    alert.resolved_at is not None and t - alert.resolved_at > RESOLVED_RETENTION_S
+                ):
+                    del self.active[key]
+                if alert.state != AlertState.INACTIVE and not keep_firing:
+                    old = alert.state
+                    alert.state, alert.resolved_at = AlertState.INACTIVE, t
+                    if old == AlertState.FIRING:
+                        transitions.append(Transition(self.rule.name, alert, old, alert.state, t))
+                if not keep_firing:
+                    continue
+            active_count += 1
+            if alert.state == AlertState.PENDING and t - alert.active_at >= self.rule.hold:
+                alert.state, alert.fired_at = AlertState.FIRING, t
+                transitions.append(
+                    Transition(self.rule.name, alert, AlertState.PENDING, AlertState.FIRING, t)
+                )
+        if limit > 0 and active_count > limit:
+            self.active.clear()
+            raise EvalError(f"exceeded limit of {limit} with {active_count} alerts")
+        sink(self.source, t, self.series())
+        return transitions
+
+    def series(self) -> list[Sample]:
+        """The ALERTS-style series of the pending and firing alerts."""
+        return [
+            Sample(self._alerts_metric, (*a.labels, ("alertstate", a.state.value)), 1.0)
+            for a in self.active.values()
+            if a.state != AlertState.INACTIVE
+        ]
+
+
+Rule = AlertingRule | RecordingRule
+
+
+@dataclass
+class RuleGroup:
+    definition: GroupDef
+    rules: list[Rule] = field(default_factory=list)
+    last_evaluation: float | None = None
+    evaluation_seconds: float = 0.0
+
+    @classmethod
+    def build(
+        cls,
+        definition: GroupDef,
+        external_labels: Mapping[str, str] | None = None,
+        alerts_metric: str = "ALERTS",
+    ) -> RuleGroup:
+        group = cls(definition)
+        external = external_labels or {}
+        for i, rule in enumerate(definition.rules):
+            source = f"rule:{definition.key}:{i}"
+            if rule.kind == "alert":
+                group.rules.append(
+                    AlertingRule(rule, definition.labels, source, external, alerts_metric)
+                )
+            else:
+                group.rules.append(RecordingRule(rule, definition.labels, source))
+        return group
+
+    def evaluate(self, ev: Evaluator, t: float, sink: Sink) -> list[Transition]:
+        """Evaluate every rule in order at `t`; a failing rule is marked and the rest go on."""
+        transitions: list[Transition] = []
+        started = time.perf_counter()
+        for rule in self.rules:
+            rule_started = time.perf_counter()
+            try:
+                if isinstance(rule, AlertingRule):
+                    transitions += rule.evaluate(ev, t, self.definition.limit, sink)
+                else:
+                    rule.evaluate(ev, t, sink)
+            except (EvalError, ArithmeticError, ValueError, TypeError) as exc:
+                rule.status.health, rule.status.last_error = "err", str(exc)
+                sink(rule.source, t, [])
+            else:
+                rule.status.health, rule.status.last_error = "ok", ""
+            rule.status.last_evaluation = t
+            rule.status.evaluation_seconds = time.perf_counter() - rule_started
+        self.last_evaluation = t
+        self.evaluation_seconds = time.perf_counter() - started
+        return transitions
+
