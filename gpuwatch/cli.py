@@ -63,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
     status.add_argument("--json", action="store_true", help="print the daemon's JSON")
 
+    rules = sub.add_parser("rules", help="check and unit-test Prometheus rule files")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
+    rules_check = rules_sub.add_parser("check", help="check rule files (file:line on any error)")
+    rules_check.add_argument("files", nargs="+", metavar="FILE")
+    rules_test = rules_sub.add_parser("test", help="run promtool-format rule unit tests")
+    rules_test.add_argument("files", nargs="+", metavar="FILE")
+
     sim = sub.add_parser("sim", help="the simulator")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SUBCOMMAND")
     sim_sub.add_parser("list", help="built-in fault scenarios")
@@ -202,6 +209,29 @@ def cmd_sim_list(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules(args: argparse.Namespace) -> int:
+    from gpuwatch.rules.files import load_rule_file
+    from gpuwatch.rules.ruletest import run_test_files
+
+    if args.rules_command == "test":
+        return run_test_files(args.files)
+    failed = False
+    for path in args.files:
+        print(f"Checking {path}")
+        try:
+            groups = load_rule_file(path)
+        except FileError as exc:
+            print("  FAILED:", file=sys.stderr)
+            for problem in exc.problems:
+                print(f"{problem}", file=sys.stderr)
+            failed = True
+        else:
+            count = sum(len(g.rules) for g in groups)
+            print(f"  SUCCESS: {count} rules found")
+        print()
+    return 1 if failed else 0
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     path = args.config or args.file
     try:
@@ -222,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_demo(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "rules":
+        return cmd_rules(args)
     if args.command == "sim":
         return cmd_sim_list(args)
     return cmd_config_check(args)

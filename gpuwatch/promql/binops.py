@@ -157,8 +157,8 @@ def _vector_vector(
             side = "left" if one_to_many else "right"
             raise EvalError(
                 f"found duplicate series for the match group {format_labels(sig)} on the "
-                f"{side} hand-side of the operation: [{format_labels(s.metric)}, "
-                f"{format_labels(one_side[sig].metric)}];many-to-many matching not allowed: "
+                f"{side} hand-side of the operation: [{format_labels(one_side[sig].metric)}, "
+                f"{format_labels(s.metric)}];many-to-many matching not allowed: "
                 "matching labels must be unique on one side"
             )
         one_side[sig] = s

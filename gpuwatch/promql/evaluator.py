@@ -156,6 +156,9 @@ class Evaluator:
             point = series.point_at(at, self.lookback)
             if point is not None:
                 out.append(VSample(metric_of(series), point[1], point[0]))
+        # Prometheus's storage returns series sorted by labels; results that depend on the
+        # order of summation (stddev, avg) then come out bit for bit the same.
+        out.sort(key=lambda s: s.metric)
         return out
 
     def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
@@ -167,4 +170,5 @@ class Evaluator:
             points = series.samples(start, end)
             if points:
                 out.append(RangeSeries(metric_of(series), points))
+        out.sort(key=lambda s: s.metric)
         return out

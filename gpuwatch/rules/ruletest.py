@@ -57,6 +57,20 @@ def go_duration(seconds: float) -> str:
     return out
 
 
+def go_time_duration(seconds: float) -> str:
+    """Go's time.Duration.String() for whole seconds and more: 2m0s, 1h30m0s, 0s."""
+    whole = round(seconds)
+    if whole == 0:
+        return "0s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
 def _duration(raw: Any, what: str) -> float:
     try:
         return parse_duration(str(raw)) if raw is not None and str(raw) != "0" else 0.0
@@ -166,7 +180,7 @@ class _TestGroup:
                 for rule in group.rules:
                     if rule.status.health == "err":
                         eval_errors.append(
-                            f"    rule: {rule.rule.name}, time: {go_duration(ts)}, "
+                            f"    rule: {rule.rule.name}, time: {go_time_duration(ts)}, "
                             f"err: {rule.status.last_error}"
                         )
             if eval_errors:
