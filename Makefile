@@ -51,10 +51,10 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 integration: $(STAMP) system-deps
-	$(BIN)/pytest -q tests/integration
+	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests/integration
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest -q tests
+	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py
