@@ -20,6 +20,7 @@ from gpuwatch.exporters.prometheus import (
     wants_openmetrics,
 )
 from gpuwatch.health import with_sampling_problem
+from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,8 @@ class Api:
         app.router.add_get("/api/v1/node", self.node)
         app.router.add_get("/api/v1/gpus", self.gpus)
         app.router.add_get("/api/v1/history", self.history)
+        app.router.add_get("/api/v1/alerts", self.alerts)
+        app.router.add_get("/api/v1/rules", self.rules)
         return app
 
     @web.middleware
@@ -181,6 +184,8 @@ class Api:
                 "/healthz",
                 "/api/v1/node",
                 "/api/v1/gpus",
+                "/api/v1/alerts",
+                "/api/v1/rules",
                 "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
             )
         )
@@ -216,6 +221,17 @@ class Api:
 
     async def gpus(self, request: web.Request) -> web.Response:
         return _success(gpus_payload(self.daemon))
+
+    async def alerts(self, request: web.Request) -> web.Response:
+        engine = self.daemon.rules
+        return _success(alerts_payload(engine) if engine is not None else {"alerts": []})
+
+    async def rules(self, request: web.Request) -> web.Response:
+        engine = self.daemon.rules
+        kind = request.query.get("type", "")
+        if kind not in ("", "alert", "record"):
+            return _bad_request("parameter 'type' must be 'alert' or 'record'")
+        return _success(rules_payload(engine, kind) if engine is not None else {"groups": []})
 
     async def history(self, request: web.Request) -> web.Response:
         q = request.query

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.units import parse_duration, parse_listen
@@ -46,6 +47,14 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RulesConfig:
+    # Rule files and globs; None means the packs shipped with gpuwatch.
+    files: tuple[str, ...] | None = None
+    # Evaluation interval of groups that set none; None means the sampling interval.
+    interval: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: str = DEFAULT_LISTEN
     state_dir: str = field(default_factory=default_state_dir)
@@ -53,6 +62,7 @@ class Config:
     sampling: SamplingConfig = SamplingConfig()
     store: StoreConfig = StoreConfig()
     log: LogConfig = LogConfig()
+    rules: RulesConfig = RulesConfig()
     source: str | None = None  # the file it was read from, None for defaults
 
     def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
@@ -88,10 +98,24 @@ def _text(value: Any) -> str:
     return value
 
 
+def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
+    """A list of paths or globs; relative ones are relative to the config file."""
+
+    def convert(value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ValueError(f"expected a list of file paths or globs, got {value!r}")
+        base = Path(config_file).parent
+        return tuple(v if Path(v).is_absolute() else str(base / v) for v in value)
+
+    return convert
+
+
 def from_doc(doc: YamlDoc) -> Config:
     r = Checker(doc)
     base = Config()
-    top = r.section(doc.data, (), ("listen", "state_dir", "node_name", "sampling", "store", "log"))
+    top = r.section(
+        doc.data, (), ("listen", "state_dir", "node_name", "sampling", "store", "log", "rules")
+    )
 
     s = r.section(
         top.get("sampling"), ("sampling",), ("interval", "timeout", "max_abandoned_workers")
@@ -112,6 +136,11 @@ def from_doc(doc: YamlDoc) -> Config:
         level=r.value(lg, ("log",), "level", one_of(LOG_LEVELS), "info"),
         format=r.value(lg, ("log",), "format", one_of(LOG_FORMATS), "logfmt"),
     )
+    ru = r.section(top.get("rules"), ("rules",), ("files", "interval"))
+    rules = RulesConfig(
+        files=r.value(ru, ("rules",), "files", _paths(doc.file), None),
+        interval=r.value(ru, ("rules",), "interval", _positive_duration, None),
+    )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", _text, base.state_dir),
@@ -119,6 +148,7 @@ def from_doc(doc: YamlDoc) -> Config:
         sampling=sampling,
         store=store,
         log=log,
+        rules=rules,
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

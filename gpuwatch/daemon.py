@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
@@ -13,6 +14,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.health import Verdict, active_clock_events, gpu_verdict, health_samples, node_verdict
 from gpuwatch.model import Batch, Event, GpuState, Sample
+from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
 
@@ -22,14 +24,21 @@ STALE_AFTER_INTERVALS = 3
 RECENT_EVENTS = 1000
 
 
+# Events that make the daemon sample and evaluate its rules at once, not at the next tick.
+URGENT_EVENT_KINDS = frozenset({"xid", "ecc", "gpu_lost", "gpu_unresponsive"})
+
+
 class EventLog:
     """Recent events, newest last. Sources publish into it from the event loop."""
 
     def __init__(self, size: int = RECENT_EVENTS) -> None:
         self.recent: deque[Event] = deque(maxlen=size)
+        self.listeners: list[Callable[[Event], None]] = []
 
     def publish(self, event: Event) -> None:
         self.recent.append(event)
+        for listener in self.listeners:
+            listener(event)
 
 
 @dataclass
@@ -42,11 +51,22 @@ class NodeView:
 
 
 class Daemon:
-    def __init__(self, config: Config, clock: Clock, source: Source, events: EventLog) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        source: Source,
+        events: EventLog,
+        rules: RuleEngine | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
         self.source = source
-        self.store = Store(config.store.retention)
+        self.store = rules.store if rules is not None else Store(config.store.retention)
+        self.rules = rules
+        self._urgent = asyncio.Event()
+        self._evaluate_everything = False
+        events.listeners.append(self._on_event)
         self.view = NodeView()
         self.events = events
         self.started_at = clock.now()
@@ -67,16 +87,34 @@ class Daemon:
                 await self._task
         await self.source.stop()
 
+    def _on_event(self, event: Event) -> None:
+        if event.kind in URGENT_EVENT_KINDS:
+            self._evaluate_everything = True
+            self._urgent.set()
+
+    async def _wait_for_tick(self, seconds: float) -> bool:
+        """Sleep until the next tick; True when an urgent event cut the sleep short."""
+        if self._urgent.is_set():
+            return True
+        try:
+            await self.clock.wait_for(self._urgent.wait(), max(seconds, 0.0))
+        except TimeoutError:
+            return False
+        return True
+
     # -- sampling -------------------------------------------------------------------------
     async def _loop(self) -> None:
         interval = self.config.sampling.interval
         next_tick = self.clock.now() + interval
         while True:
-            await self.clock.sleep(next_tick - self.clock.now())
+            urgent = await self._wait_for_tick(next_tick - self.clock.now())
+            self._urgent.clear()
             try:
                 await self.sample_once()
             except Exception:  # the loop must outlive any one bad cycle
                 log.exception("sampling cycle failed")
+            if urgent:
+                continue  # an extra cycle; the regular ticks keep their schedule
             next_tick += interval
             now = self.clock.now()
             if next_tick < now:  # overran: skip the missed ticks rather than bunching them
@@ -99,6 +137,9 @@ class Daemon:
             Sample(m.STORE_SERIES, (), float(len(self.store))),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
+        if self.rules is not None:
+            everything, self._evaluate_everything = self._evaluate_everything, False
+            self.rules.evaluate(self.clock.now(), everything)
 
     def _judge(
         self, gpus: list[GpuState], samples: list[Sample]

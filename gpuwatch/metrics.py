@@ -51,6 +51,11 @@ LAST_SAMPLE_TIMESTAMP = "gpuwatch_last_sample_timestamp_seconds"
 NVML_TIMEOUTS = "gpuwatch_nvml_timeouts_total"
 NVML_ABANDONED_WORKERS = "gpuwatch_nvml_abandoned_workers"
 STORE_SERIES = "gpuwatch_store_series"
+GPU_LOST = "gpuwatch_gpu_lost"
+ALERTS = "gpuwatch_alerts"
+RULE_EVALUATION_DURATION = "gpuwatch_rule_evaluation_duration_seconds"
+RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
+RULES_LAST_RELOAD_SUCCESSFUL = "gpuwatch_rules_last_reload_successful"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -93,6 +98,13 @@ _DEFS = [
         NVML_ABANDONED_WORKERS, "gauge", "Worker threads still stuck in an abandoned NVML call."
     ),
     MetricDef(STORE_SERIES, "gauge", "Series held in the in-memory store."),
+    MetricDef(GPU_LOST, "gauge", "1 when NVML reports the GPU lost (fallen off the bus)."),
+    MetricDef(ALERTS, "gauge", "1 per pending or firing alert (Prometheus's ALERTS, renamed)."),
+    MetricDef(RULE_EVALUATION_DURATION, "gauge", "Duration of the last evaluation of a group."),
+    MetricDef(RULE_EVALUATION_FAILURES, "counter", "Rule evaluations that failed, per group."),
+    MetricDef(
+        RULES_LAST_RELOAD_SUCCESSFUL, "gauge", "1 when the last load of the rule files worked."
+    ),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

@@ -13,12 +13,16 @@ from typing import Any
 from aiohttp import web
 
 from gpuwatch.api import Api, start_http
+from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.store import Store
 from gpuwatch.units import parse_listen
+from gpuwatch.yamlfile import FileError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,8 @@ class Running:
     daemon: Daemon
     runner: web.AppRunner
     port: int
+    control: web.AppRunner
+    control_path: Path
 
     @property
     def url(self) -> str:
@@ -65,22 +71,44 @@ class Running:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
+        await self.control.cleanup()
         await self.daemon.stop()
 
 
+def load_rules(config: Config, state_dir: Path) -> RuleEngine:
+    engine = RuleEngine(
+        Store(config.store.retention),
+        config.rules.files,
+        config.rules.interval or config.sampling.interval,
+        state_dir,
+    )
+    try:
+        engine.load()
+    except FileError as exc:
+        raise StartupError(f"rule files:\n{exc}") from exc
+    return engine
+
+
 async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
-    prepare_state_dir(config.state_dir)
+    state_dir = prepare_state_dir(config.state_dir)
+    rules = load_rules(config, state_dir)
     events = EventLog()
     source = NvmlSource(nvml, clock, config.sampling, events.publish)
-    daemon = Daemon(config, clock, source, events)
+    daemon = Daemon(config, clock, source, events, rules)
     host, port = parse_listen(config.listen)
     try:
         runner, bound = await start_http(Api(daemon), host, port)
     except OSError as exc:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+    control_path = socket_path(config.state_dir)
+    try:
+        control = await start_control(ControlApi(rules), control_path)
+    except OSError as exc:
+        await runner.cleanup()
+        raise StartupError(f"cannot create the control socket {control_path}: {exc}") from exc
     await daemon.start()
     log.info("gpuwatch serving on %s:%d", host, bound)
-    return Running(daemon, runner, bound)
+    return Running(daemon, runner, bound, control, control_path)
 
 
 async def serve(
@@ -95,6 +123,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if running.daemon.rules is not None:
+        loop.add_signal_handler(signal.SIGHUP, running.daemon.rules.reload)
     waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
     if alongside is not None:
         waiters.append(asyncio.create_task(alongside(running)))

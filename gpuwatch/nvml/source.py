@@ -222,7 +222,10 @@ class NvmlSource:
     def _bookkeeping(self, gpu: _Gpu) -> list[Sample]:
         """Series that exist whatever state the GPU is in: identity, XIDs seen, timeouts."""
         info, labels = gpu.info, gpu.info.labels
-        out = [Sample(m.NVML_TIMEOUTS, labels, float(self._caller.timeouts.get(gpu.lane, 0)))]
+        out = [
+            Sample(m.NVML_TIMEOUTS, labels, float(self._caller.timeouts.get(gpu.lane, 0))),
+            Sample(m.GPU_LOST, labels, 1.0 if gpu.status == GpuStatus.LOST else 0.0),
+        ]
         if not info.uuid:
             return out
         out.append(

@@ -19,6 +19,7 @@ from gpuwatch.rules.files import GroupDef, RuleDef
 from gpuwatch.rules.templates import TemplateData
 
 RESOLVED_RETENTION_S = 15 * 60.0
+ALERT_SOURCE_PREFIX = "alert:"
 
 # (source, time, samples): where rule results are written, one source per rule
 Sink = Callable[[str, float, list[Sample]], None]
@@ -208,7 +209,7 @@ class RuleGroup:
         group = cls(definition)
         external = external_labels or {}
         for i, rule in enumerate(definition.rules):
-            source = f"rule:{definition.key}:{i}"
+            source = f"{rule.kind}:{definition.key}:{i}"
             if rule.kind == "alert":
                 group.rules.append(
                     AlertingRule(rule, definition.labels, source, external, alerts_metric)

@@ -1,0 +1,165 @@
+"""The rules engine inside the daemon: loads the rule files, evaluates each group on its
+interval (and every group at once when a fault event arrives), keeps alert state on disk,
+and reloads without losing state or, on a bad file, without losing the old rules."""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from gpuwatch import metrics as m
+from gpuwatch.model import Sample
+from gpuwatch.promql.evaluator import Evaluator, SeriesView
+from gpuwatch.rules import statefile
+from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
+from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files
+from gpuwatch.store import Store
+from gpuwatch.yamlfile import FileError
+
+log = logging.getLogger(__name__)
+
+SELF_SOURCE = "rules:self"
+EARLY_TOLERANCE = 0.05  # a group due within this fraction of its interval is evaluated now
+
+
+def shipped_packs() -> list[str]:
+    packs = importlib.resources.files("gpuwatch.packs")
+    return sorted(str(p) for p in packs.iterdir() if p.name.endswith(".yaml"))
+
+
+class _Querier:
+    """The store the rules read: sampled series plus recording-rule results."""
+
+    def __init__(self, stores: tuple[Store, ...]) -> None:
+        self._stores = stores
+
+    def select(
+        self, name: str | None, match: Callable[[SeriesView], bool] | None = None
+    ) -> Iterator[SeriesView]:
+        for store in self._stores:
+            yield from store.select(name, match)
+
+
+class RuleEngine:
+    def __init__(
+        self,
+        store: Store,
+        files: Iterable[str] | None,
+        default_interval: float,
+        state_dir: Path | None,
+    ) -> None:
+        self.store = store
+        # Recording-rule results live apart so that /metrics exports only what was sampled.
+        self.recorded = Store(store.retention)
+        self.evaluator = Evaluator(_Querier((store, self.recorded)))
+        self.patterns = list(files) if files is not None else None
+        self.default_interval = default_interval
+        self.state_path = state_dir / statefile.FILE_NAME if state_dir is not None else None
+        self.groups: list[RuleGroup] = []
+        self.failures: dict[str, int] = {}
+        self.last_reload_error = ""
+        self._saved: tuple[object, ...] = ()
+
+    # -- loading ---------------------------------------------------------------------------
+    def paths(self) -> list[str]:
+        return shipped_packs() if self.patterns is None else expand_paths(self.patterns)
+
+    def load(self) -> None:
+        """First load: a bad file is fatal here (the daemon refuses to start with it)."""
+        self.groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in self._definitions()]
+        if self.state_path is not None:
+            restored = statefile.restore(self.state_path, self.alerting_rules())
+            if restored:
+                log.info("restored %d alerts from %s", restored, self.state_path)
+        self._saved = statefile.signature(self.alerting_rules())
+        log.info("loaded %d rule groups from %d files", len(self.groups), len(self.paths()))
+
+    def _definitions(self) -> list[GroupDef]:
+        paths = self.paths()
+        if not paths:
+            log.warning("no rule files match %s; no rules are evaluated", self.patterns)
+        return load_rule_files(paths)
+
+    def reload(self) -> str:
+        """Load the files again; returns "" on success, else why (the old rules keep running)."""
+        try:
+            definitions = self._definitions()
+        except FileError as exc:
+            self.last_reload_error = str(exc)
+            log.error("rule reload failed, keeping the old rules: %s", self.last_reload_error)
+            return self.last_reload_error
+        old = {statefile.rule_key(r): r for r in self.alerting_rules()}
+        groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in definitions]
+        for group in groups:
+            for rule in group.rules:
+                previous = old.get(statefile.rule_key(rule)) if isinstance(rule, AlertingRule) else None
+                if previous is not None:
+                    rule.active = previous.active  # the same rule keeps its alerts across reloads
+        self.groups = groups
+        self.last_reload_error = ""
+        log.info("rules reloaded: %d groups", len(groups))
+        return ""
+
+    def alerting_rules(self) -> Iterator[AlertingRule]:
+        for group in self.groups:
+            for rule in group.rules:
+                if isinstance(rule, AlertingRule):
+                    yield rule
+
+    def interval(self, group: RuleGroup) -> float:
+        return group.definition.interval or self.default_interval
+
+    # -- evaluation ------------------------------------------------------------------------
+    def evaluate(self, now: float, everything: bool = False) -> list[Transition]:
+        """Evaluate the groups that are due (all of them when `everything`)."""
+        transitions: list[Transition] = []
+        for group in self.groups:
+            interval = self.interval(group)
+            last = group.last_evaluation
+            if not everything and last is not None and now - last < interval * (1 - EARLY_TOLERANCE):
+                continue
+            transitions += group.evaluate(self.evaluator, now, self._sink)
+            failed = sum(1 for r in group.rules if r.status.health == "err")
+            if failed:
+                key = group.definition.key
+                self.failures[key] = self.failures.get(key, 0) + failed
+        self.store.ingest(SELF_SOURCE, now, self._self_samples())
+        for t in transitions:
+            log.info(
+                "alert %s %s -> %s %s", t.rule, t.old.value, t.new.value,
+                " ".join(f"{k}={v}" for k, v in t.alert.labels if k != "alertname"),
+            )  # fmt: skip
+        self._persist()
+        return transitions
+
+    def _sink(self, source: str, t: float, samples: list[Sample]) -> None:
+        target = self.store if source.startswith(ALERT_SOURCE_PREFIX) else self.recorded
+        target.ingest(source, t, samples)
+
+    def _self_samples(self) -> list[Sample]:
+        out = [Sample(m.RULES_LAST_RELOAD_SUCCESSFUL, (), 0.0 if self.last_reload_error else 1.0)]
+        for group in self.groups:
+            labels = (("group", group.definition.name), ("file", group.definition.file))
+            out.append(Sample(m.RULE_EVALUATION_DURATION, labels, group.evaluation_seconds))
+            out.append(
+                Sample(
+                    m.RULE_EVALUATION_FAILURES,
+                    labels,
+                    float(self.failures.get(group.definition.key, 0)),
+                )
+            )
+        return out
+
+    def _persist(self) -> None:
+        if self.state_path is None:
+            return
+        signature = statefile.signature(self.alerting_rules())
+        if signature == self._saved:
+            return
+        try:
+            statefile.save(self.state_path, self.alerting_rules())
+            self._saved = signature
+        except OSError as exc:
+            log.error("cannot save alert state to %s: %s", self.state_path, exc)

@@ -1,0 +1,1 @@
+"""The default rule packs (Prometheus rule files), shipped with gpuwatch as package data."""
