@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.units import parse_duration, parse_listen

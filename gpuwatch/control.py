@@ -44,14 +44,18 @@ class ControlApi:
         return web.json_response({"status": "success", "data": {"groups": len(self.rules.groups)}})
 
 
-async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
+def _clear_stale_socket(path: Path) -> None:
     if path.is_socket():
         path.unlink()  # left behind by a daemon that did not stop cleanly
+
+
+async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
+    _clear_stale_socket(path)
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
     site = web.UnixSite(runner, str(path))
     await site.start()
     with contextlib.suppress(OSError):
-        path.chmod(0o660)
+        os.chmod(path, 0o660)
     log.info("control socket on %s", path)
     return runner

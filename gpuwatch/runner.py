@@ -13,9 +13,9 @@ from typing import Any
 from aiohttp import web
 
 from gpuwatch.api import Api, start_http
-from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
+from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource

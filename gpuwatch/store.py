@@ -157,7 +157,9 @@ class Series:
             if not is_stale_marker(v)
         ]
 
-    def point_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> tuple[float, float] | None:
+    def point_at(
+        self, t: float, lookback: float = DEFAULT_LOOKBACK_S
+    ) -> tuple[float, float] | None:
         """The instant (time, value) at t: the newest sample in (t - lookback, t], unless stale."""
         tl = self.timeline
         lo, hi = tl.index_after(t - lookback), tl.index_after(t)

@@ -41,7 +41,7 @@ def _pow(a: float, b: float) -> float:
     try:
         return math.pow(a, b)
     except OverflowError:
-        return math.inf if a > 0 or b == int(b) and int(b) % 2 == 0 else -math.inf
+        return math.inf if a > 0 or (b == int(b) and int(b) % 2 == 0) else -math.inf
     except ValueError:
         if a == 0 and b < 0:
             return math.inf
@@ -122,9 +122,7 @@ def _vector_scalar(op: str, vector: Vector, scalar: float, swap: bool, return_bo
     return out
 
 
-def _signature(
-    metric: Labels, modifier: pp.BinModifier | None
-) -> tuple[tuple[str, str], ...]:
+def _signature(metric: Labels, modifier: pp.BinModifier | None) -> tuple[tuple[str, str], ...]:
     matching = modifier.matching if modifier is not None else None
     if matching is None:
         return tuple((k, v) for k, v in metric if k != NAME)
@@ -187,7 +185,9 @@ def _vector_vector(
                 )
             matched[sig] = metric
         elif metric in seen:
-            raise EvalError("multiple matches for labels: grouping labels must ensure unique matches")
+            raise EvalError(
+                "multiple matches for labels: grouping labels must ensure unique matches"
+            )
         seen.add(metric)
         out.append(VSample(metric, value, s.time))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import promql_parser as pp
@@ -33,7 +34,9 @@ Points = list[tuple[float, float]]
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def _extrapolated(points: Points, start: float, end: float, counter: bool, rate: bool) -> float | None:
+def _extrapolated(
+    points: Points, start: float, end: float, counter: bool, rate: bool
+) -> float | None:
     """rate/increase/delta: Prometheus 3's extrapolation towards the window's edges."""
     if len(points) < 2:
         return None
@@ -98,14 +101,14 @@ def linear_regression(points: Points, intercept_time: float) -> tuple[float, flo
 
 def _changes(points: Points) -> float:
     count = 0
-    for (_, a), (_, b) in zip(points, points[1:], strict=False):
+    for (_, a), (_, b) in pairwise(points):
         if not (a == b or (math.isnan(a) and math.isnan(b))):
             count += 1
     return float(count)
 
 
 def _resets(points: Points) -> float:
-    return float(sum(1 for (_, a), (_, b) in zip(points, points[1:], strict=False) if b < a))
+    return float(sum(1 for (_, a), (_, b) in pairwise(points) if b < a))
 
 
 def _values(points: Points) -> list[float]:
@@ -190,7 +193,7 @@ def _map(vector: Vector, fn: Callable[[float], float]) -> Vector:
     return [VSample(drop_name(s.metric), fn(s.value), s.time) for s in vector]
 
 
-def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:  # noqa: PLR0911
+def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
     name = expr.func.name
     args = expr.args
     if name in ("rate", "increase", "delta", "irate", "idelta", "deriv") or name in OVER_TIME:
@@ -367,4 +370,3 @@ def _label_join(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
         for s in vector
     ]
     return _check_unique(out)
-

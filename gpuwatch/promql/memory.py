@@ -6,9 +6,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
+from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.model import Sample
 from gpuwatch.store import STALE_NAN, is_stale_marker
 
 

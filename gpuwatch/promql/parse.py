@@ -9,7 +9,19 @@ from __future__ import annotations
 import promql_parser as pp
 
 AGGREGATIONS = frozenset(
-    {"sum", "avg", "min", "max", "count", "stddev", "stdvar", "group", "topk", "bottomk", "quantile"}
+    {
+        "sum",
+        "avg",
+        "min",
+        "max",
+        "count",
+        "stddev",
+        "stdvar",
+        "group",
+        "topk",
+        "bottomk",
+        "quantile",
+    }
 )
 FUNCTIONS = frozenset(
     {

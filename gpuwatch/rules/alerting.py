@@ -70,7 +70,7 @@ def _scalar_as_vector(value: object, t: float) -> Vector:
     if isinstance(value, Scalar):
         return [VSample((), value.value, t)]
     if isinstance(value, list) and all(isinstance(s, VSample) for s in value):
-        return value  # type: ignore[return-value]
+        return value
     raise EvalError("rule result is not a vector or scalar")
 
 
@@ -123,8 +123,8 @@ class AlertingRule:
         data = TemplateData(dict(s.metric), s.value, self._external)
         labels = {k: v for k, v in s.metric if k != NAME}
         labels.update(self._group_labels)
-        for key, template in self.rule.labels:
-            labels[key] = template.expand(data)
+        for name, template in self.rule.labels:
+            labels[name] = template.expand(data)
         labels = {k: v for k, v in labels.items() if v}
         labels["alertname"] = self.rule.name
         key = tuple(sorted(labels.items()))
@@ -239,4 +239,3 @@ class RuleGroup:
         self.last_evaluation = t
         self.evaluation_seconds = time.perf_counter() - started
         return transitions
-

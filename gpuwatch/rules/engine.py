@@ -92,12 +92,11 @@ class RuleEngine:
             return self.last_reload_error
         old = {statefile.rule_key(r): r for r in self.alerting_rules()}
         groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in definitions]
-        for group in groups:
-            for rule in group.rules:
-                previous = old.get(statefile.rule_key(rule)) if isinstance(rule, AlertingRule) else None
-                if previous is not None:
-                    rule.active = previous.active  # the same rule keeps its alerts across reloads
         self.groups = groups
+        for rule in self.alerting_rules():
+            previous = old.get(statefile.rule_key(rule))
+            if previous is not None:
+                rule.active = previous.active  # the same rule keeps its alerts across reloads
         self.last_reload_error = ""
         log.info("rules reloaded: %d groups", len(groups))
         return ""
@@ -118,7 +117,11 @@ class RuleEngine:
         for group in self.groups:
             interval = self.interval(group)
             last = group.last_evaluation
-            if not everything and last is not None and now - last < interval * (1 - EARLY_TOLERANCE):
+            if (
+                not everything
+                and last is not None
+                and now - last < interval * (1 - EARLY_TOLERANCE)
+            ):
                 continue
             transitions += group.evaluate(self.evaluator, now, self._sink)
             failed = sum(1 for r in group.rules if r.status.health == "err")

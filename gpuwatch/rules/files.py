@@ -56,7 +56,9 @@ def expand_paths(patterns: list[str], base: Path | None = None) -> list[str]:
     """Paths and globs, relative to `base`, in order, each file once."""
     out: list[str] = []
     for pattern in patterns:
-        full = str(base / pattern) if base is not None and not Path(pattern).is_absolute() else pattern
+        full = (
+            str(base / pattern) if base is not None and not Path(pattern).is_absolute() else pattern
+        )
         matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
         for m in matches:
             if m not in out:
@@ -121,13 +123,19 @@ class _RuleChecker:
             groups.append(group)
         return groups
 
-    def _mapping(self, raw: Any, path: PathKey, what: str, known: tuple[str, ...]) -> dict[str, Any]:
+    def _mapping(
+        self, raw: Any, path: PathKey, what: str, known: tuple[str, ...]
+    ) -> dict[str, Any]:
         if not isinstance(raw, dict):
             self.fail(path, what, "must be a mapping")
             return {}
         for key in raw:
             if key not in known:
-                self.fail((*path, str(key)), what, f"unknown field {key!r}; expected one of: {', '.join(known)}")
+                self.fail(
+                    (*path, str(key)),
+                    what,
+                    f"unknown field {key!r}; expected one of: {', '.join(known)}",
+                )
         return raw
 
     def group(self, raw: Any, path: PathKey) -> GroupDef | None:
@@ -144,7 +152,9 @@ class _RuleChecker:
                 self.fail((*path, "interval"), f"{what}: interval", "must be positive")
         limit = data.get("limit") or 0
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            self.fail((*path, "limit"), f"{what}: limit", f"expected a whole number >= 0, got {limit!r}")
+            self.fail(
+                (*path, "limit"), f"{what}: limit", f"expected a whole number >= 0, got {limit!r}"
+            )
             limit = 0
         labels = self.label_map(data.get("labels"), (*path, "labels"), f"{what}: labels")
         raw_rules = data.get("rules") or []
@@ -224,7 +234,9 @@ class _RuleChecker:
         for key, _ in labels:
             if key in RESERVED_LABELS:
                 self.fail((*path, "labels", key), f"{what}: labels", f"{key!r} is reserved")
-        annotations = self.templates(data.get("annotations"), (*path, "annotations"), f"{what}: annotations")
+        annotations = self.templates(
+            data.get("annotations"), (*path, "annotations"), f"{what}: annotations"
+        )
         return RuleDef(
             kind, name, str(expr_text), expr, self.doc.file, self.doc.line(path), group,
             hold or 0.0, keep, labels, annotations,

@@ -12,7 +12,9 @@ from gpuwatch.store import STALE_NAN
 _METRIC = re.compile(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*")
 _PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\})')
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|0x[0-9a-fA-F]+|[iI]nf|NaN)"
+_NUMBER = (
+    r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|0x[0-9a-fA-F]+|[iI]nf|NaN)"
+)
 _EXPANDING = re.compile(rf"({_NUMBER})([-+])({_NUMBER})x(\d+)")
 _REPEAT = re.compile(rf"({_NUMBER}|_)x(\d+)")
 

@@ -17,7 +17,6 @@ from typing import Any, TextIO
 import yaml
 
 from gpuwatch.gofmt import format_e
-from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.memory import MemoryStorage
 from gpuwatch.promql.parse import QueryError, parse
@@ -85,7 +84,9 @@ def _strict(data: Any, known: tuple[str, ...], what: str) -> dict[str, Any]:
         raise TestFileError(f"{what} must be a mapping")
     for key in data:
         if key not in known:
-            raise TestFileError(f"{what}: field {key} not found; expected one of {', '.join(known)}")
+            raise TestFileError(
+                f"{what}: field {key} not found; expected one of {', '.join(known)}"
+            )
     return data
 
 
@@ -117,7 +118,9 @@ def _samples_string(samples: list[tuple[Labels, float]]) -> str:
 
 def _same_samples(a: list[tuple[Labels, float]], b: list[tuple[Labels, float]]) -> bool:
     # Exact comparison, as promtool's reflect.DeepEqual (a NaN never equals a NaN there either).
-    return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(
+        x[0] == y[0] and x[1] == y[1] for x, y in zip(a, b, strict=True)
+    )
 
 
 @dataclass
@@ -131,8 +134,8 @@ class _TestGroup:
     def run(self) -> list[str]:
         interval = _duration(self.data.get("interval"), "interval") or self.eval_interval
         storage = MemoryStorage()
-        for i, item in enumerate(self.data.get("input_series") or []):
-            item = _strict(item, ("series", "values"), f"input_series[{i}]")
+        for i, raw in enumerate(self.data.get("input_series") or []):
+            item = _strict(raw, ("series", "values"), f"input_series[{i}]")
             try:
                 metric = parse_metric(str(item.get("series", "")))
                 values = expand_values(str(item.get("values", "")))
@@ -154,8 +157,8 @@ class _TestGroup:
         name_line = f"    name: {test_name},\n" if test_name else ""
 
         alert_tests: dict[float, list[dict[str, Any]]] = {}
-        for i, case in enumerate(self.data.get("alert_rule_test") or []):
-            case = _strict(case, ("eval_time", "alertname", "exp_alerts"), f"alert_rule_test[{i}]")
+        for i, raw in enumerate(self.data.get("alert_rule_test") or []):
+            case = _strict(raw, ("eval_time", "alertname", "exp_alerts"), f"alert_rule_test[{i}]")
             when = _duration(case.get("eval_time"), "eval_time")
             if not case.get("alertname"):
                 suffix = f" (in TestGroup {test_name})" if test_name else ""
@@ -171,7 +174,7 @@ class _TestGroup:
         times = [*alert_tests, *(_duration(c.get("eval_time"), "eval_time") for c in expr_tests)]
         max_t = max(times, default=0.0)
         pending_times = sorted(alert_tests)
-        steps = int(math.floor(max_t / self.eval_interval + 1e-9))
+        steps = math.floor(max_t / self.eval_interval + 1e-9)
         for step in range(steps + 1):
             ts = step * self.eval_interval
             eval_errors = []
@@ -191,7 +194,9 @@ class _TestGroup:
             self._check_expr(evaluator, case)
         return self.errors
 
-    def _check_alerts(self, groups: list[RuleGroup], cases: list[dict[str, Any]], name_line: str) -> None:
+    def _check_alerts(
+        self, groups: list[RuleGroup], cases: list[dict[str, Any]], name_line: str
+    ) -> None:
         for case in cases:
             name = str(case["alertname"])
             got = sorted(
@@ -203,11 +208,13 @@ class _TestGroup:
                 if a.state == AlertState.FIRING
             )
             expected = []
-            for alert in case.get("exp_alerts") or []:
-                alert = _strict(alert, ("exp_labels", "exp_annotations"), "exp_alerts")
+            for raw in case.get("exp_alerts") or []:
+                alert = _strict(raw, ("exp_labels", "exp_annotations"), "exp_alerts")
                 labels = {str(k): str(v) for k, v in (alert.get("exp_labels") or {}).items()}
                 labels["alertname"] = name
-                annotations = {str(k): str(v) for k, v in (alert.get("exp_annotations") or {}).items()}
+                annotations = {
+                    str(k): str(v) for k, v in (alert.get("exp_annotations") or {}).items()
+                }
                 expected.append(
                     _AlertView(tuple(sorted(labels.items())), tuple(sorted(annotations.items())))
                 )
@@ -224,6 +231,7 @@ class _TestGroup:
         text = str(case.get("expr", ""))
         when = _duration(case.get("eval_time"), "eval_time")
         head = f"    expr: {_go_quote_expr(text)}, time: {go_duration(when)}"
+        got: list[tuple[Labels, float]]
         try:
             value = evaluator.eval(parse(text), when)
             if isinstance(value, Scalar):
@@ -235,9 +243,9 @@ class _TestGroup:
         except (QueryError, EvalError) as exc:
             self.errors.append(f"{head}, err: {exc}")
             return
-        expected = []
-        for sample in case.get("exp_samples") or []:
-            sample = _strict(sample, ("labels", "value"), "exp_samples")
+        expected: list[tuple[Labels, float]] = []
+        for raw in case.get("exp_samples") or []:
+            sample = _strict(raw, ("labels", "value"), "exp_samples")
             try:
                 labels_text = str(sample.get("labels", ""))
                 metric = parse_metric(labels_text) if labels_text.strip() not in ("", "{}") else ()
@@ -276,8 +284,8 @@ def run_test_file(path: str) -> list[str]:
             order[name] = i
         rule_files = expand_paths([str(p) for p in data.get("rule_files") or []], Path(path).parent)
         errors: list[str] = []
-        for i, group in enumerate(data.get("tests") or []):
-            group = _strict(group, GROUP_KEYS, f"tests[{i}]")
+        for i, raw in enumerate(data.get("tests") or []):
+            group = _strict(raw, GROUP_KEYS, f"tests[{i}]")
             errors += _TestGroup(group, eval_interval, rule_files, order).run()
         return errors
     except TestFileError as exc:

@@ -96,7 +96,9 @@ def _printf(*args: Arg) -> str:
         raise TemplateError("printf needs a format string first")
     fmt, values = args[0], args[1:]
     converted: list[object] = []
-    for spec, value in zip(re.findall(r"%[-+ #0]*\d*(?:\.\d+)?([a-zA-Z%])", fmt), values, strict=False):
+    for spec, value in zip(
+        re.findall(r"%[-+ #0]*\d*(?:\.\d+)?([a-zA-Z%])", fmt), values, strict=False
+    ):
         if spec in "feEgGd":
             number = _number(value)
             converted.append(int(number) if spec == "d" else number)
@@ -119,6 +121,14 @@ FUNCTIONS: dict[str, Callable[..., str]] = {
 }
 
 
+def _lookup(attr: str, key: str) -> Operand:
+    def get(d: TemplateData) -> Arg:
+        mapping: Mapping[str, str] = getattr(d, attr)
+        return mapping.get(key, "")  # Prometheus renders a missing label as ""
+
+    return get
+
+
 def _operand(token: str) -> Operand:
     if token in ("$value", ".Value"):
         return lambda d: d.value
@@ -129,8 +139,7 @@ def _operand(token: str) -> Operand:
         (".ExternalLabels.", "external_labels"),
     ):
         if token.startswith(prefix):
-            key = token[len(prefix) :]
-            return lambda d, key=key, attr=attr: getattr(d, attr).get(key, "")
+            return _lookup(attr, token[len(prefix) :])
     if token.startswith(('"', "`")):
         text = token[1:-1]
         return lambda d: text
