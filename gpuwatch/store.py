@@ -18,8 +18,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuwatch.model import Labels, Sample
+from gpuwatch.promql.window import count_drops
 
-RUN_CAPACITY = 256
+RUN_CAPACITY = 512
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
 TRIM_EVERY = 64  # batches between retention sweeps
 DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
@@ -67,13 +68,15 @@ class Timeline:
 
 
 class _Run:
-    __slots__ = ("const", "count", "start", "values")
+    __slots__ = ("const", "count", "drops", "stale", "start", "values")
 
-    def __init__(self, start: int, value: float) -> None:
+    def __init__(self, start: int, value: float, stale: bool = False) -> None:
         self.start = start
         self.count = 1
         self.const = value
         self.values: array[float] | None = None
+        self.drops = False  # a value below its predecessor inside the run (a counter reset)
+        self.stale = stale  # a stale marker: always a run of its own
 
     @property
     def end(self) -> int:
@@ -85,6 +88,7 @@ class _Run:
 
 class Series:
     __slots__ = (
+        "_metric",
         "labels",
         "last_index",
         "last_time",
@@ -104,10 +108,17 @@ class Series:
         self.last_time = math.nan
         self.last_value = math.nan
         self.stale = False
+        self._metric: Labels | None = None
 
     @property
     def label_dict(self) -> dict[str, str]:
         return dict(self.labels)
+
+    def metric(self) -> Labels:
+        """Name and labels sorted, as PromQL sees the series (computed once)."""
+        if self._metric is None:
+            self._metric = tuple(sorted((("__name__", self.name), *self.labels)))
+        return self._metric
 
     def append(self, index: int, time: float, value: float) -> None:
         if index == self.last_index:
@@ -115,8 +126,8 @@ class Series:
         self.last_index, self.last_time, self.last_value = index, time, value
         self.stale = is_stale_marker(value)
         run = self.runs[-1] if self.runs else None
-        if run is None or run.end != index or run.count >= RUN_CAPACITY:
-            self.runs.append(_Run(index, value))
+        if self.stale or run is None or run.stale or run.end != index or run.count >= RUN_CAPACITY:
+            self.runs.append(_Run(index, value, self.stale))
             return
         if run.values is None:
             if _same(value, run.const):
@@ -126,6 +137,8 @@ class Series:
                 self.runs.append(_Run(index, value))
                 return
             run.values = array("d", [run.const]) * run.count
+        if value < run.values[-1]:
+            run.drops = True
         run.values.append(value)
         run.count += 1
 
@@ -136,26 +149,34 @@ class Series:
         if k:
             del self.runs[:k]
 
-    def _points(self, lo: int, hi: int) -> Iterator[tuple[float, float]]:
-        """(time, value) for batch indices in [lo, hi), stale markers included."""
-        lo = max(lo, self.timeline.first)
-        starts = [r.start for r in self.runs]
-        i = max(0, bisect_right(starts, lo) - 1)
-        time = self.timeline.time
-        for run in self.runs[i:]:
-            if run.start >= hi:
-                break
-            for index in range(max(lo, run.start), min(hi, run.end)):
-                yield time(index), run.value(index)
+    def window(self, start: float, end: float) -> RunWindow:
+        """The samples with start < time <= end (left-open, as Prometheus 3), stale markers out."""
+        tl = self.timeline
+        lo = tl.first + bisect_right(tl.times, start)
+        hi = tl.first + bisect_right(tl.times, end)
+        parts: list[tuple[_Run, int, int]] = []
+        length = 0
+        if hi > lo:
+            runs = self.runs
+            i = len(runs) - 1
+            while i > 0 and runs[i].start > lo:  # windows end near the newest run: walk back
+                i -= 1
+            for run in runs[i:] if i else runs:
+                start_index = run.start
+                if start_index >= hi:
+                    break
+                a = lo if lo > start_index else start_index
+                b = start_index + run.count
+                b = min(b, hi)
+                if a < b and not run.stale:
+                    parts.append((run, a, b))
+                    length += b - a
+        return RunWindow(tl, parts, length)
 
     def samples(self, start: float, end: float) -> list[tuple[float, float]]:
-        """Samples with start < time <= end (left-open, as Prometheus 3), without stale markers."""
-        tl = self.timeline
-        return [
-            (t, v)
-            for t, v in self._points(tl.index_after(start), tl.index_after(end))
-            if not is_stale_marker(v)
-        ]
+        """(time, value) pairs with start < time <= end, without stale markers."""
+        w = self.window(start, end)
+        return list(zip(w.times(), w.values(), strict=True))
 
     def point_at(
         self, t: float, lookback: float = DEFAULT_LOOKBACK_S
@@ -181,6 +202,57 @@ class Series:
         return None if point is None else point[1]
 
 
+class RunWindow:
+    """A range selector's window over a series' runs (see gpuwatch.promql.window.Window)."""
+
+    __slots__ = ("_length", "_parts", "_timeline")
+
+    def __init__(self, timeline: Timeline, parts: list[tuple[_Run, int, int]], length: int) -> None:
+        self._timeline = timeline
+        self._parts = parts
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def first(self) -> tuple[float, float]:
+        run, a, _ = self._parts[0]
+        return self._timeline.time(a), run.value(a)
+
+    def last(self) -> tuple[float, float]:
+        run, _, b = self._parts[-1]
+        return self._timeline.time(b - 1), run.value(b - 1)
+
+    def times(self) -> list[float]:
+        tl = self._timeline
+        out: list[float] = []
+        for _, a, b in self._parts:
+            out.extend(tl.times[a - tl.first : b - tl.first])
+        return out
+
+    def values(self) -> list[float]:
+        out: list[float] = []
+        for run, a, b in self._parts:
+            if run.values is None:
+                out.extend([run.const] * (b - a))
+            else:
+                out.extend(run.values[a - run.start : b - run.start])
+        return out
+
+    def drops(self) -> tuple[int, float]:
+        count, total = 0, 0.0
+        previous: float | None = None
+        for run, a, b in self._parts:
+            first = run.value(a)
+            if previous is not None and first < previous:
+                count, total = count + 1, total + previous
+            if run.drops and run.values is not None:
+                n, s = count_drops(run.values[a - run.start : b - run.start])
+                count, total = count + n, total + s
+            previous = run.value(b - 1)
+        return count, total
+
+
 class Store:
     def __init__(self, retention: float) -> None:
         self.retention = retention
@@ -190,6 +262,7 @@ class Store:
         self._current: dict[str, set[SeriesKey]] = {}
         self._batches = 0
         self.generation = 0  # bumps on every ingest; lets readers cache per cycle
+        self.layout = 0  # bumps when a series is created or dropped; lets selections cache
 
     def __len__(self) -> int:
         return len(self._series)
@@ -208,6 +281,7 @@ class Store:
             if series is None:
                 series = series_map[key] = Series(name, labels, timeline)
                 self._by_name.setdefault(name, {})[key] = series
+                self.layout += 1
             series.append(index, time, value)
             seen.add(key)
         for key in self._current.get(source, set()) - seen:
@@ -226,6 +300,7 @@ class Store:
         for key, series in list(self._series.items()):
             series.trim(series.timeline.first)
             if not series.runs:
+                self.layout += 1
                 del self._series[key]
                 family = self._by_name[series.name]
                 del family[key]

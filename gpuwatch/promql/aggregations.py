@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Sequence
 
 import promql_parser as pp
 
@@ -22,14 +23,15 @@ def kahan_add(total: float, comp: float, inc: float) -> tuple[float, float]:
     return t, comp
 
 
-def kahan_sum(values: list[float]) -> float:
-    total = comp = 0.0
-    for v in values:
-        total, comp = kahan_add(total, comp, v)
-    return total + comp if not math.isinf(total) else total
+def kahan_sum(values: Sequence[float]) -> float:
+    """A compensated sum (exactly rounded, as close as Prometheus's Kahan sum gets)."""
+    try:
+        return math.fsum(values)
+    except (OverflowError, ValueError):  # an infinity, or a NaN from +Inf + -Inf
+        return sum(values)
 
 
-def variance(values: list[float]) -> float:
+def variance(values: Sequence[float]) -> float:
     """Population variance by Welford's method."""
     mean = acc = 0.0
     for n, v in enumerate(values, 1):
@@ -57,13 +59,15 @@ def quantile(q: float, values: list[float]) -> float:
     return ordered[lower] * (1 - weight) + ordered[upper] * weight
 
 
-def _group_key(metric: Labels, modifier: pp.AggModifier | None) -> Labels:
+def grouping(modifier: pp.AggModifier | None) -> Callable[[Labels], Labels]:
+    """The function from a series' labels to its group's labels (by/without)."""
     if modifier is None:
-        return ()
-    names = set(modifier.labels)
+        return lambda metric: ()
+    names = frozenset(modifier.labels)
     if modifier.type == pp.AggModifierType.By:
-        return tuple((k, v) for k, v in metric if k in names)
-    return tuple((k, v) for k, v in metric if k not in names and k != NAME)
+        return lambda metric: tuple((k, v) for k, v in metric if k in names)
+    dropped = names | {NAME}
+    return lambda metric: tuple((k, v) for k, v in metric if k not in dropped)
 
 
 def _min(values: list[float]) -> float:
@@ -95,11 +99,13 @@ SIMPLE = {
 }
 
 
-def evaluate(expr: pp.AggregateExpr, vector: Vector, param: Value | None) -> Vector:
-    op = str(expr.op)
+def evaluate(
+    op: str, key_of: Callable[[Labels], Labels], vector: Vector, param: Value | None
+) -> Vector:
+    """Aggregate `vector` with `op`; `key_of` gives each series' group (see grouping())."""
     groups: dict[Labels, list[VSample]] = {}
     for s in vector:
-        groups.setdefault(_group_key(s.metric, expr.modifier), []).append(s)
+        groups.setdefault(key_of(s.metric), []).append(s)
     if op in ("topk", "bottomk"):
         return _top(op, groups, _scalar_param(op, param))
     out: Vector = []

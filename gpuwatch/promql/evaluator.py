@@ -25,8 +25,10 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
+from gpuwatch.promql.window import Window
 
 DEFAULT_LOOKBACK_S = 300.0
+MEMO_LIMIT = 100_000  # label sets remembered per aggregation before the memo starts over
 
 
 class SeriesView(Protocol):
@@ -36,18 +38,20 @@ class SeriesView(Protocol):
     def name(self) -> str: ...
     @property
     def labels(self) -> tuple[tuple[str, str], ...]: ...
-    def samples(self, start: float, end: float) -> list[tuple[float, float]]: ...
+    def metric(self) -> Labels: ...
+    def window(self, start: float, end: float) -> Window: ...
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None: ...
 
 
 class Querier(Protocol):
+    @property
+    def layout(self) -> int:
+        """Changes whenever a series is created or dropped."""
+        ...
+
     def select(
         self, name: str | None, match: Callable[[SeriesView], bool] | None = None
     ) -> Iterable[SeriesView]: ...
-
-
-def metric_of(series: SeriesView) -> Labels:
-    return tuple(sorted(((NAME, series.name), *series.labels)))
 
 
 def _matcher(m: pp.Matcher) -> Callable[[str], bool]:
@@ -80,6 +84,7 @@ class Selection:
                 label_tests.append((m.name, _matcher(m)))
         self._name_tests = name_tests
         self._label_tests = label_tests
+        self._cache: tuple[int, list[SeriesView]] | None = None
         # label names with an equality matcher: what absent() puts on its answer
         self.equalities: Labels = tuple(
             sorted(
@@ -95,8 +100,12 @@ class Selection:
         labels = dict(series.labels)
         return all(test(labels.get(name, "")) for name, test in self._label_tests)
 
-    def select(self, querier: Querier) -> Iterable[SeriesView]:
-        return querier.select(self.name, self.matches)
+    def select(self, querier: Querier) -> list[SeriesView]:
+        """The matching series; recomputed only when the set of series has changed."""
+        layout = querier.layout
+        if self._cache is None or self._cache[0] != layout:
+            self._cache = (layout, list(querier.select(self.name, self.matches)))
+        return self._cache[1]
 
 
 class Evaluator:
@@ -104,6 +113,7 @@ class Evaluator:
         self.querier = querier
         self.lookback = lookback
         self._selections: dict[int, Selection] = {}
+        self._aggregations: dict[int, tuple[str, Callable[[Labels], Labels]]] = {}
 
     def selection(self, selector: pp.VectorSelector) -> Selection:
         # AST nodes are rebuilt on each attribute access; key by their text instead.
@@ -111,6 +121,25 @@ class Evaluator:
         found = self._selections.get(key)
         if found is None:
             found = self._selections[key] = Selection(selector)
+        return found
+
+    def _aggregation(self, expr: pp.AggregateExpr) -> tuple[str, Callable[[Labels], Labels]]:
+        """The operator and a memoised grouping function of an aggregation node."""
+        key = hash(str(expr))
+        found = self._aggregations.get(key)
+        if found is None:
+            memo: dict[Labels, Labels] = {}
+            group = aggregations.grouping(expr.modifier)
+
+            def key_of(metric: Labels) -> Labels:
+                result = memo.get(metric)
+                if result is None:
+                    if len(memo) > MEMO_LIMIT:
+                        memo.clear()
+                    result = memo[metric] = group(metric)
+                return result
+
+            found = self._aggregations[key] = (str(expr.op), key_of)
         return found
 
     def eval(self, expr: pp.Expr, t: float) -> Value:
@@ -131,7 +160,8 @@ class Evaluator:
             return binops.evaluate(expr, self.eval(expr.lhs, t), self.eval(expr.rhs, t), t)
         if isinstance(expr, pp.AggregateExpr):
             param = self.eval(expr.param, t) if expr.param is not None else None
-            return aggregations.evaluate(expr, self.vector(expr.expr, t), param)
+            op, key_of = self._aggregation(expr)
+            return aggregations.evaluate(op, key_of, self.vector(expr.expr, t), param)
         if isinstance(expr, pp.Call):
             return functions.call(self, expr, t)
         raise EvalError(f"unsupported expression {type(expr).__name__}")
@@ -155,7 +185,7 @@ class Evaluator:
         for series in sel.select(self.querier):
             point = series.point_at(at, self.lookback)
             if point is not None:
-                out.append(VSample(metric_of(series), point[1], point[0]))
+                out.append(VSample(series.metric(), point[1], point[0]))
         # Prometheus's storage returns series sorted by labels; results that depend on the
         # order of summation (stddev, avg) then come out bit for bit the same.
         out.sort(key=lambda s: s.metric)
@@ -167,8 +197,8 @@ class Evaluator:
         start = end - expr.range.total_seconds()
         out: Matrix = []
         for series in sel.select(self.querier):
-            points = series.samples(start, end)
-            if points:
-                out.append(RangeSeries(metric_of(series), points))
+            window = series.window(start, end)
+            if len(window):
+                out.append(RangeSeries(series.metric(), window))
         out.sort(key=lambda s: s.metric)
         return out

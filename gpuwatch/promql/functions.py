@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -25,34 +25,33 @@ from gpuwatch.promql.values import (
     label_value,
     with_label,
 )
+from gpuwatch.promql.window import Window
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
 
-Points = list[tuple[float, float]]
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def _extrapolated(
-    points: Points, start: float, end: float, counter: bool, rate: bool
-) -> float | None:
+def _extrapolated(w: Window, start: float, end: float, counter: bool, rate: bool) -> float | None:
     """rate/increase/delta: Prometheus 3's extrapolation towards the window's edges."""
-    if len(points) < 2:
+    n = len(w)
+    if n < 2:
         return None
-    first_t, first_v = points[0]
-    last_t, last_v = points[-1]
+    first_t, first_v = w.first()
+    last_t, last_v = w.last()
     result = last_v - first_v
     if counter:
-        previous = first_v
-        for _, v in points[1:]:
-            if v < previous:
-                result += previous
-            previous = v
+        result += w.drops()[1]
+    if result == 0 and last_t > first_t:
+        return 0.0  # a flat series, the common case: no extrapolation can change it
     to_start = first_t - start
     to_end = end - last_t
     sampled = last_t - first_t
-    average = sampled / (len(points) - 1)
+    if sampled <= 0:
+        return None
+    average = sampled / (n - 1)
     threshold = average * 1.1
     if to_start >= threshold:
         to_start = average / 2
@@ -67,11 +66,12 @@ def _extrapolated(
     return result * factor
 
 
-def _instant_rate(points: Points, counter: bool, rate: bool) -> float | None:
+def _instant_rate(w: Window, counter: bool, rate: bool) -> float | None:
     """irate/idelta: from the last two samples."""
-    if len(points) < 2:
+    if len(w) < 2:
         return None
-    (prev_t, prev_v), (last_t, last_v) = points[-2], points[-1]
+    times, values = w.times(), w.values()
+    prev_t, last_t, prev_v, last_v = times[-2], times[-1], values[-2], values[-1]
     result = last_v if counter and last_v < prev_v else last_v - prev_v
     if not rate:
         return result
@@ -79,14 +79,15 @@ def _instant_rate(points: Points, counter: bool, rate: bool) -> float | None:
     return result / interval if interval else None
 
 
-def linear_regression(points: Points, intercept_time: float) -> tuple[float, float]:
+def linear_regression(w: Window, intercept_time: float) -> tuple[float, float]:
     """(slope, intercept at intercept_time) of a least-squares line, as Prometheus fits it."""
-    first = points[0][1]
-    if all(v == first for _, v in points):
+    values = w.values()
+    first = values[0]
+    if all(v == first for v in values):
         return (math.nan, math.nan) if math.isinf(first) else (0.0, first)
-    n = float(len(points))
+    n = float(len(values))
     sx = cx = sy = cy = sxy = cxy = sx2 = cx2 = 0.0
-    for t, v in points:
+    for t, v in zip(w.times(), values, strict=True):
         x = t - intercept_time
         sx, cx = kahan_add(sx, cx, x)
         sy, cy = kahan_add(sy, cy, v)
@@ -99,44 +100,44 @@ def linear_regression(points: Points, intercept_time: float) -> tuple[float, flo
     return slope, sy / n - slope * sx / n
 
 
-def _changes(points: Points) -> float:
+def _changes(w: Window) -> float:
     count = 0
-    for (_, a), (_, b) in pairwise(points):
+    for a, b in pairwise(w.values()):
         if not (a == b or (math.isnan(a) and math.isnan(b))):
             count += 1
     return float(count)
 
 
-def _resets(points: Points) -> float:
-    return float(sum(1 for (_, a), (_, b) in pairwise(points) if b < a))
+def _avg_over_time(w: Window) -> float:
+    total = kahan_sum(w.values())
+    return total if math.isinf(total) else total / len(w)
 
 
-def _values(points: Points) -> list[float]:
-    return [v for _, v in points]
+def _extreme(w: Window, pick: Callable[[Sequence[float]], float]) -> float:
+    values = w.values()
+    try:
+        return pick(values) if not any(map(math.isnan, values)) else _extreme_nan(values, pick)
+    except ValueError:
+        return math.nan
 
 
-def _avg_over_time(points: Points) -> float:
-    total = kahan_sum(_values(points))
-    return total if math.isinf(total) else total / len(points)
-
-
-OVER_TIME: dict[str, Callable[[Points], float]] = {
-    "avg_over_time": _avg_over_time,
-    "min_over_time": lambda p: _extreme(p, min),
-    "max_over_time": lambda p: _extreme(p, max),
-    "sum_over_time": lambda p: kahan_sum(_values(p)),
-    "count_over_time": lambda p: float(len(p)),
-    "stddev_over_time": lambda p: math.sqrt(variance(_values(p))),
-    "stdvar_over_time": lambda p: variance(_values(p)),
-    "present_over_time": lambda p: 1.0,
-    "changes": _changes,
-    "resets": _resets,
-}
-
-
-def _extreme(points: Points, pick: Callable[[list[float]], float]) -> float:
-    real = [v for _, v in points if not math.isnan(v)]
+def _extreme_nan(values: Sequence[float], pick: Callable[[Sequence[float]], float]) -> float:
+    real = [v for v in values if not math.isnan(v)]
     return pick(real) if real else math.nan
+
+
+OVER_TIME: dict[str, Callable[[Window], float]] = {
+    "avg_over_time": _avg_over_time,
+    "min_over_time": lambda w: _extreme(w, min),
+    "max_over_time": lambda w: _extreme(w, max),
+    "sum_over_time": lambda w: kahan_sum(w.values()),
+    "count_over_time": lambda w: float(len(w)),
+    "stddev_over_time": lambda w: math.sqrt(variance(w.values())),
+    "stdvar_over_time": lambda w: variance(w.values()),
+    "present_over_time": lambda w: 1.0,
+    "changes": _changes,
+    "resets": lambda w: float(w.drops()[0]),
+}
 
 
 def _round(v: float, to_nearest: float) -> float:
@@ -199,19 +200,19 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
     if name in ("rate", "increase", "delta", "irate", "idelta", "deriv") or name in OVER_TIME:
         return _range_function(ev, name, args[0], t)
     if name == "last_over_time":
-        return [VSample(s.metric, s.points[-1][1], t) for s in _matrix(ev, args[0], t)]
+        return [VSample(s.metric, s.window.last()[1], t) for s in _matrix(ev, args[0], t)]
     if name == "quantile_over_time":
         q = ev.scalar(args[0], t)
         return [
-            VSample(drop_name(s.metric), quantile(q, _values(s.points)), t)
+            VSample(drop_name(s.metric), quantile(q, list(s.window.values())), t)
             for s in _matrix(ev, args[1], t)
         ]
     if name == "predict_linear":
         ahead = ev.scalar(args[1], t)
         out: Vector = []
         for s in _matrix(ev, args[0], t):
-            if len(s.points) >= 2:
-                slope, intercept = linear_regression(s.points, t)
+            if len(s.window) >= 2:
+                slope, intercept = linear_regression(s.window, t)
                 out.append(VSample(drop_name(s.metric), intercept + slope * ahead, t))
         return out
     if name in ("absent", "absent_over_time"):
@@ -263,13 +264,14 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     for s in ev.matrix_selector(arg, t):
         value: float | None
         if name in ("rate", "increase", "delta"):
-            value = _extrapolated(s.points, start, end, name != "delta", name == "rate")
+            value = _extrapolated(s.window, start, end, name != "delta", name == "rate")
         elif name in ("irate", "idelta"):
-            value = _instant_rate(s.points, name == "irate", name == "irate")
+            value = _instant_rate(s.window, name == "irate", name == "irate")
         elif name == "deriv":
-            value = linear_regression(s.points, s.points[0][0])[0] if len(s.points) > 1 else None
+            w = s.window
+            value = linear_regression(w, w.first()[0])[0] if len(w) > 1 else None
         else:
-            value = OVER_TIME[name](s.points)
+            value = OVER_TIME[name](s.window)
         if value is not None:
             out.append(VSample(drop_name(s.metric), value, t))
     return out

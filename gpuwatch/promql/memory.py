@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
+from gpuwatch.promql.window import ListWindow
 from gpuwatch.store import STALE_NAN, is_stale_marker
 
 
@@ -28,13 +29,13 @@ class MemorySeries:
         self.times.append(t)
         self.values.append(value)
 
-    def samples(self, start: float, end: float) -> list[tuple[float, float]]:
+    def metric(self) -> Labels:
+        return tuple(sorted(((NAME, self.name), *self.labels)))
+
+    def window(self, start: float, end: float) -> ListWindow:
         lo, hi = bisect_right(self.times, start), bisect_right(self.times, end)
-        return [
-            (self.times[i], self.values[i])
-            for i in range(lo, hi)
-            if not is_stale_marker(self.values[i])
-        ]
+        keep = [i for i in range(lo, hi) if not is_stale_marker(self.values[i])]
+        return ListWindow([self.times[i] for i in keep], [self.values[i] for i in keep])
 
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None:
         i = bisect_right(self.times, t) - 1
@@ -47,6 +48,7 @@ class MemoryStorage:
     def __init__(self) -> None:
         self._series: dict[Labels, MemorySeries] = {}
         self._written: dict[str, set[Labels]] = {}
+        self.layout = 0
 
     def ingest(self, source: str, t: float, samples: Iterable[Sample]) -> None:
         """Write one batch of `source`; its series missing from the batch get a stale marker."""
@@ -66,6 +68,7 @@ class MemoryStorage:
             name = dict(metric).get(NAME, "")
             rest = tuple((k, v) for k, v in metric if k != NAME)
             found = self._series[metric] = MemorySeries(name, rest)
+            self.layout += 1
         return found
 
     def __iter__(self) -> Iterator[MemorySeries]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.promql.window import Window
+
 Labels = tuple[tuple[str, str], ...]  # sorted by name; includes __name__ while a name applies
 NAME = "__name__"
 
@@ -36,7 +38,7 @@ class RangeSeries:
     """One element of a range vector: the samples of one series inside the window."""
 
     metric: Labels
-    points: list[tuple[float, float]]
+    window: Window
 
 
 Vector = list[VSample]
@@ -45,7 +47,9 @@ Value = Scalar | StringValue | Vector | Matrix
 
 
 def drop_name(metric: Labels) -> Labels:
-    if metric and any(k == NAME for k, _ in metric):
+    if metric and metric[0][0] == NAME:  # sorted: only upper-case names come before it
+        return metric[1:]
+    if any(k == NAME for k, _ in metric):
         return tuple((k, v) for k, v in metric if k != NAME)
     return metric
 

@@ -7,6 +7,7 @@ a resolved alert is kept for 15 minutes so that it is reported.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
 from gpuwatch.rules.files import GroupDef, RuleDef
 from gpuwatch.rules.templates import TemplateData
+
+log = logging.getLogger(__name__)
 
 RESOLVED_RETENTION_S = 15 * 60.0
 ALERT_SOURCE_PREFIX = "alert:"
@@ -229,8 +232,12 @@ class RuleGroup:
                     transitions += rule.evaluate(ev, t, self.definition.limit, sink)
                 else:
                     rule.evaluate(ev, t, sink)
-            except (EvalError, ArithmeticError, ValueError, TypeError) as exc:
+            except EvalError as exc:
                 rule.status.health, rule.status.last_error = "err", str(exc)
+                sink(rule.source, t, [])
+            except Exception as exc:  # a bug must cost one rule, never the daemon
+                log.exception("rule %s failed", rule.rule.name)
+                rule.status.health, rule.status.last_error = "err", f"internal error: {exc}"
                 sink(rule.source, t, [])
             else:
                 rule.status.health, rule.status.last_error = "ok", ""

@@ -35,6 +35,10 @@ class _Querier:
     def __init__(self, stores: tuple[Store, ...]) -> None:
         self._stores = stores
 
+    @property
+    def layout(self) -> int:
+        return sum(s.layout for s in self._stores)  # each only grows
+
     def select(
         self, name: str | None, match: Callable[[SeriesView], bool] | None = None
     ) -> Iterator[SeriesView]:

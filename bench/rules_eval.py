@@ -1,0 +1,76 @@
+"""Evaluation time of the default rule packs per cycle, on 8, 64 and 256 simulated GPUs with
+one hour of 1 s history in the store.
+
+The series are the simulator's own (one sampling cycle through the real NVML source), then
+replayed for an hour with counters advancing, so the store holds what a daemon holds after an
+hour. Run: .venv/bin/python bench/rules_eval.py [GPUS ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import statistics
+import sys
+import time
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.config import SamplingConfig
+from gpuwatch.model import Sample
+from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.scenario import load_scenario
+from gpuwatch.store import Store
+
+HISTORY_S = 3600
+ROUNDS = 30
+
+
+async def one_batch(gpus: int) -> list[Sample]:
+    scenario = load_scenario("healthy").with_gpus(gpus)
+    clock = ManualClock()
+    source = NvmlSource(FakeNvml(scenario, clock), clock, SamplingConfig(), lambda e: None)
+    await source.start()
+    batch = await source.collect()
+    await source.stop()
+    return batch.samples
+
+
+# Counters that move on a healthy node; error counters stay flat, so no alert fires.
+MOVING = {"gpuwatch_gpu_energy_joules_total": 700.0, "gpuwatch_gpu_nvlink_bytes_total": 2e10}
+
+
+def fill(store: Store, samples: list[Sample], start: float) -> None:
+    for i in range(HISTORY_S):
+        batch = [Sample(s.name, s.labels, s.value + i * MOVING.get(s.name, 0.0)) for s in samples]
+        store.ingest("nvml", start + i, batch)
+
+
+def main(counts: list[int]) -> None:
+    print(
+        f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}"
+    )
+    print(f"{'GPUs':>5} {'series':>7} {'mean ms':>8} {'p50 ms':>7} {'max ms':>7}")
+    for gpus in counts:
+        samples = asyncio.run(one_batch(gpus))
+        start = 1_700_000_000.0
+        store = Store(retention=HISTORY_S + 60)
+        fill(store, samples, start)
+        engine = RuleEngine(store, None, 1.0, None)
+        engine.load()
+        now = start + HISTORY_S
+        engine.evaluate(now, everything=True)  # warm the selector caches
+        times = []
+        for r in range(ROUNDS):
+            t0 = time.perf_counter()
+            engine.evaluate(now + r * 0.001, everything=True)
+            times.append((time.perf_counter() - t0) * 1000)
+        print(
+            f"{gpus:>5} {len(samples):>7} {statistics.mean(times):>8.2f} "
+            f"{statistics.median(times):>7.2f} {max(times):>7.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [8, 64, 256])

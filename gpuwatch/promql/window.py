@@ -1,0 +1,57 @@
+"""The samples of one series inside a range selector's window, as the range functions read
+them. Most functions need only the first and last sample, the count and the counter resets,
+so a window answers those without building a list of every sample."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Protocol
+
+
+class Window(Protocol):
+    def __len__(self) -> int: ...
+    def first(self) -> tuple[float, float]: ...
+    def last(self) -> tuple[float, float]: ...
+    def times(self) -> Sequence[float]: ...
+    def values(self) -> Sequence[float]: ...
+    def drops(self) -> tuple[int, float]:
+        """(number of decreases, sum of the values just before each): counter resets."""
+        ...
+
+
+def count_drops(values: Sequence[float]) -> tuple[int, float]:
+    count, total = 0, 0.0
+    for a, b in pairwise(values):
+        if b < a:
+            count += 1
+            total += a
+    return count, total
+
+
+class ListWindow:
+    """A window over plain lists of times and values (no stale markers in them)."""
+
+    __slots__ = ("_times", "_values")
+
+    def __init__(self, times: Sequence[float], values: Sequence[float]) -> None:
+        self._times = times
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def first(self) -> tuple[float, float]:
+        return self._times[0], self._values[0]
+
+    def last(self) -> tuple[float, float]:
+        return self._times[-1], self._values[-1]
+
+    def times(self) -> Sequence[float]:
+        return self._times
+
+    def values(self) -> Sequence[float]:
+        return self._values
+
+    def drops(self) -> tuple[int, float]:
+        return count_drops(self._values)
