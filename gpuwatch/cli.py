@@ -18,7 +18,7 @@ from gpuwatch import __version__, logs
 from gpuwatch.clock import Clock, ScaledClock, SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.nvml.device import NvmlModule
-from gpuwatch.runner import ListenError, Running, StartupError, real_nvml, serve
+from gpuwatch.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.units import parse_listen
@@ -113,6 +113,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     logs.setup(config.log.level, config.log.format)
     try:
         asyncio.run(serve(config, nvml, clock))
+    except RulesError as exc:
+        return _fail(str(exc))
     except StartupError as exc:
         return _fail(str(exc), 1)
     return 0

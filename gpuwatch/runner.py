@@ -31,6 +31,10 @@ class StartupError(Exception):
     """The daemon cannot start as configured; the message says why and what to do."""
 
 
+class RulesError(StartupError):
+    """The rule files have errors; the message lists each with file and line."""
+
+
 class ListenError(StartupError):
     """The listen address cannot be bound (in use, not ours, not permitted)."""
 
@@ -85,7 +89,7 @@ def load_rules(config: Config, state_dir: Path) -> RuleEngine:
     try:
         engine.load()
     except FileError as exc:
-        raise StartupError(f"rule files:\n{exc}") from exc
+        raise RulesError(f"rule files:\n{exc}") from exc
     return engine
 
 

@@ -1,0 +1,100 @@
+"""Acceptance 2: the shipped rule packs load in Prometheus (promtool check rules), pass their
+own promtool tests in promtool and in gpuwatch, and carry the alert names routing relies on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuwatch.rules.engine import shipped_packs
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKS = ROOT / "rules"
+EXPECTED = {
+    "hardware.yaml": {
+        "GpuFellOffBus", "GpuUnresponsive", "GpuMissing", "GpuXidCritical", "GpuXidApplication",
+        "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRetiredPagesHigh",
+        "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
+    },
+    "thermal-power.yaml": {"GpuTemperatureHigh", "GpuThermalThrottling", "GpuPowerBrake"},
+    "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},
+    "gpuwatch.yaml": {
+        "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",
+        "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed",
+    },
+}  # fmt: skip
+
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("GPUWATCH_REQUIRE_TOOLS"),
+    reason="promtool not installed (Debian package 'prometheus')",
+)
+
+
+def alerting_rules(pack: str) -> list[dict[str, object]]:
+    data = yaml.safe_load((PACKS / pack).read_text())
+    return [r for g in data["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_the_shipped_packs_are_exactly_these() -> None:
+    assert sorted(Path(p).name for p in shipped_packs()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("pack", sorted(EXPECTED))
+def test_every_alert_name_exists_and_tells_the_operator_what_to_do(pack: str) -> None:
+    rules = alerting_rules(pack)
+    assert {r["alert"] for r in rules} == EXPECTED[pack]
+    for rule in rules:
+        annotations = rule["annotations"]
+        assert isinstance(annotations, dict)
+        assert {"summary", "description", "action"} <= set(annotations), rule["alert"]
+        labels = rule["labels"]
+        assert isinstance(labels, dict)
+        assert labels["severity"] in ("critical", "warning", "info"), rule["alert"]
+
+
+@pytest.mark.parametrize("pack", sorted(EXPECTED))
+def test_every_alert_is_exercised_by_the_pack_tests(pack: str) -> None:
+    tests = yaml.safe_load((PACKS / "tests" / pack.replace(".yaml", ".test.yaml")).read_text())
+    fired = {
+        case["alertname"]
+        for group in tests["tests"]
+        for case in group.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert fired == EXPECTED[pack]
+
+
+@needs_promtool
+@pytest.mark.parametrize("pack", sorted(EXPECTED))
+def test_promtool_and_gpuwatch_accept_the_pack(pack: str) -> None:
+    for cmd in (["promtool"], [sys.executable, "-m", "gpuwatch"]):
+        done = subprocess.run(
+            [*cmd, "check", "rules", pack] if cmd == ["promtool"] else [*cmd, "rules", "check", pack],
+            cwd=PACKS, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "SUCCESS" in done.stdout
+
+
+@needs_promtool
+@pytest.mark.parametrize("pack", sorted(EXPECTED))
+def test_the_pack_tests_pass_in_promtool_and_in_gpuwatch_alike(pack: str) -> None:
+    test_file = f"tests/{pack.replace('.yaml', '.test.yaml')}"
+    results = [
+        subprocess.run(
+            [*cmd, test_file], cwd=PACKS, capture_output=True, text=True, timeout=120, check=False
+        )
+        for cmd in (
+            ["promtool", "test", "rules"],
+            [sys.executable, "-m", "gpuwatch", "rules", "test"],
+        )
+    ]
+    for done in results:
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert results[0].stdout == results[1].stdout

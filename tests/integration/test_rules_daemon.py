@@ -1,0 +1,136 @@
+"""Rules in the running daemon: the packs fire on simulated faults at once, alerts are served
+in Prometheus's shapes, and a bad rule file on reload leaves the old rules running."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import DaemonProcess, parse_metrics
+
+RULE = """\
+groups:
+  - name: mine
+    rules:
+      - alert: AllGpusUp
+        expr: count(gpuwatch_gpu_up == 1) == 8
+        labels:
+          severity: info
+"""
+
+
+def wait_for(check: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def firing(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:
+    alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+def unix_post(path: Path, target: str) -> tuple[int, dict[str, Any]]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        sock.connect(str(path))
+        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: gpuwatch\r\nContent-Length: 0\r\n"
+                     "Connection: close\r\n\r\n".encode())  # fmt: skip
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path) -> None:
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text("sampling:\n  interval: 5s\n")  # slow ticks: only the event can be this fast
+    daemon = run_daemon("--simulate", "fall_off_bus", "-c", str(config))
+    [alert] = wait_for(lambda: firing(daemon, "GpuFellOffBus"), timeout=30)
+    assert alert["labels"] == {
+        "alertname": "GpuFellOffBus",
+        "gpu": "1",
+        "severity": "critical",
+        "uuid": alert["labels"]["uuid"],
+    }
+    assert alert["annotations"]["summary"] == "GPU 1 fell off the bus"
+    assert alert["annotations"]["action"].startswith("Drain the node and reboot it.")
+    xid_logged = re.search(r"ts=(\S+) level=warning .*XID 79 on gpu=1", daemon.log())
+    assert xid_logged, daemon.log()
+    event_at = datetime.fromisoformat(xid_logged.group(1).replace("Z", "+00:00"))
+    active_at = datetime.fromisoformat(alert["activeAt"].replace("Z", "+00:00"))
+    assert 0 <= (active_at - event_at).total_seconds() < 1.0
+
+    metrics = parse_metrics(daemon.metrics())
+    assert [labels for labels, _ in metrics["gpuwatch_alerts"]] == [
+        {**alert["labels"], "alertstate": "firing"}
+    ]
+    groups = daemon.json("/api/v1/rules")["data"]["groups"]
+    assert {g["name"] for g in groups} == {
+        "gpuwatch-hardware", "gpuwatch-thermal-power", "gpuwatch-training", "gpuwatch-self",
+    }  # fmt: skip
+    rules = [r for g in groups for r in g["rules"]]
+    assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
+    [fell] = [r for r in rules if r["name"] == "GpuFellOffBus"]
+    assert fell["state"] == "firing" and fell["type"] == "alerting"
+
+
+def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path: Path) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(RULE)
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(f"rules:\n  files: [{rules}]\n")
+    daemon = run_daemon("--simulate", "healthy", "-c", str(config))
+    wait_for(lambda: firing(daemon, "AllGpusUp"))
+    sock = tmp_path / "d0" / "state" / "gpuwatch.sock"
+
+    rules.write_text(RULE.replace("== 8", "== "))
+    status, body = unix_post(sock, "/-/reload")
+    assert status == 400
+    assert body["error"].startswith(f'{rules}:5: group "mine" alert "AllGpusUp": expr: parse error')
+
+    def evaluated_after(moment: str) -> bool:
+        [group] = daemon.json("/api/v1/rules")["data"]["groups"]
+        return bool(group["lastEvaluation"] > moment)
+
+    [group] = daemon.json("/api/v1/rules")["data"]["groups"]
+    wait_for(lambda: evaluated_after(group["lastEvaluation"]))  # the old rule still evaluates
+    assert firing(daemon, "AllGpusUp")
+    assert "gpuwatch_rules_last_reload_successful 0.0" in daemon.metrics()
+
+    # Fixed, and reloaded by SIGHUP as systemd's ExecReload does.
+    rules.write_text(RULE.replace("AllGpusUp", "EightGpusUp"))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: firing(daemon, "EightGpusUp"))
+    assert not firing(daemon, "AllGpusUp")
+    assert "gpuwatch_rules_last_reload_successful 1.0" in daemon.metrics()
+
+
+def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(RULE.replace("expr: count(gpuwatch_gpu_up == 1) == 8", "expr: up[5m:1m]"))
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(f"rules:\n  files: [{rules}]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "run", "--simulate", "healthy", "-c", str(config),
+         "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        f'{rules}:5: group "mine" alert "AllGpusUp": expr: '
+        "unsupported in gpuwatch's PromQL subset: subquery [range:step]"
+    ) in done.stderr

@@ -1,0 +1,141 @@
+"""The rules engine in the daemon: alert state across restarts and reloads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuwatch.model import Sample
+from gpuwatch.rules.alerting import AlertState
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.rules.views import alerts_payload
+from gpuwatch.store import Store
+
+T0 = 1_700_000_000.0
+
+RULES = """\
+groups:
+  - name: test
+    rules:
+      - alert: EccStorm
+        expr: ecc_rate > 10
+        for: 5m
+        labels:
+          severity: critical
+        annotations:
+          summary: "GPU {{ $labels.gpu }} at {{ $value }}"
+"""
+
+
+def engine_for(rules: Path, state: Path) -> RuleEngine:
+    engine = RuleEngine(Store(3600), [str(rules)], 1.0, state)
+    engine.load()
+    return engine
+
+
+def feed(engine: RuleEngine, start: float, end: float, value: float) -> list[str]:
+    """Sample `ecc_rate` every 10 s and evaluate after each; the transitions, in order."""
+    seen = []
+    t = start
+    while t <= end:
+        engine.store.ingest("nvml", t, [Sample("ecc_rate", (("gpu", "3"),), value)])
+        for tr in engine.evaluate(t):
+            seen.append(f"{tr.rule} {tr.old.value}->{tr.new.value} at +{tr.time - T0:.0f}s")
+        t += 10
+    return seen
+
+
+def states(engine: RuleEngine) -> list[tuple[str, float]]:
+    return [
+        (a.state.value, a.active_at) for r in engine.alerting_rules() for a in r.active.values()
+    ]
+
+
+def test_a_pending_alert_fires_on_schedule_after_a_restart(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    first = engine_for(rules, tmp_path)
+    assert feed(first, T0, T0 + 120, 50.0) == []
+    assert states(first) == [("pending", T0)]
+
+    # Restart: a new engine with an empty store, 60 s later. The alert is still pending since
+    # T0, so it fires 5 minutes after T0, not 5 minutes after the restart.
+    second = engine_for(rules, tmp_path)
+    assert states(second) == [("pending", T0)]
+    assert feed(second, T0 + 180, T0 + 400, 50.0) == ["EccStorm pending->firing at +300s"]
+
+
+def test_a_firing_alert_does_not_fire_again_after_a_restart(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    first = engine_for(rules, tmp_path)
+    assert feed(first, T0, T0 + 310, 50.0) == ["EccStorm pending->firing at +300s"]
+
+    second = engine_for(rules, tmp_path)
+    assert states(second) == [("firing", T0)]
+    assert feed(second, T0 + 320, T0 + 400, 50.0) == []
+    assert feed(second, T0 + 410, T0 + 420, 0.0) == ["EccStorm firing->inactive at +410s"]
+    saved = json.loads((tmp_path / "alerts.json").read_text())
+    [alert] = next(iter(saved["rules"].values()))
+    assert alert["state"] == "inactive"
+    assert alert["resolved_at"] == T0 + 410
+
+
+def test_a_pending_alert_that_clears_while_down_is_dropped_silently(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    first = engine_for(rules, tmp_path)
+    feed(first, T0, T0 + 60, 50.0)
+    second = engine_for(rules, tmp_path)
+    assert feed(second, T0 + 600, T0 + 700, 1.0) == []
+    assert states(second) == []
+
+
+def test_a_bad_file_on_reload_keeps_the_old_rules_evaluating(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    engine = engine_for(rules, tmp_path)
+    feed(engine, T0, T0 + 310, 50.0)
+
+    rules.write_text(RULES.replace("ecc_rate > 10", "rate(ecc_rate[5m:1m]) > 10"))
+    error = engine.reload()
+    assert error == (
+        f'{rules}:5: group "test" alert "EccStorm": expr: '
+        "unsupported in gpuwatch's PromQL subset: subquery [range:step]"
+    )
+    assert engine.last_reload_error == error
+    # The old rule still runs: the alert keeps firing, and it resolves when the value drops.
+    feed(engine, T0 + 320, T0 + 330, 50.0)
+    assert [a["state"] for a in alerts_payload(engine)["alerts"]] == ["firing"]
+    reload_ok = engine.store.select("gpuwatch_rules_last_reload_successful")[0]
+    assert reload_ok.last_value == 0.0
+    assert feed(engine, T0 + 340, T0 + 340, 0.0) == ["EccStorm firing->inactive at +340s"]
+
+
+def test_a_good_reload_keeps_the_state_of_rules_that_stay(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    engine = engine_for(rules, tmp_path)
+    feed(engine, T0, T0 + 310, 50.0)
+    rules.write_text(RULES.replace("at {{ $value }}", "is at {{ $value }}/s"))
+    assert engine.reload() == ""
+    assert feed(engine, T0 + 320, T0 + 320, 50.0) == []  # still firing: no second page
+    [alert] = alerts_payload(engine)["alerts"]
+    assert alert["annotations"] == {"summary": "GPU 3 is at 50/s"}
+    assert alert["state"] == AlertState.FIRING.value
+
+
+def test_firing_alerts_are_exported_as_gpuwatch_alerts(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    engine = engine_for(rules, tmp_path)
+    feed(engine, T0, T0 + 310, 50.0)
+    # The pending series went stale when the alert fired, as Prometheus's ALERTS does.
+    [series] = [s for s in engine.store.select("gpuwatch_alerts") if not s.stale]
+    assert dict(series.labels) == {
+        "alertname": "EccStorm",
+        "alertstate": "firing",
+        "gpu": "3",
+        "severity": "critical",
+    }
+    assert engine.store.select("ecc_rate") and not engine.store.select("EccStorm")
