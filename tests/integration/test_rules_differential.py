@@ -104,14 +104,18 @@ def results(stderr: str) -> dict[tuple[str, str], object]:
     return out
 
 
+def close(x: float, y: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return x == y or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+
+
 def same(a: object, b: object) -> bool:
     if not isinstance(a, list) or not isinstance(b, list):
         return a == b
     return len(a) == len(b) and all(
-        x[0] == y[0]
-        and (x[1] == y[1] or (math.isnan(x[1]) and math.isnan(y[1])) or math.isclose(x[1], y[1], rel_tol=1e-9, abs_tol=1e-12))
-        for x, y in zip(a, b, strict=True)
-    )  # fmt: skip
+        x[0] == y[0] and close(x[1], y[1]) for x, y in zip(a, b, strict=True)
+    )
 
 
 @pytest.mark.parametrize("seed", range(1, int(os.environ.get("GPUWATCH_DIFF_SEEDS", "8")) + 1))
