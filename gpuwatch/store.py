@@ -22,7 +22,7 @@ from gpuwatch.promql.window import count_drops
 
 RUN_CAPACITY = 512
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
-TRIM_EVERY = 64  # batches between retention sweeps
+TRIM_EVERY_S = 60.0  # data time between retention sweeps (a sweep visits every series)
 DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 
 STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
@@ -260,7 +260,7 @@ class Store:
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[SeriesKey, Series]] = {}
         self._current: dict[str, set[SeriesKey]] = {}
-        self._batches = 0
+        self._next_trim = -math.inf
         self.generation = 0  # bumps on every ingest; lets readers cache per cycle
         self.layout = 0  # bumps when a series is created or dropped; lets selections cache
 
@@ -290,8 +290,8 @@ class Store:
                 gone.append(index, time, STALE_NAN)
         self._current[source] = seen
         self.generation += 1
-        self._batches += 1
-        if self._batches % TRIM_EVERY == 0:
+        if time >= self._next_trim:
+            self._next_trim = time + TRIM_EVERY_S
             self._trim(time - self.retention)
 
     def _trim(self, cutoff: float) -> None:

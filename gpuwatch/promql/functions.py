@@ -114,14 +114,10 @@ def _avg_over_time(w: Window) -> float:
 
 
 def _extreme(w: Window, pick: Callable[[Sequence[float]], float]) -> float:
+    """min/max_over_time: NaN only when every sample is NaN, as Prometheus does."""
     values = w.values()
-    try:
-        return pick(values) if not any(map(math.isnan, values)) else _extreme_nan(values, pick)
-    except ValueError:
-        return math.nan
-
-
-def _extreme_nan(values: Sequence[float], pick: Callable[[Sequence[float]], float]) -> float:
+    if not math.isnan(sum(values)):  # C-speed check: no NaN (and no +Inf meeting -Inf)
+        return pick(values)
     real = [v for v in values if not math.isnan(v)]
     return pick(real) if real else math.nan
 
