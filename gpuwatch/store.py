@@ -3,7 +3,8 @@
 Each source's batches share one timeline of timestamps, so a series stores only its values.
 Values are kept in runs: a run holds consecutive batch indices of one series, as a single
 number while it stays constant (most error counters, limits and link states) and as a packed
-array of doubles once it varies. Runs are capped, so retention frees memory run by run.
+array of doubles once it varies. Varying runs are capped, so retention frees memory run by run;
+a constant run holds no per-sample data and grows as long as its value holds.
 
 A series missing from its source's next batch gets a stale marker at that batch's time, as
 Prometheus does: it stops appearing in instant lookups from then on, and history shows a gap.
@@ -18,9 +19,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuwatch.model import Labels, Sample
-from gpuwatch.promql.window import count_drops
+from gpuwatch.promql.window import CounterStats, count_drops
 
-RUN_CAPACITY = 512
+RUN_CAPACITY = 512  # samples in one varying run
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
 TRIM_EVERY_S = 60.0  # data time between retention sweeps (a sweep visits every series)
 DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
@@ -126,17 +127,20 @@ class Series:
         self.last_index, self.last_time, self.last_value = index, time, value
         self.stale = is_stale_marker(value)
         run = self.runs[-1] if self.runs else None
-        if self.stale or run is None or run.stale or run.end != index or run.count >= RUN_CAPACITY:
+        if self.stale or run is None or run.stale or run.end != index:
             self.runs.append(_Run(index, value, self.stale))
             return
         if run.values is None:
             if _same(value, run.const):
-                run.count += 1
+                run.count += 1  # a constant run costs nothing per sample: no cap
                 return
             if run.count >= CONST_RUN_MIN:
                 self.runs.append(_Run(index, value))
                 return
             run.values = array("d", [run.const]) * run.count
+        elif run.count >= RUN_CAPACITY:
+            self.runs.append(_Run(index, value))
+            return
         if value < run.values[-1]:
             run.drops = True
         run.values.append(value)
@@ -172,6 +176,50 @@ class Series:
                     parts.append((run, a, b))
                     length += b - a
         return RunWindow(tl, parts, length)
+
+    def counter_stats(self, start: float, end: float) -> CounterStats | None:
+        """promql.window.counter_stats of (start, end], in one pass without building a window."""
+        tl = self.timeline
+        times, base = tl.times, tl.first
+        lo = base + bisect_right(times, start)
+        hi = base + bisect_right(times, end)
+        if hi - lo < 2:
+            return None
+        runs = self.runs
+        i = len(runs) - 1
+        last_run = runs[i]
+        if last_run.values is None and last_run.start <= lo and not last_run.stale:
+            if last_run.start + last_run.count >= hi:  # flat throughout: most error counters
+                c = last_run.const
+                return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
+        while i > 0 and runs[i].start > lo:
+            i -= 1
+        n = 0
+        first_t = first_v = last_t = last_v = 0.0
+        drops = 0.0
+        for run in runs[i:] if i else runs:
+            s = run.start
+            if s >= hi:
+                break
+            a = lo if lo > s else s
+            b = s + run.count
+            b = min(b, hi)
+            if a >= b or run.stale:
+                continue
+            values = run.values
+            head = run.const if values is None else values[a - s]
+            if n == 0:
+                first_t, first_v = times[a - base], head
+            elif head < last_v:
+                drops += last_v
+            if run.drops and values is not None:
+                drops += count_drops(values[a - s : b - s])[1]
+            last_t = times[b - 1 - base]
+            last_v = run.const if values is None else values[b - 1 - s]
+            n += b - a
+        if n < 2:
+            return None
+        return n, first_t, first_v, last_t, last_v, drops
 
     def samples(self, start: float, end: float) -> list[tuple[float, float]]:
         """(time, value) pairs with start < time <= end, without stale markers."""

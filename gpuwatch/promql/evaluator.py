@@ -25,7 +25,7 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.promql.window import Window
+from gpuwatch.promql.window import CounterStats, Window
 
 DEFAULT_LOOKBACK_S = 300.0
 MEMO_LIMIT = 100_000  # label sets remembered per aggregation before the memo starts over
@@ -40,6 +40,7 @@ class SeriesView(Protocol):
     def labels(self) -> tuple[tuple[str, str], ...]: ...
     def metric(self) -> Labels: ...
     def window(self, start: float, end: float) -> Window: ...
+    def counter_stats(self, start: float, end: float) -> CounterStats | None: ...
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None: ...
 
 

@@ -25,7 +25,7 @@ from gpuwatch.promql.values import (
     label_value,
     with_label,
 )
-from gpuwatch.promql.window import Window
+from gpuwatch.promql.window import CounterStats, Window
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
@@ -34,23 +34,23 @@ if TYPE_CHECKING:
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def _extrapolated(w: Window, start: float, end: float, counter: bool, rate: bool) -> float | None:
+def _extrapolated(
+    stats: CounterStats | None, start: float, end: float, counter: bool, rate: bool
+) -> float | None:
     """rate/increase/delta: Prometheus 3's extrapolation towards the window's edges."""
-    n = len(w)
-    if n < 2:
+    if stats is None:
         return None
-    first_t, first_v = w.first()
-    last_t, last_v = w.last()
+    n, first_t, first_v, last_t, last_v, drops = stats
     result = last_v - first_v
     if counter:
-        result += w.drops()[1]
-    if result == 0 and last_t > first_t:
-        return 0.0  # a flat series, the common case: no extrapolation can change it
-    to_start = first_t - start
-    to_end = end - last_t
+        result += drops
     sampled = last_t - first_t
     if sampled <= 0:
         return None
+    if result == 0:
+        return 0.0  # a flat series, the common case: no extrapolation can change it
+    to_start = first_t - start
+    to_end = end - last_t
     average = sampled / (n - 1)
     threshold = average * 1.1
     if to_start >= threshold:
@@ -257,11 +257,18 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     end = t - (offset.total_seconds() if offset else 0.0)
     start = end - arg.range.total_seconds()
     out: Vector = []
+    if name in ("rate", "increase", "delta"):
+        # The hot path of the shipped packs: one pass per series, no window object.
+        counter, rate = name != "delta", name == "rate"
+        for series in ev.selection(arg.vector_selector).select(ev.querier):
+            result = _extrapolated(series.counter_stats(start, end), start, end, counter, rate)
+            if result is not None:
+                out.append(VSample(drop_name(series.metric()), result, t))
+        out.sort(key=lambda sample: sample.metric)
+        return out
     for s in ev.matrix_selector(arg, t):
         value: float | None
-        if name in ("rate", "increase", "delta"):
-            value = _extrapolated(s.window, start, end, name != "delta", name == "rate")
-        elif name in ("irate", "idelta"):
+        if name in ("irate", "idelta"):
             value = _instant_rate(s.window, name == "irate", name == "irate")
         elif name == "deriv":
             w = s.window

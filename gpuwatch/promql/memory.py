@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.promql.window import ListWindow
+from gpuwatch.promql.window import CounterStats, ListWindow, counter_stats
 from gpuwatch.store import STALE_NAN, is_stale_marker
 
 
@@ -36,6 +36,9 @@ class MemorySeries:
         lo, hi = bisect_right(self.times, start), bisect_right(self.times, end)
         keep = [i for i in range(lo, hi) if not is_stale_marker(self.values[i])]
         return ListWindow([self.times[i] for i in keep], [self.values[i] for i in keep])
+
+    def counter_stats(self, start: float, end: float) -> CounterStats | None:
+        return counter_stats(self.window(start, end))
 
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None:
         i = bisect_right(self.times, t) - 1

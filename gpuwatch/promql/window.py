@@ -8,6 +8,17 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Protocol
 
+# (samples, first time, first value, last time, last value, sum of the values before each drop)
+CounterStats = tuple[int, float, float, float, float, float]
+
+
+def counter_stats(window: Window) -> CounterStats | None:
+    """What rate/increase/delta need of a window; None with fewer than two samples."""
+    if len(window) < 2:
+        return None
+    (first_t, first_v), (last_t, last_v) = window.first(), window.last()
+    return len(window), first_t, first_v, last_t, last_v, window.drops()[1]
+
 
 class Window(Protocol):
     def __len__(self) -> int: ...
