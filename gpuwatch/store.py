@@ -188,10 +188,10 @@ class Series:
         runs = self.runs
         i = len(runs) - 1
         last_run = runs[i]
-        if last_run.values is None and last_run.start <= lo and not last_run.stale:
-            if last_run.start + last_run.count >= hi:  # flat throughout: most error counters
-                c = last_run.const
-                return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
+        flat = last_run.values is None and not last_run.stale  # most error counters
+        if flat and last_run.start <= lo and last_run.start + last_run.count >= hi:
+            c = last_run.const
+            return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
         while i > 0 and runs[i].start > lo:
             i -= 1
         n = 0
