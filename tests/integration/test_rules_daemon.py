@@ -79,9 +79,14 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
         {**alert["labels"], "alertstate": "firing"}
     ]
     groups = daemon.json("/api/v1/rules")["data"]["groups"]
-    assert {g["name"] for g in groups} == {
-        "gpuwatch-hardware", "gpuwatch-thermal-power", "gpuwatch-training", "gpuwatch-self",
-    }  # fmt: skip
+    assert {g["name"]: g["interval"] for g in groups} == {
+        "gpuwatch-hardware": 5.0,
+        "gpuwatch-hardware-trends": 15.0,
+        "gpuwatch-thermal-power": 5.0,
+        "gpuwatch-training": 5.0,
+        "gpuwatch-training-trends": 15.0,
+        "gpuwatch-self": 5.0,
+    }  # fmt: skip (the default interval is the sampling interval, 5 s in this test)
     rules = [r for g in groups for r in g["rules"]]
     assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
     [fell] = [r for r in rules if r["name"] == "GpuFellOffBus"]
