@@ -139,7 +139,7 @@ class Daemon:
         self.store.ingest(self.source.name, batch.time, samples)
         if self.rules is not None:
             everything, self._evaluate_everything = self._evaluate_everything, False
-            self.rules.evaluate(self.clock.now(), everything)
+            await self.rules.evaluate_off_loop(self.clock.now(), everything)
 
     def _judge(
         self, gpus: list[GpuState], samples: list[Sample]

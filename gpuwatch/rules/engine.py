@@ -4,6 +4,7 @@ and reloads without losing state or, on a bad file, without losing the old rules
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ from gpuwatch.yamlfile import FileError
 log = logging.getLogger(__name__)
 
 SELF_SOURCE = "rules:self"
+Write = tuple[str, float, list[Sample]]  # (source, time, samples) for the shared store
 EARLY_TOLERANCE = 0.05  # a group due within this fraction of its interval is evaluated now
 
 
@@ -117,21 +119,47 @@ class RuleEngine:
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, now: float, everything: bool = False) -> list[Transition]:
         """Evaluate the groups that are due (all of them when `everything`)."""
+        transitions, writes = self.compute(now, everything)
+        self.commit(now, transitions, writes)
+        return transitions
+
+    async def evaluate_off_loop(self, now: float, everything: bool = False) -> list[Transition]:
+        """evaluate() with the PromQL work in a worker thread, so the event loop keeps serving.
+
+        The caller must not ingest into the store until this returns (the daemon's sampling
+        loop awaits it); the thread writes only to the rules' own store, and the alert series
+        are written to the shared store back on the loop.
+        """
+        transitions, writes = await asyncio.to_thread(self.compute, now, everything)
+        self.commit(now, transitions, writes)
+        return transitions
+
+    def compute(self, now: float, everything: bool) -> tuple[list[Transition], list[Write]]:
+        """Run the due groups; the alert series to write to the shared store are returned."""
         transitions: list[Transition] = []
+        writes: list[Write] = []
+
+        def sink(source: str, t: float, samples: list[Sample]) -> None:
+            if source.startswith(ALERT_SOURCE_PREFIX):
+                writes.append((source, t, samples))
+            else:
+                self.recorded.ingest(source, t, samples)
+
         for group in self.groups:
-            interval = self.interval(group)
             last = group.last_evaluation
-            if (
-                not everything
-                and last is not None
-                and now - last < interval * (1 - EARLY_TOLERANCE)
-            ):
+            due = last is None or now - last >= self.interval(group) * (1 - EARLY_TOLERANCE)
+            if not (everything or due):
                 continue
-            transitions += group.evaluate(self.evaluator, now, self._sink)
+            transitions += group.evaluate(self.evaluator, now, sink)
             failed = sum(1 for r in group.rules if r.status.health == "err")
             if failed:
                 key = group.definition.key
                 self.failures[key] = self.failures.get(key, 0) + failed
+        return transitions, writes
+
+    def commit(self, now: float, transitions: list[Transition], writes: list[Write]) -> None:
+        for source, at, samples in writes:
+            self.store.ingest(source, at, samples)
         self.store.ingest(SELF_SOURCE, now, self._self_samples())
         for t in transitions:
             log.info(
@@ -139,11 +167,6 @@ class RuleEngine:
                 " ".join(f"{k}={v}" for k, v in t.alert.labels if k != "alertname"),
             )  # fmt: skip
         self._persist()
-        return transitions
-
-    def _sink(self, source: str, t: float, samples: list[Sample]) -> None:
-        target = self.store if source.startswith(ALERT_SOURCE_PREFIX) else self.recorded
-        target.ingest(source, t, samples)
 
     def _self_samples(self) -> list[Sample]:
         out = [Sample(m.RULES_LAST_RELOAD_SUCCESSFUL, (), 0.0 if self.last_reload_error else 1.0)]
