@@ -93,6 +93,15 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
     assert fell["state"] == "firing" and fell["type"] == "alerting"
 
 
+def test_an_xid_alert_keeps_firing_after_the_event(run_daemon: Any) -> None:
+    daemon = run_daemon("--simulate", "xid")  # XID 48 on GPU 1 at 10 s, once
+    [alert] = wait_for(lambda: firing(daemon, "GpuXidCritical"), timeout=30)
+    assert alert["labels"]["xid"] == "48" and alert["labels"]["gpu"] == "1"
+    time.sleep(3)  # later cycles see the counter flat; the alert stays for 10 minutes
+    assert firing(daemon, "GpuXidCritical") == [alert]
+    assert "GpuXidCritical firing -> inactive" not in daemon.log()
+
+
 def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path: Path) -> None:
     rules = tmp_path / "mine.yaml"
     rules.write_text(RULE)
