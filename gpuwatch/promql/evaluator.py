@@ -113,12 +113,12 @@ class Evaluator:
     def __init__(self, querier: Querier, lookback: float = DEFAULT_LOOKBACK_S) -> None:
         self.querier = querier
         self.lookback = lookback
-        self._selections: dict[int, Selection] = {}
-        self._aggregations: dict[int, tuple[str, Callable[[Labels], Labels]]] = {}
+        self._selections: dict[str, Selection] = {}
+        self._aggregations: dict[str, tuple[str, Callable[[Labels], Labels]]] = {}
 
     def selection(self, selector: pp.VectorSelector) -> Selection:
         # AST nodes are rebuilt on each attribute access; key by their text instead.
-        key = hash(str(selector))
+        key = str(selector)
         found = self._selections.get(key)
         if found is None:
             found = self._selections[key] = Selection(selector)
@@ -126,7 +126,7 @@ class Evaluator:
 
     def _aggregation(self, expr: pp.AggregateExpr) -> tuple[str, Callable[[Labels], Labels]]:
         """The operator and a memoised grouping function of an aggregation node."""
-        key = hash(str(expr))
+        key = str(expr)
         found = self._aggregations.get(key)
         if found is None:
             memo: dict[Labels, Labels] = {}
