@@ -20,13 +20,16 @@ from gpuwatch.exporters.prometheus import (
     wants_openmetrics,
 )
 from gpuwatch.health import with_sampling_problem
+from gpuwatch.journal import event_json
 from gpuwatch.rules.views import alerts_payload, rules_payload
+from gpuwatch.timefmt import parse_since
 from gpuwatch.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
 
 GPU_PREFIX = "gpuwatch_gpu_"
 MAX_HISTORY_POINTS = 11_000  # Prometheus's own limit on points per series in a range query
+MAX_EVENTS = 10_000  # per /api/v1/events answer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -155,6 +158,7 @@ class Api:
         app.router.add_get("/api/v1/gpus", self.gpus)
         app.router.add_get("/api/v1/history", self.history)
         app.router.add_get("/api/v1/alerts", self.alerts)
+        app.router.add_get("/api/v1/events", self.events)
         app.router.add_get("/api/v1/rules", self.rules)
         return app
 
@@ -186,6 +190,7 @@ class Api:
                 "/api/v1/gpus",
                 "/api/v1/alerts",
                 "/api/v1/rules",
+                "/api/v1/events?since=1h",
                 "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
             )
         )
@@ -225,6 +230,21 @@ class Api:
     async def alerts(self, request: web.Request) -> web.Response:
         engine = self.daemon.rules
         return _success(alerts_payload(engine) if engine is not None else {"alerts": []})
+
+    async def events(self, request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            since = parse_since(q.get("since", "1h"), self.daemon.clock.now())
+            limit = int(q.get("limit", str(MAX_EVENTS)))
+        except ValueError as exc:
+            return _bad_request(f"since/limit: {exc}")
+        limit = max(1, min(limit, MAX_EVENTS))
+        journal = self.daemon.journal
+        if journal is None:
+            found = [e for e in self.daemon.events.recent if e.time > since][-limit:]
+        else:
+            found = journal.events(since, limit, q.get("kind", ""))
+        return _success({"events": [event_json(e) for e in found]})
 
     async def rules(self, request: web.Request) -> web.Response:
         engine = self.daemon.rules

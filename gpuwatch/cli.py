@@ -8,6 +8,7 @@ import json
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
@@ -63,12 +64,20 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
     status.add_argument("--json", action="store_true", help="print the daemon's JSON")
 
+    events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")
+    events.add_argument("url", nargs="?", default=DEFAULT_URL)
+    events.add_argument("--since", default="1h", help="a duration (1h), RFC 3339 time or Unix time")
+    events.add_argument("--json", action="store_true", help="print the events as JSON lines")
+
     rules = sub.add_parser("rules", help="check and unit-test Prometheus rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
     rules_check = rules_sub.add_parser("check", help="check rule files (file:line on any error)")
     rules_check.add_argument("files", nargs="+", metavar="FILE")
     rules_test = rules_sub.add_parser("test", help="run promtool-format rule unit tests")
     rules_test.add_argument("files", nargs="+", metavar="FILE")
+
+    xid = sub.add_parser("xid", help="what an XID means and what to do about it")
+    xid.add_argument("code", nargs="?", type=int, help="the XID number (all of them without one)")
 
     sim = sub.add_parser("sim", help="the simulator")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SUBCOMMAND")
@@ -194,6 +203,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    base = args.url.rstrip("/")
+    query = urllib.parse.urlencode({"since": args.since})
+    try:
+        payload = _fetch_json(f"{base}/api/v1/events?{query}")
+    except urllib.error.HTTPError as exc:
+        return _fail(f"{base}: {json.load(exc).get('error', exc.reason)}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return _fail(f"{base} unreachable: {reason}", EXIT_UNREACHABLE)
+    events = payload.get("data", {}).get("events", [])
+    for event in events:
+        if args.json:
+            print(json.dumps(event))
+            continue
+        gpu = event.get("gpu")
+        gpu_text = "-" if gpu is None else f"GPU {gpu}"
+        print(f"{event['time']}  {event['kind']:<16} {gpu_text:<7} {event['message']}")
+    if not events and not args.json:
+        print(f"no events since {args.since}")
+    return 0
+
+
 def cmd_sim_list(_args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -234,6 +266,27 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_xid(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpuwatch.xid import CATALOG, lookup
+
+    if args.code is not None:
+        xid = lookup(args.code)
+        print(f"XID {xid.code}: {xid.meaning}")
+        print(f"class:  {xid.xid_class}")
+        print(f"action: {xid.action}")
+        return 0 if args.code in CATALOG else 1
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("XID", "class", "meaning", "action"):
+        table.add_column(column, justify="right" if column == "XID" else "left")
+    for code, xid in sorted(CATALOG.items()):
+        table.add_row(str(code), xid.xid_class, xid.meaning, xid.action)
+    Console().print(table)
+    return 0
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     path = args.config or args.file
     try:
@@ -254,8 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_demo(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "events":
+        return cmd_events(args)
     if args.command == "rules":
         return cmd_rules(args)
+    if args.command == "xid":
+        return cmd_xid(args)
     if args.command == "sim":
         return cmd_sim_list(args)
     return cmd_config_check(args)

@@ -47,6 +47,11 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalConfig:
+    retention: float = 30 * 86400.0
+
+
+@dataclass(frozen=True, slots=True)
 class RulesConfig:
     # Rule files and globs; None means the packs shipped with gpuwatch.
     files: tuple[str, ...] | None = None
@@ -63,6 +68,7 @@ class Config:
     store: StoreConfig = StoreConfig()
     log: LogConfig = LogConfig()
     rules: RulesConfig = RulesConfig()
+    journal: JournalConfig = JournalConfig()
     source: str | None = None  # the file it was read from, None for defaults
 
     def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
@@ -114,7 +120,9 @@ def from_doc(doc: YamlDoc) -> Config:
     r = Checker(doc)
     base = Config()
     top = r.section(
-        doc.data, (), ("listen", "state_dir", "node_name", "sampling", "store", "log", "rules")
+        doc.data,
+        (),
+        ("listen", "state_dir", "node_name", "sampling", "store", "log", "rules", "journal"),
     )
 
     s = r.section(
@@ -141,6 +149,10 @@ def from_doc(doc: YamlDoc) -> Config:
         files=r.value(ru, ("rules",), "files", _paths(doc.file), None),
         interval=r.value(ru, ("rules",), "interval", _positive_duration, None),
     )
+    jo = r.section(top.get("journal"), ("journal",), ("retention",))
+    journal = JournalConfig(
+        retention=r.value(jo, ("journal",), "retention", _positive_duration, 30 * 86400.0),
+    )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", _text, base.state_dir),
@@ -149,6 +161,7 @@ def from_doc(doc: YamlDoc) -> Config:
         store=store,
         log=log,
         rules=rules,
+        journal=journal,
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

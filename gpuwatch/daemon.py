@@ -13,6 +13,7 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.health import Verdict, active_clock_events, gpu_verdict, health_samples, node_verdict
+from gpuwatch.journal import Journal
 from gpuwatch.model import Batch, Event, GpuState, Sample
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
@@ -57,13 +58,18 @@ class Daemon:
         clock: Clock,
         source: Source,
         events: EventLog,
+        *,
         rules: RuleEngine | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.source = source
         self.store = rules.store if rules is not None else Store(config.store.retention)
         self.rules = rules
+        self.journal = journal
+        if journal is not None:
+            events.listeners.append(journal.record)  # on disk before anything else acts on it
         self._urgent = asyncio.Event()
         self._evaluate_everything = False
         events.listeners.append(self._on_event)
@@ -139,7 +145,9 @@ class Daemon:
         self.store.ingest(self.source.name, batch.time, samples)
         if self.rules is not None:
             everything, self._evaluate_everything = self._evaluate_everything, False
-            await self.rules.evaluate_off_loop(self.clock.now(), everything)
+            transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
+            for transition in transitions:
+                self.events.publish(transition.as_event())
 
     def _judge(
         self, gpus: list[GpuState], samples: list[Sample]

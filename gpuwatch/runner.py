@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.journal import Journal
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
@@ -77,6 +79,8 @@ class Running:
         await self.runner.cleanup()
         await self.control.cleanup()
         await self.daemon.stop()
+        if self.daemon.journal is not None:
+            self.daemon.journal.close()
 
 
 def load_rules(config: Config, state_dir: Path) -> RuleEngine:
@@ -96,9 +100,13 @@ def load_rules(config: Config, state_dir: Path) -> RuleEngine:
 async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
     state_dir = prepare_state_dir(config.state_dir)
     rules = load_rules(config, state_dir)
+    try:
+        journal = Journal(state_dir, config.journal.retention)
+    except sqlite3.Error as exc:
+        raise StartupError(f"journal in {state_dir}: {exc}") from exc
     events = EventLog()
     source = NvmlSource(nvml, clock, config.sampling, events.publish)
-    daemon = Daemon(config, clock, source, events, rules)
+    daemon = Daemon(config, clock, source, events, rules=rules, journal=journal)
     host, port = parse_listen(config.listen)
     try:
         runner, bound = await start_http(Api(daemon), host, port)

@@ -14,6 +14,7 @@ from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuSta
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter
+from gpuwatch.xid import lookup
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +157,10 @@ class NvmlSource:
         counts[code] = counts.get(code, 0) + 1
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
-        log.warning("XID %d on gpu=%s uuid=%s", code, index, uuid)
-        self._on_event(
-            Event(
-                self._clock.now(), "xid", index, uuid, f"XID {code} on GPU {index}", {"xid": code}
-            )
-        )
+        xid = lookup(code)
+        log.warning("XID %d on gpu=%s uuid=%s: %s", code, index, uuid, xid.meaning)
+        message = f"XID {code} on GPU {index}: {xid.meaning}"
+        self._on_event(Event(self._clock.now(), "xid", index, uuid, message, xid.as_data()))
 
     def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
         if status == gpu.status and reason == gpu.reason:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuwatch.model import Sample
+from gpuwatch.model import Event, Sample
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
 from gpuwatch.rules.files import GroupDef, RuleDef
@@ -59,6 +59,20 @@ class Transition:
     old: AlertState
     new: AlertState
     time: float
+
+    def as_event(self) -> Event:
+        labels, annotations = dict(self.alert.labels), dict(self.alert.annotations)
+        state = "firing" if self.new == AlertState.FIRING else "resolved"
+        summary = annotations.get("summary", "")
+        gpu = labels.get("gpu", "")
+        return Event(
+            self.time,
+            "alert",
+            int(gpu) if gpu.isdigit() else None,
+            labels.get("uuid"),
+            f"{self.rule} {state}" + (f": {summary}" if summary else ""),
+            {"alertname": self.rule, "state": state, "severity": labels.get("severity", "")},
+        )
 
 
 @dataclass(slots=True)

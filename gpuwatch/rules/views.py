@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from gpuwatch.gofmt import format_e
 from gpuwatch.rules.alerting import Alert, AlertingRule, AlertState, RecordingRule
 from gpuwatch.rules.engine import RuleEngine
-
-
-def rfc3339(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+from gpuwatch.timefmt import rfc3339
 
 
 def alert_json(alert: Alert) -> dict[str, Any]:

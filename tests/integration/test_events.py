@@ -1,0 +1,92 @@
+"""XID events end to end: the simulator's XID 48 becomes a journal entry with its meaning and
+action, a counter, an alert; the journal keeps it through a SIGKILL; `gpuwatch events` shows it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import parse_metrics, start_daemon, stop_daemon
+
+
+def wait_for(check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path, "--simulate", "xid")  # XID 48 on GPU 1 at 10 s
+    try:
+
+        def xids() -> list[dict[str, Any]]:
+            events = daemon.json("/api/v1/events?since=1h")["data"]["events"]
+            return [e for e in events if e["kind"] == "xid"]
+
+        [event] = wait_for(xids)
+        assert event["gpu"] == 1 and event["xid"] == 48
+        assert event["class"] == "critical"
+        assert event["meaning"] == "Double-bit ECC error"
+        assert event["action"].startswith("Reset the GPU")
+        assert event["message"] == "XID 48 on GPU 1: Double-bit ECC error"
+        assert event["time"].endswith("Z") and "." in event["time"]
+        metrics = parse_metrics(daemon.metrics())
+        assert [
+            (labels["gpu"], labels["xid"], value)
+            for labels, value in metrics["gpuwatch_gpu_xid_errors_total"]
+        ] == [("1", "48", 1.0)]
+
+        def alert_events() -> list[dict[str, Any]]:
+            events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
+            return [e for e in events if e["alertname"] == "GpuXidCritical"]
+
+        [alerted] = wait_for(alert_events)
+        assert alerted["state"] == "firing" and alerted["gpu"] == 1
+        shown = daemon.json("/api/v1/events")["data"]["events"]
+    finally:
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait(timeout=10)
+
+    # Restarted on the same state directory: everything the API had shown is still there.
+    again = start_daemon(tmp_path, "--simulate", "healthy")
+    try:
+        kept = again.json("/api/v1/events?since=1h")["data"]["events"]
+        assert kept[: len(shown)] == shown
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuwatch", "events", again.url, "--since", "1h"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "XID 48 on GPU 1: Double-bit ECC error" in done.stdout
+        assert "GpuXidCritical firing" in done.stdout
+        status, _, body = again.get("/api/v1/events?since=yesterday")
+        assert status == 400 and b"expected a duration" in body
+    finally:
+        assert stop_daemon(again) == 0, again.log()
+
+
+def test_gpuwatch_xid_explains_a_code() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "xid", "79"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == [
+        "XID 79: GPU has fallen off the bus",
+        "class:  critical",
+        "action: Drain the node and reboot it; reseat or RMA the GPU if it does not come back.",
+    ]
+    unknown = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "xid", "999"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert unknown.returncode == 1
+    assert "Not in NVIDIA's published XID catalog" in unknown.stdout

@@ -1,0 +1,84 @@
+"""The journal keeps events across restarts, answers by time, and forgets after retention."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.journal import Journal, event_json
+from gpuwatch.model import Event
+from gpuwatch.timefmt import parse_since
+from gpuwatch.xid import lookup
+
+T0 = 1_700_000_000.0
+
+
+def xid_event(t: float, code: int = 48) -> Event:
+    xid = lookup(code)
+    return Event(t, "xid", 1, "GPU-1", f"XID {code} on GPU 1: {xid.meaning}", xid.as_data())
+
+
+def test_events_survive_a_reopen_and_come_back_oldest_first(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, retention=86400)
+    for i in range(5):
+        journal.record(xid_event(T0 + i, 48 + i))
+    journal.close()  # what a restart sees; every record() committed on its own
+
+    again = Journal(tmp_path, retention=86400)
+    assert [e.data["xid"] for e in again.events(T0 + 1, 100)] == [50, 51, 52]
+    assert [e.data["xid"] for e in again.events(T0 - 1, 2)] == [51, 52]  # the newest 2
+    assert again.events(T0 - 1, 100, kind="alert") == []
+
+
+def test_an_event_as_json_carries_the_xid_meaning_and_action(tmp_path: Path) -> None:
+    assert event_json(xid_event(T0 + 0.25, 79)) == {
+        "time": "2023-11-14T22:13:20.250000Z",
+        "kind": "xid",
+        "gpu": 1,
+        "uuid": "GPU-1",
+        "message": "XID 79 on GPU 1: GPU has fallen off the bus",
+        "xid": 79,
+        "class": "critical",
+        "meaning": "GPU has fallen off the bus",
+        "action": "Drain the node and reboot it; reseat or RMA the GPU if it does not come back.",
+    }
+
+
+def test_old_entries_are_deleted_after_the_retention(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, retention=3600)
+    journal.record(xid_event(T0))
+    journal.record(xid_event(T0 + 7200))  # two hours later: the first is out of retention
+    assert [e.time for e in journal.events(0, 100)] == [T0 + 7200]
+
+
+def test_a_journal_that_cannot_be_written_is_logged_once_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = Journal(tmp_path, retention=3600)
+    journal._db.execute("DROP TABLE events")  # the same failure path as a full or broken disk
+    with caplog.at_level(logging.ERROR):
+        journal.record(xid_event(T0))
+        journal.record(xid_event(T0 + 1))
+    assert len([r for r in caplog.records if "cannot write" in r.message]) == 1
+
+
+def test_since_takes_durations_unix_times_and_rfc3339() -> None:
+    assert parse_since("1h", T0) == T0 - 3600
+    assert parse_since("1700000000.5", T0) == 1_700_000_000.5
+    assert parse_since("2023-11-14T22:13:20Z", T0) == T0
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_since("yesterday", T0)
+
+
+def test_the_catalog_has_every_xid_nvidia_documents() -> None:
+    documented = [8, 13, 31, 32, 43, 45, 46, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95,
+                  109, 110, 119, 120, 121, 136, 137, 140, 143, *range(144, 151), 154]  # fmt: skip
+    assert all(lookup(code).xid_class != "unknown" for code in documented)
+    assert {lookup(c).xid_class for c in (48, 74, 79, 94, 95, 119, 120, 140)} <= {
+        "critical",
+        "warning",
+    }
+    assert {lookup(c).xid_class for c in (13, 31, 43, 68)} == {"application"}
+    assert lookup(999).xid_class == "unknown"
