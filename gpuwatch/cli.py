@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
     status.add_argument("--json", action="store_true", help="print the daemon's JSON")
 
+    health = sub.add_parser(
+        "health", help="the node's verdict as an exit status: 0 healthy, 1 degraded, 2 unhealthy"
+    )
+    health.add_argument("url", nargs="?", default=DEFAULT_URL)
+
     events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")
     events.add_argument("url", nargs="?", default=DEFAULT_URL)
     events.add_argument("--since", default="1h", help="a duration (1h), RFC 3339 time or Unix time")
@@ -203,6 +208,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+HEALTH_EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
+    base = args.url.rstrip("/")
+    try:
+        node = _fetch_json(f"{base}/api/v1/node").get("data", {})
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"unreachable: {base}: {getattr(exc, 'reason', exc)}")
+        return EXIT_UNREACHABLE
+    verdict = str(node.get("verdict", "unknown"))
+    reasons = [str(r) for r in node.get("reasons", []) if r]
+    if verdict not in HEALTH_EXIT:
+        print(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
+        return EXIT_UNREACHABLE
+    if reasons:
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        why = reasons[0] + more
+    else:
+        why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
+    print(f"{verdict}: {why}")
+    return HEALTH_EXIT[verdict]
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     base = args.url.rstrip("/")
     query = urllib.parse.urlencode({"since": args.since})
@@ -307,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_demo(args)
     if args.command == "status":
         return cmd_status(args)
+    if args.command == "health":
+        return cmd_health(args)
     if args.command == "events":
         return cmd_events(args)
     if args.command == "rules":

@@ -90,3 +90,25 @@ def test_gpuwatch_xid_explains_a_code() -> None:
     )  # fmt: skip
     assert unknown.returncode == 1
     assert "Not in NVIDIA's published XID catalog" in unknown.stdout
+
+
+def health(url: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "health", url],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout.strip()
+
+
+def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None:
+    healthy = start_daemon(tmp_path / "healthy", "--simulate", "healthy")
+    lost = start_daemon(tmp_path / "lost", "--simulate", "fall_off_bus")  # GPU 1 at 10 s
+    try:
+        assert health(healthy.url) == (0, "healthy: 8 GPUs, nothing wrong")
+        _, line = wait_for(lambda: (r := health(lost.url))[0] == 2 and r)
+        assert line.startswith("unhealthy: GPU 1 is lost: NVML: GPU is lost")
+    finally:
+        assert stop_daemon(healthy) == 0
+        assert stop_daemon(lost) == 0
+    code, line = health(healthy.url)  # stopped: nobody answers
+    assert code == 3 and line.startswith(f"unreachable: {healthy.url}")
