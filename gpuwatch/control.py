@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from pathlib import Path
 
 from aiohttp import web
@@ -44,13 +45,22 @@ class ControlApi:
         return web.json_response({"status": "success", "data": {"groups": len(self.rules.groups)}})
 
 
-def _clear_stale_socket(path: Path) -> None:
-    if path.is_socket():
-        path.unlink()  # left behind by a daemon that did not stop cleanly
+def clear_stale_socket(path: Path) -> None:
+    """Remove a socket left behind by a daemon that did not stop cleanly; refuse to take one
+    that a running daemon still answers on (two daemons on one state directory)."""
+    if not path.is_socket():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()
+            return
+    raise OSError(f"another gpuwatch is serving on {path}; give each daemon its own state dir")
 
 
 async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
-    _clear_stale_socket(path)
+    clear_stale_socket(path)
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
     site = web.UnixSite(runner, str(path))

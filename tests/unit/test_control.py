@@ -1,0 +1,26 @@
+"""The control socket: a stale one is replaced, a live one is never stolen."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.control import clear_stale_socket
+
+
+def test_a_stale_socket_is_removed_and_a_live_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # the file stays, nobody listens: a daemon that was killed
+    clear_stale_socket(path)
+    assert not path.exists()
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as live:
+        live.bind(str(path))
+        live.listen()
+        with pytest.raises(OSError, match="another gpuwatch is serving"):
+            clear_stale_socket(path)
+        assert path.is_socket()
