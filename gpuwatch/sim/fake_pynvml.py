@@ -52,6 +52,30 @@ _LINK_SCOPED_FIELDS = {
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
     pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
 }
+# How hard the simulated faults hit: rates per second once a fault starts, and where.
+ECC_SBE_PER_S = 20.0  # a single-bit storm (XID 92)
+PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, above Gen5 x16's expected ~31
+NVLINK_CRC_PER_S = 500.0  # above DCGM's 100/s failure line
+FAULTY_LINK = 0  # the NVLink that nvlink_down and nvlink_crc_storm break
+RECOVERY_GPU_RESET = 1  # NVML's recovery action: GPU reset required
+
+
+def _ecc(gpu: SimGpu, field_id: int) -> int:
+    if field_id in (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL):
+        return gpu.fault_count("ecc_sbe", ECC_SBE_PER_S)
+    return gpu.fault_count("ecc_dbe", 0.0)
+
+
+def _remap(gpu: SimGpu, field_id: int) -> int:
+    if field_id == pynvml.NVML_FI_DEV_REMAPPED_UNC:
+        return gpu.fault_count("row_remap_pending", 0.0) + gpu.fault_count("row_remap_failure", 0.0)
+    if field_id == pynvml.NVML_FI_DEV_REMAPPED_PENDING:
+        return int(gpu.fault_now("row_remap_pending"))
+    if field_id == pynvml.NVML_FI_DEV_REMAPPED_FAILURE:
+        return int(gpu.fault_now("row_remap_failure"))
+    return 0
+
+
 # Field-value slots are filled through the ctypes descriptors: pynvml's struct __setattr__
 # override (string encoding) would otherwise cost more than the simulation itself.
 _FV = pynvml.c_nvmlFieldValue_t
@@ -255,9 +279,9 @@ class FakeNvml:
     def _field(self, gpu: SimGpu, reading: Any, field_id: int, scope: int) -> int | None:
         m = gpu.model
         if field_id in _ECC_FIELDS:
-            return 0
+            return _ecc(gpu, field_id)
         if field_id in _REMAP_FIELDS:
-            return 0 if m.has_row_remapping else None
+            return _remap(gpu, field_id) if m.has_row_remapping else None
         if field_id in _RETIRED_FIELDS:
             return None if m.has_row_remapping else 0
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
@@ -265,9 +289,9 @@ class FakeNvml:
         if field_id == pynvml.NVML_FI_DEV_ENERGY:
             return int(reading.energy_mj)
         if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
-            return 0
+            return gpu.fault_count("pcie_replay_storm", PCIE_REPLAYS_PER_S)
         if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-            return 0
+            return RECOVERY_GPU_RESET if gpu.fault_now("recovery_action") else 0
         if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
             return m.nvlinks if m.nvlinks else None
         if field_id in _LINK_SCOPED_FIELDS:
@@ -277,8 +301,11 @@ class FakeNvml:
                 return int(reading.nvlink_tx_kib[scope])
             if field_id == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
                 return int(reading.nvlink_rx_kib[scope])
+            faulty_link = scope == FAULTY_LINK
             if field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
-                return 1
+                return 0 if faulty_link and gpu.fault_now("nvlink_down") else 1
+            if field_id == pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC and faulty_link:
+                return gpu.fault_count("nvlink_crc_storm", NVLINK_CRC_PER_S)
             return 0
         if field_id in _CRC_DATA_LINK_FIELDS:
             return 0 if m.has_nvlink_crc_data else None

@@ -97,6 +97,20 @@ class SimGpu:
                 return f
         return None
 
+    def fault_count(self, kind: str, rate: float) -> int:
+        """Errors that faults of `kind` have produced by now: one at once, then `rate` a second
+        while the fault lasts. Counters only ever grow, as the hardware's do."""
+        elapsed = self.node.clock.now() - self.node.start
+        total = 0.0
+        for f in self.faults:
+            if f.kind == kind and elapsed >= f.at:
+                end = elapsed if f.duration is None else min(elapsed, f.at + f.duration)
+                total += 1 + rate * (end - f.at)
+        return int(total)
+
+    def fault_now(self, kind: str) -> bool:
+        return self.active(kind, self.node.clock.now()) is not None
+
     def lost(self, t: float) -> bool:
         return self.active("fall_off_bus", t) is not None
 
@@ -226,6 +240,18 @@ class SimGpu:
             return self._reading
 
 
+# The XID a real GPU logs when each fault begins.
+FAULT_XIDS = {
+    "fall_off_bus": XID_FELL_OFF_BUS,
+    "ecc_sbe": 92,  # excessive single-bit ECC rate
+    "ecc_dbe": 48,
+    "row_remap_pending": 63,
+    "row_remap_failure": 64,
+    "nvlink_down": 74,
+    "recovery_action": 154,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SimEvent:
     time: float
@@ -241,8 +267,7 @@ class SimNode:
         self.gpus = [SimGpu(self, i) for i in range(scenario.gpus)]
         events = []
         for f in scenario.faults:
-            if f.kind == "xid" and f.code is not None:
-                events.append(SimEvent(self.start + f.at, f.gpu, f.code))
-            elif f.kind == "fall_off_bus":
-                events.append(SimEvent(self.start + f.at, f.gpu, XID_FELL_OFF_BUS))
+            code = f.code if f.kind == "xid" else FAULT_XIDS.get(f.kind)
+            if code is not None:
+                events.append(SimEvent(self.start + f.at, f.gpu, code))
         self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))
