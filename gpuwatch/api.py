@@ -111,6 +111,7 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
                 "reason": gpu.reason,
                 "health": verdict.state.value if verdict else "unknown",
                 "health_reasons": verdict.reasons if verdict else [],
+                "health_actions": verdict.actions if verdict else [],
                 "metrics": per_gpu.get(info.uuid, {}),
             }
         )
@@ -127,6 +128,7 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
         "version": __version__,
         "verdict": verdict.state.value if verdict else "unknown",
         "reasons": verdict.reasons if verdict else ["no sample taken yet"],
+        "actions": verdict.actions if verdict else [],
         "backend": {
             "name": backend.name,
             "up": backend.up,

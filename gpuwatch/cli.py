@@ -224,9 +224,11 @@ def cmd_health(args: argparse.Namespace) -> int:
     if verdict not in HEALTH_EXIT:
         print(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
         return EXIT_UNREACHABLE
+    actions = [str(a) for a in node.get("actions", [])]
     if reasons:
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        why = reasons[0] + more
+        action = f"; {actions[0]}" if actions else ""
+        why = reasons[0] + action + more
     else:
         why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
     print(f"{verdict}: {why}")

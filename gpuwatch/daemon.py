@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
-from gpuwatch.health import Verdict, active_clock_events, gpu_verdict, health_samples, node_verdict
+from gpuwatch.health import GpuFacts, Verdict, gpu_facts, gpu_verdict, health_samples, node_verdict
 from gpuwatch.journal import Journal
 from gpuwatch.model import Batch, Event, GpuState, Sample
 from gpuwatch.rules.engine import RuleEngine
@@ -152,8 +152,8 @@ class Daemon:
     def _judge(
         self, gpus: list[GpuState], samples: list[Sample]
     ) -> tuple[dict[int, Verdict], Verdict]:
-        events = active_clock_events(samples)
-        verdicts = {g.info.index: gpu_verdict(g, events.get(g.info.uuid, set())) for g in gpus}
+        facts = gpu_facts(samples)
+        verdicts = {g.info.index: gpu_verdict(g, facts.get(g.info.uuid, GpuFacts())) for g in gpus}
         return verdicts, node_verdict(self.source.backend, verdicts)
 
     def sampling_problem(self) -> str:

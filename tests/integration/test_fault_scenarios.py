@@ -22,25 +22,27 @@ class Expect(NamedTuple):
     labels: dict[str, str]  # beyond gpu="1"
     holds: str  # "nonzero" or "== value"
     alert: str | None
+    verdict: str | None = None  # None: the verdict does not judge this fault yet
 
 
 EXPECTED = {
     "ecc_sbe": Expect(92, "gpuwatch_gpu_ecc_errors_total",
                       {"type": "corrected", "scope": "volatile"}, "nonzero", None),
     "ecc_dbe": Expect(48, "gpuwatch_gpu_ecc_errors_total",
-                      {"type": "uncorrected", "scope": "volatile"}, "== 1", "GpuEccUncorrectable"),
+                      {"type": "uncorrected", "scope": "volatile"}, "== 1", "GpuEccUncorrectable",
+                      "unhealthy"),
     "row_remap_pending": Expect(63, "gpuwatch_gpu_row_remap_pending", {}, "== 1",
-                                "GpuRowRemapPending"),
+                                "GpuRowRemapPending", "degraded"),
     "row_remap_failure": Expect(64, "gpuwatch_gpu_row_remap_failed", {}, "== 1",
-                                "GpuRowRemapFailed"),
+                                "GpuRowRemapFailed", "unhealthy"),
     "nvlink_down": Expect(74, "gpuwatch_gpu_nvlink_link_up", {"link": "0"}, "== 0",
-                          "GpuNvlinkDown"),
+                          "GpuNvlinkDown", "unhealthy"),
     "nvlink_crc_storm": Expect(None, "gpuwatch_gpu_nvlink_errors_total",
                                {"link": "0", "type": "crc_flit"}, "nonzero", "GpuNvlinkErrors"),
     "pcie_replay_storm": Expect(None, "gpuwatch_gpu_pcie_replays_total", {}, "nonzero",
                                 "GpuPcieReplayRate"),
     "recovery_action": Expect(154, "gpuwatch_gpu_recovery_action", {"action": "gpu_reset"},
-                              "== 1", "GpuRecoveryActionRequired"),
+                              "== 1", "GpuRecoveryActionRequired", "unhealthy"),
 }  # fmt: skip
 
 
@@ -90,6 +92,13 @@ def test_a_fault_becomes_event_metric_and_alert(scenario: str, tmp_path: Path) -
         wait_for(metric_holds)
         if expect.alert is not None:
             wait_for(lambda: (expect.alert, "1") in firing(daemon))
+        if expect.verdict is not None:
+            node = daemon.json("/api/v1/node")["data"]
+            assert node["verdict"] == expect.verdict
+            [gpu1] = [g for g in node["gpus"] if g["index"] == 1]
+            assert gpu1["health"] == expect.verdict
+            assert gpu1["health_actions"] and node["actions"] == gpu1["health_actions"]
+            assert all(g["health"] == "healthy" for g in node["gpus"] if g["index"] != 1)
         # Only GPU 1 is faulty: no alert names any other GPU.
         assert {gpu for _, gpu in firing(daemon)} <= {"1", ""}
     finally:
@@ -106,5 +115,7 @@ def test_a_healthy_node_raises_nothing(tmp_path: Path) -> None:
         assert all(v == 0 for _, v in metrics["gpuwatch_gpu_ecc_errors_total"])
         assert all(v == 1 for _, v in metrics["gpuwatch_gpu_nvlink_link_up"])
         assert "gpuwatch_gpu_xid_errors_total" not in metrics
+        node = daemon.json("/api/v1/node")["data"]
+        assert (node["verdict"], node["reasons"], node["actions"]) == ("healthy", [], [])
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
