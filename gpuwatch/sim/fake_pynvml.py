@@ -58,12 +58,24 @@ PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, above Gen5 x16's expected ~31
 NVLINK_CRC_PER_S = 500.0  # above DCGM's 100/s failure line
 FAULTY_LINK = 0  # the NVLink that nvlink_down and nvlink_crc_storm break
 RECOVERY_GPU_RESET = 1  # NVML's recovery action: GPU reset required
+RETIRED_SBE_PAGES, RETIRED_DBE_PAGES = 60, 3  # 63 in all: DCGM's failure line
 
 
 def _ecc(gpu: SimGpu, field_id: int) -> int:
     if field_id in (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL):
         return gpu.fault_count("ecc_sbe", ECC_SBE_PER_S)
     return gpu.fault_count("ecc_dbe", 0.0)
+
+
+def _retired(gpu: SimGpu, field_id: int) -> int:
+    """retired_pages: the GPU reaches DCGM's limit of 63 retired pages, one retirement pending."""
+    if not gpu.fault_count("retired_pages", 0.0):
+        return 0
+    if field_id == pynvml.NVML_FI_DEV_RETIRED_SBE:
+        return RETIRED_SBE_PAGES
+    if field_id == pynvml.NVML_FI_DEV_RETIRED_DBE:
+        return RETIRED_DBE_PAGES
+    return int(gpu.fault_now("retired_pages"))
 
 
 def _remap(gpu: SimGpu, field_id: int) -> int:
@@ -283,7 +295,7 @@ class FakeNvml:
         if field_id in _REMAP_FIELDS:
             return _remap(gpu, field_id) if m.has_row_remapping else None
         if field_id in _RETIRED_FIELDS:
-            return None if m.has_row_remapping else 0
+            return None if m.has_row_remapping else _retired(gpu, field_id)
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
             return int(reading.memory_temperature_c)
         if field_id == pynvml.NVML_FI_DEV_ENERGY:

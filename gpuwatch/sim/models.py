@@ -84,10 +84,33 @@ MODELS: dict[str, GpuModel] = {
             has_row_remapping=True,
             has_nvlink_crc_data=False,
         ),
+        GpuModel(
+            name="Tesla V100-SXM2-32GB",
+            memory_bytes=32510 * 1024**2,
+            power_limit_w=300.0,
+            idle_power_w=40.0,
+            max_sm_clock_mhz=1530.0,
+            idle_sm_clock_mhz=135.0,
+            memory_clock_mhz=877.0,
+            nvlinks=6,
+            nvlink_gbps_per_link=25.0,
+            pcie_generation=3,
+            pcie_width=16,
+            slowdown_temp_c=83.0,
+            thermal_resistance=0.13,
+            vbios="88.00.80.00.01",
+            has_row_remapping=False,  # Volta retires pages instead
+            has_nvlink_crc_data=True,
+        ),
     )
 }
 
-ALIASES = {"H100": "NVIDIA H100 80GB HBM3", "A100": "NVIDIA A100-SXM4-80GB", "L4": "NVIDIA L4"}
+ALIASES = {
+    "H100": "NVIDIA H100 80GB HBM3",
+    "A100": "NVIDIA A100-SXM4-80GB",
+    "L4": "NVIDIA L4",
+    "V100": "Tesla V100-SXM2-32GB",
+}
 
 
 def find_model(name: str) -> GpuModel | None:

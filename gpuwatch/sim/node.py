@@ -249,6 +249,7 @@ FAULT_XIDS = {
     "row_remap_failure": 64,
     "nvlink_down": 74,
     "recovery_action": 154,
+    "retired_pages": 63,  # on pre-Ampere parts: a page retirement recorded
 }
 
 

@@ -40,9 +40,9 @@ FAULT_KINDS = (
     "nvlink_crc_storm",
     "pcie_replay_storm",
     "recovery_action",
+    "retired_pages",
 )
 PLANNED_FAULT_KINDS = (
-    "retired_pages",  # needs a model without row remapping (pre-Ampere)
     "nccl_hang",
     "idle_with_memory",
     "nan_loss",

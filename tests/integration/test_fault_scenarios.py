@@ -41,6 +41,8 @@ EXPECTED = {
                                {"link": "0", "type": "crc_flit"}, "nonzero", "GpuNvlinkErrors"),
     "pcie_replay_storm": Expect(None, "gpuwatch_gpu_pcie_replays_total", {}, "nonzero",
                                 "GpuPcieReplayRate"),
+    "retired_pages": Expect(63, "gpuwatch_gpu_retired_pages", {"cause": "dbe"}, "== 3",
+                            "GpuRetiredPagesHigh", "unhealthy"),
     "recovery_action": Expect(154, "gpuwatch_gpu_recovery_action", {"action": "gpu_reset"},
                               "== 1", "GpuRecoveryActionRequired", "unhealthy"),
 }  # fmt: skip
