@@ -153,28 +153,30 @@ class Series:
         if k:
             del self.runs[:k]
 
+    def _parts(self, lo: int, hi: int) -> Iterator[tuple[_Run, int, int]]:
+        """(run, first index, end index) of each non-stale run overlapping [lo, hi), clipped."""
+        if hi <= lo:
+            return
+        runs = self.runs
+        i = len(runs) - 1
+        while i > 0 and runs[i].start > lo:  # windows end near the newest run: walk back
+            i -= 1
+        for run in runs[i:] if i else runs:
+            start = run.start
+            if start >= hi:
+                break
+            a = max(lo, start)
+            b = min(start + run.count, hi)
+            if a < b and not run.stale:
+                yield run, a, b
+
     def window(self, start: float, end: float) -> RunWindow:
         """The samples with start < time <= end (left-open, as Prometheus 3), stale markers out."""
         tl = self.timeline
         lo = tl.first + bisect_right(tl.times, start)
         hi = tl.first + bisect_right(tl.times, end)
-        parts: list[tuple[_Run, int, int]] = []
-        length = 0
-        if hi > lo:
-            runs = self.runs
-            i = len(runs) - 1
-            while i > 0 and runs[i].start > lo:  # windows end near the newest run: walk back
-                i -= 1
-            for run in runs[i:] if i else runs:
-                start_index = run.start
-                if start_index >= hi:
-                    break
-                a = lo if lo > start_index else start_index
-                b = start_index + run.count
-                b = min(b, hi)
-                if a < b and not run.stale:
-                    parts.append((run, a, b))
-                    length += b - a
+        parts = list(self._parts(lo, hi))
+        length = sum(b - a for _, a, b in parts)
         return RunWindow(tl, parts, length)
 
     def counter_stats(self, start: float, end: float) -> CounterStats | None:
@@ -185,27 +187,16 @@ class Series:
         hi = base + bisect_right(times, end)
         if hi - lo < 2:
             return None
-        runs = self.runs
-        i = len(runs) - 1
-        last_run = runs[i]
+        last_run = self.runs[-1]
         flat = last_run.values is None and not last_run.stale  # most error counters
         if flat and last_run.start <= lo and last_run.start + last_run.count >= hi:
             c = last_run.const
             return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
-        while i > 0 and runs[i].start > lo:
-            i -= 1
         n = 0
         first_t = first_v = last_t = last_v = 0.0
         drops = 0.0
-        for run in runs[i:] if i else runs:
+        for run, a, b in self._parts(lo, hi):
             s = run.start
-            if s >= hi:
-                break
-            a = lo if lo > s else s
-            b = s + run.count
-            b = min(b, hi)
-            if a >= b or run.stale:
-                continue
             values = run.values
             head = run.const if values is None else values[a - s]
             if n == 0:
