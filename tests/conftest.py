@@ -50,6 +50,17 @@ class DaemonProcess:
         return self.log_path.read_text()
 
 
+def wait_for(check: Any, timeout: float = 30.0) -> Any:
+    """Poll `check` every 0.1 s until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
 def start_daemon(tmp_path: Path, *args: str, timeout: float = 15.0) -> DaemonProcess:
     tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / "daemon.log"

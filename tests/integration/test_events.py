@@ -6,21 +6,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import parse_metrics, start_daemon, stop_daemon
-
-
-def wait_for(check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+from tests.conftest import parse_metrics, start_daemon, stop_daemon, wait_for
 
 
 def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import DaemonProcess, parse_metrics, start_daemon, stop_daemon
+from tests.conftest import DaemonProcess, parse_metrics, start_daemon, stop_daemon, wait_for
 
 
 class Expect(NamedTuple):
@@ -46,16 +46,6 @@ EXPECTED = {
     "recovery_action": Expect(154, "gpuwatch_gpu_recovery_action", {"action": "gpu_reset"},
                               "== 1", "GpuRecoveryActionRequired", "unhealthy"),
 }  # fmt: skip
-
-
-def wait_for(check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def metric_value(daemon: DaemonProcess, name: str, labels: dict[str, str]) -> float | None:

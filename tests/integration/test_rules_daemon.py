@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import DaemonProcess, parse_metrics
+from tests.conftest import DaemonProcess, parse_metrics, wait_for
 
 RULE = """\
 groups:
@@ -25,16 +25,6 @@ groups:
         labels:
           severity: info
 """
-
-
-def wait_for(check: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def firing(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:
@@ -108,7 +98,7 @@ def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(f"rules:\n  files: [{rules}]\n")
     daemon = run_daemon("--simulate", "healthy", "-c", str(config))
-    wait_for(lambda: firing(daemon, "AllGpusUp"))
+    wait_for(lambda: firing(daemon, "AllGpusUp"), timeout=20)
     sock = tmp_path / "d0" / "state" / "gpuwatch.sock"
 
     rules.write_text(RULE.replace("== 8", "== "))
@@ -121,14 +111,16 @@ def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path
         return bool(group["lastEvaluation"] > moment)
 
     [group] = daemon.json("/api/v1/rules")["data"]["groups"]
-    wait_for(lambda: evaluated_after(group["lastEvaluation"]))  # the old rule still evaluates
+    wait_for(
+        lambda: evaluated_after(group["lastEvaluation"]), timeout=20
+    )  # the old rule still evaluates
     assert firing(daemon, "AllGpusUp")
     assert "gpuwatch_rules_last_reload_successful 0.0" in daemon.metrics()
 
     # Fixed, and reloaded by SIGHUP as systemd's ExecReload does.
     rules.write_text(RULE.replace("AllGpusUp", "EightGpusUp"))
     daemon.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: firing(daemon, "EightGpusUp"))
+    wait_for(lambda: firing(daemon, "EightGpusUp"), timeout=20)
     assert not firing(daemon, "AllGpusUp")
     assert "gpuwatch_rules_last_reload_successful 1.0" in daemon.metrics()
 
