@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from gpuwatch.exporters.prometheus import (
     MetricsRenderer,
     wants_openmetrics,
 )
+from gpuwatch.gofmt import non_finite
 from gpuwatch.health import with_sampling_problem
 from gpuwatch.journal import event_json
 from gpuwatch.rules.views import alerts_payload, rules_payload
@@ -46,11 +46,8 @@ def _bad_request(message: str) -> web.Response:
 
 def _number(value: float) -> float | str:
     """JSON has no NaN or Inf; Prometheus writes them as strings."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return value
+    text = non_finite(value)
+    return value if text is None else text
 
 
 def _sample_text(value: float) -> str:

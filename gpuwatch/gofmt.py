@@ -26,7 +26,8 @@ def _shortest(v: float) -> tuple[str, int]:
     return digits, exp
 
 
-def _special(v: float) -> str | None:
+def non_finite(v: float) -> str | None:
+    """How Go and Prometheus spell the values that are not numbers: NaN, +Inf, -Inf."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
@@ -36,7 +37,7 @@ def _special(v: float) -> str | None:
 
 def format_e(v: float, upper: bool = True) -> str:
     """strconv.FormatFloat(v, 'E', -1, 64): 1E+00, 1.5E-05."""
-    special = _special(v)
+    special = non_finite(v)
     if special is not None:
         return special
     sign = "-" if math.copysign(1.0, v) < 0 else ""
@@ -50,7 +51,7 @@ def format_e(v: float, upper: bool = True) -> str:
 def format_v(v: float) -> str:
     """fmt's %v for a float64 (as {{ $value }} prints): shortest digits, exponent form below
     1e-4 and from 1e+06, as strconv's 'g' with the shortest precision does."""
-    special = _special(v)
+    special = non_finite(v)
     if special is not None:
         return special
     if v == 0:
@@ -68,7 +69,7 @@ def format_v(v: float) -> str:
 
 def format_g4(v: float) -> str:
     """fmt's %.4g, used by the humanize functions."""
-    special = _special(v)
+    special = non_finite(v)
     if special is not None:
         return special
     return f"{v:.4g}"
