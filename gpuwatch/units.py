@@ -26,6 +26,8 @@ def parse_duration(value: object) -> float:
         return float(value)
     if isinstance(value, str):
         text = value.strip()
+        if text == "0":
+            return 0.0  # the one duration without a unit, as in Prometheus
         pos, total = 0, 0.0
         for match in _DURATION_PART.finditer(text):
             if match.start() != pos:

@@ -72,7 +72,7 @@ def go_time_duration(seconds: float) -> str:
 
 def _duration(raw: Any, what: str) -> float:
     try:
-        return parse_duration(str(raw)) if raw is not None and str(raw) != "0" else 0.0
+        return parse_duration(str(raw)) if raw is not None else 0.0
     except ValueError as exc:
         raise TestFileError(f"{what}: {exc}") from None
 

@@ -12,7 +12,16 @@ from gpuwatch.yamlfile import FileError
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("1s", 1.0), ("500ms", 0.5), ("5m", 300.0), ("1h30m", 5400.0), (2, 2.0), ("1d", 86400.0)],
+    [
+        ("1s", 1.0),
+        ("500ms", 0.5),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        (2, 2.0),
+        ("1d", 86400.0),
+        ("0", 0.0),
+        ("2w", 1209600.0),
+    ],
 )
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -119,3 +128,10 @@ def test_run_refuses_a_bad_config_with_exit_code_2(
 def test_status_of_an_unreachable_daemon_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "http://127.0.0.1:9"]) == 3
     assert "unreachable" in capsys.readouterr().err
+
+
+def test_a_zero_interval_is_still_refused(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text('sampling:\n  interval: "0"\n')
+    with pytest.raises(FileError, match=r"sampling\.interval: must be greater than zero"):
+        load_config(path)
