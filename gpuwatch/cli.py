@@ -10,7 +10,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -333,20 +333,15 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        return cmd_run(args)
-    if args.command == "demo":
-        return cmd_demo(args)
-    if args.command == "status":
-        return cmd_status(args)
-    if args.command == "health":
-        return cmd_health(args)
-    if args.command == "events":
-        return cmd_events(args)
-    if args.command == "rules":
-        return cmd_rules(args)
-    if args.command == "xid":
-        return cmd_xid(args)
-    if args.command == "sim":
-        return cmd_sim_list(args)
-    return cmd_config_check(args)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "run": cmd_run,
+        "demo": cmd_demo,
+        "status": cmd_status,
+        "health": cmd_health,
+        "events": cmd_events,
+        "rules": cmd_rules,
+        "xid": cmd_xid,
+        "sim": cmd_sim_list,
+        "config": cmd_config_check,
+    }
+    return commands[args.command](args)
