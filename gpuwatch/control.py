@@ -1,5 +1,5 @@
-"""The write side of the API, served on a unix socket (DESIGN §6): reload, and later silences
-and job metric pushes. File permissions (0660) are the access control."""
+"""The write side of the API, served on a unix socket (DESIGN §6): reload, acknowledgements,
+and later silences and job metric pushes. File permissions (0660) are the access control."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.daemon import AckError, Daemon
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +27,48 @@ def socket_path(state_dir: str) -> Path:
     return base / SOCKET_NAME
 
 
+def _error(message: str, status: int = 400) -> web.Response:
+    return web.json_response(
+        {"status": "error", "errorType": "bad_data", "error": message}, status=status
+    )
+
+
 class ControlApi:
-    def __init__(self, rules: RuleEngine) -> None:
-        self.rules = rules
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/-/reload", self.reload)
+        app.router.add_post("/api/v1/ack", self.ack)
         return app
 
     async def reload(self, request: web.Request) -> web.Response:
-        error = self.rules.reload()
+        rules = self.daemon.rules
+        if rules is None:
+            return _error("this daemon runs no rules", 404)
+        error = rules.reload()
         if error:
-            return web.json_response(
-                {"status": "error", "errorType": "bad_data", "error": error}, status=400
-            )
-        return web.json_response({"status": "success", "data": {"groups": len(self.rules.groups)}})
+            return _error(error)
+        return web.json_response({"status": "success", "data": {"groups": len(rules.groups)}})
+
+    async def ack(self, request: web.Request) -> web.Response:
+        """Body: {"gpu": "3" | UUID | "node", "cause": KEY, "note": TEXT}."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error('the body must be JSON: {"gpu": ..., "cause": ..., "note": ...}')
+        if not isinstance(body, dict):
+            return _error("the body must be a JSON object")
+        gpu, key, note = body.get("gpu"), body.get("cause"), body.get("note", "")
+        for name, value in (("gpu", gpu), ("cause", key), ("note", note)):
+            if not isinstance(value, str | int) or isinstance(value, bool):
+                return _error(f"field {name!r} must be a string")
+        try:
+            uuid, cause = self.daemon.acknowledge(str(gpu), str(key), str(note))
+        except AckError as exc:
+            return _error(str(exc), 404)
+        return web.json_response({"status": "success", "data": {"uuid": uuid, **cause.as_json()}})
 
 
 def clear_stale_socket(path: Path) -> None:

@@ -10,14 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
+from gpuwatch.acks import AckStore
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
-from gpuwatch.health import GpuFacts, Verdict, gpu_facts, gpu_verdict, health_samples, node_verdict
+from gpuwatch.health import Cause, Verdict, health_samples
 from gpuwatch.journal import Journal
-from gpuwatch.model import Batch, Event, GpuState, Sample
+from gpuwatch.judge import HealthJudge
+from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
+from gpuwatch.xid_counter import XidCounter
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,14 @@ RECENT_EVENTS = 1000
 
 
 # Events that make the daemon sample and evaluate its rules at once, not at the next tick.
-URGENT_EVENT_KINDS = frozenset({"xid", "ecc", "gpu_lost", "gpu_unresponsive"})
+URGENT_EVENT_KINDS = frozenset(
+    {"xid", "ecc", "memory_retirement", "recovery_action", "gpu_lost", "gpu_unresponsive"}
+)
+RESTORE_LIMIT = 1_000_000  # XIDs restored from the journal at start, at most
+
+
+class AckError(Exception):
+    """An acknowledgement that names no current cause; the message says what there is."""
 
 
 class EventLog:
@@ -61,6 +71,7 @@ class Daemon:
         *,
         rules: RuleEngine | None = None,
         journal: Journal | None = None,
+        acks: AckStore | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -70,6 +81,8 @@ class Daemon:
         self.journal = journal
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
+        self.judge = HealthJudge(acks if acks is not None else AckStore(None))
+        self.xids = XidCounter()
         self._urgent = asyncio.Event()
         self._evaluate_everything = False
         events.listeners.append(self._on_event)
@@ -82,6 +95,7 @@ class Daemon:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
+        self._restore_xids()
         await self.source.start()
         await self.sample_once()
         self._task = asyncio.create_task(self._loop(), name="sampling")
@@ -93,7 +107,22 @@ class Daemon:
                 await self._task
         await self.source.stop()
 
+    def _restore_xids(self) -> None:
+        """This boot's XIDs, from the journal: counts and verdicts carry over a restart."""
+        if self.journal is None:
+            return
+        for event in self.journal.events(0.0, RESTORE_LIMIT, kind="xid", this_boot=True):
+            self._count_xid(event)
+
+    def _count_xid(self, event: Event) -> None:
+        code = event.data.get("xid")
+        if event.uuid and isinstance(code, int):
+            self.xids.record(event.uuid, code)
+            self.judge.record_xid(event.uuid, event.time, code)
+
     def _on_event(self, event: Event) -> None:
+        if event.kind == "xid":
+            self._count_xid(event)
         if event.kind in URGENT_EVENT_KINDS:
             self._evaluate_everything = True
             self._urgent.set()
@@ -133,10 +162,13 @@ class Daemon:
         ended = self.clock.now()
         self.last_cycle_duration = ended - started
         self.last_cycle_end = ended
-        gpu_verdicts, verdict = self._judge(batch.gpus, batch.samples)
+        gpu_verdicts, verdict = self.judge.judge(
+            ended, self.source.backend, batch.gpus, batch.samples
+        )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [
             *batch.samples,
+            *self.xids.samples(batch.gpus),
             *health_samples(batch.gpus, gpu_verdicts, verdict),
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
             Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),
@@ -149,12 +181,36 @@ class Daemon:
             for transition in transitions:
                 self.events.publish(transition.as_event())
 
-    def _judge(
-        self, gpus: list[GpuState], samples: list[Sample]
-    ) -> tuple[dict[int, Verdict], Verdict]:
-        facts = gpu_facts(samples)
-        verdicts = {g.info.index: gpu_verdict(g, facts.get(g.info.uuid, GpuFacts())) for g in gpus}
-        return verdicts, node_verdict(self.source.backend, verdicts)
+    def acknowledge(self, gpu: str, key: str, note: str) -> tuple[str, Cause]:
+        """Acknowledge a current cause of GPU `gpu` (index or UUID; "node" for the node's own).
+        Returns (uuid, cause); raises AckError naming the causes there are."""
+        view = self.view
+        index: int | None = None
+        uuid = ""
+        causes: tuple[Cause, ...] = ()
+        if gpu == "node":  # the node's own causes that can be acknowledged: missing GPUs
+            own = view.node_verdict.causes if view.node_verdict else ()
+            causes = tuple(c for c in own if c.key.startswith("gpu-missing-"))
+        else:
+            states = view.batch.gpus if view.batch else []
+            found = next((g for g in states if gpu in (str(g.info.index), g.info.uuid)), None)
+            if found is None:
+                raise AckError(f"no GPU {gpu!r} on this node")
+            index, uuid = found.info.index, found.info.uuid
+            verdict = view.gpu_verdicts.get(index)
+            causes = verdict.causes if verdict else ()
+        cause = next((c for c in causes if c.key == key), None)
+        if cause is None:
+            keys = ", ".join(c.key for c in causes) or "none"
+            raise AckError(f"{gpu} has no current cause {key!r}; its causes: {keys}")
+        self.judge.acks.add(uuid, cause, self.clock.now(), note)
+        message = f"acknowledged: {cause.reason}" + (f" ({note})" if note else "")
+        self.events.publish(
+            Event(self.clock.now(), "acknowledged", index, uuid or None, message,
+                  {"cause": key, "note": note})
+        )  # fmt: skip
+        self._urgent.set()  # show the new verdict now
+        return uuid, cause
 
     def sampling_problem(self) -> str:
         """Empty when sampling is current; otherwise why it is not."""

@@ -1,10 +1,8 @@
-"""The verdict on each GPU and on the node: healthy, degraded or unhealthy, with the reasons
-and what to do about each.
+"""The verdict on each GPU and on the node: healthy, degraded or unhealthy, with its causes.
 
-It is judged afresh from every sample, so it clears when its cause does (a GPU reset clears
-volatile ECC counts and pending remaps; the driver withdraws its recovery action): never "bad
-forever". Thresholds follow NVIDIA's DCGM health watches. Still to come: XID classes, error
-rates over time and operator acknowledgement.
+A cause names what is wrong, what to do about it, and a key an operator can acknowledge it by.
+The facts here come from one sample; `judge.HealthJudge` adds what needs memory (XIDs, error
+rates, resets, acknowledgements). Thresholds follow NVIDIA's DCGM health watches.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ DEGRADING_REASONS = {
     "hw_power_brake": "the external power brake is asserted",
 }
 
-
 RETIRED_PAGES_LIMIT = 63  # DCGM: retired pages (SBE + DBE) at or above this is a failure
 REMAPPED_UNCORRECTABLE_LIMIT = 512  # DCGM: uncorrectable remapped rows at or above: warning
 
@@ -44,17 +41,52 @@ RECOVERY_ACTIONS = {
 
 
 @dataclass(frozen=True, slots=True)
+class Cause:
+    """One reason a GPU or the node is not healthy.
+
+    `key` is what an operator acknowledges (`gpuwatch ack 3 xid-48`); the acknowledgement holds
+    while `fingerprint` stays the same, so a new XID or one more bad page is news again.
+    """
+
+    key: str
+    state: Health
+    reason: str
+    action: str
+    fingerprint: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        return {"key": self.key, "state": self.state.value, "reason": self.reason,
+                "action": self.action}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     state: Health
-    reasons: list[str] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)  # one per reason, what to do about it
+    causes: tuple[Cause, ...] = ()
+    acknowledged: tuple[Cause, ...] = ()  # causes an operator has taken note of; not counted
+
+    @property
+    def reasons(self) -> list[str]:
+        return [c.reason for c in self.causes]
+
+    @property
+    def actions(self) -> list[str]:
+        return [c.action for c in self.causes]
+
+
+def verdict_of(causes: list[Cause], acknowledged: list[Cause] | None = None) -> Verdict:
+    """The worst cause decides; causes are listed worst first."""
+    ordered = sorted(causes, key=lambda c: -SEVERITY[c.state])
+    state = ordered[0].state if ordered else Health.HEALTHY
+    return Verdict(state, tuple(ordered), tuple(acknowledged or ()))
 
 
 @dataclass
 class GpuFacts:
-    """What one sample says about a GPU's faults."""
+    """What one sample says about a GPU's faults and its error counters."""
 
     clock_reasons: set[str] = field(default_factory=set)
+    sbe_volatile: float = 0.0
     dbe_volatile: float = 0.0
     remap_pending: bool = False
     remap_failed: bool = False
@@ -63,6 +95,11 @@ class GpuFacts:
     retired_pending: bool = False
     recovery_action: str = ""
     links_down: list[str] = field(default_factory=list)
+    nvlink_crc: float = 0.0  # CRC flit + data errors, all links
+    nvlink_replay_recovery: float = 0.0  # replay + recovery errors, all links
+    pcie_replays: float | None = None
+    pcie_generation: float = 0.0
+    pcie_width: float = 0.0
 
 
 def gpu_facts(samples: list[Sample]) -> dict[str, GpuFacts]:
@@ -73,113 +110,198 @@ def gpu_facts(samples: list[Sample]) -> dict[str, GpuFacts]:
             continue
         d = dict(labels)
         facts = out.setdefault(d.get("uuid", ""), GpuFacts())
-        if name == m.CLOCK_EVENT and value == 1.0:
-            facts.clock_reasons.add(d["reason"])
-        elif (
-            name == m.ECC_ERRORS and d.get("type") == "uncorrected" and d.get("scope") == "volatile"
-        ):
-            facts.dbe_volatile = value
+        if name == m.CLOCK_EVENT:
+            if value == 1.0:
+                facts.clock_reasons.add(d["reason"])
+        elif name == m.ECC_ERRORS:
+            if d.get("scope") == "volatile":
+                if d.get("type") == "uncorrected":
+                    facts.dbe_volatile = value
+                else:
+                    facts.sbe_volatile = value
         elif name == m.ROW_REMAP_PENDING:
             facts.remap_pending = value == 1.0
         elif name == m.ROW_REMAP_FAILED:
             facts.remap_failed = value == 1.0
-        elif name == m.REMAPPED_ROWS and d.get("type") == "uncorrectable":
-            facts.remapped_uncorrectable = value
+        elif name == m.REMAPPED_ROWS:
+            if d.get("type") == "uncorrectable":
+                facts.remapped_uncorrectable = value
         elif name == m.RETIRED_PAGES:
             facts.retired_pages += value
         elif name == m.RETIRED_PAGES_PENDING:
             facts.retired_pending = value == 1.0
-        elif name == m.RECOVERY_ACTION and value == 1.0:
-            facts.recovery_action = d.get("action", "")
-        elif name == m.NVLINK_LINK_UP and value == 0.0:
-            facts.links_down.append(d.get("link", "?"))
+        elif name == m.RECOVERY_ACTION:
+            if value == 1.0:
+                facts.recovery_action = d.get("action", "")
+        elif name == m.NVLINK_LINK_UP:
+            if value == 0.0:
+                facts.links_down.append(d.get("link", "?"))
+        elif name == m.NVLINK_ERRORS:
+            if d.get("type", "").startswith("crc"):
+                facts.nvlink_crc += value
+            else:
+                facts.nvlink_replay_recovery += value
+        elif name == m.PCIE_REPLAYS:
+            facts.pcie_replays = value
+        elif name == m.PCIE_LINK_GENERATION:
+            facts.pcie_generation = value
+        elif name == m.PCIE_LINK_WIDTH:
+            facts.pcie_width = value
     return out
 
 
 _FACT_METRICS = frozenset(
     {
-        m.CLOCK_EVENT, m.ECC_ERRORS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAILED, m.REMAPPED_ROWS,
-        m.RETIRED_PAGES, m.RETIRED_PAGES_PENDING, m.RECOVERY_ACTION, m.NVLINK_LINK_UP,
+        m.CLOCK_EVENT,
+        m.ECC_ERRORS,
+        m.ROW_REMAP_PENDING,
+        m.ROW_REMAP_FAILED,
+        m.REMAPPED_ROWS,
+        m.RETIRED_PAGES,
+        m.RETIRED_PAGES_PENDING,
+        m.RECOVERY_ACTION,
+        m.NVLINK_LINK_UP,
+        m.NVLINK_ERRORS,
+        m.PCIE_REPLAYS,
+        m.PCIE_LINK_GENERATION,
+        m.PCIE_LINK_WIDTH,
     }
-)  # fmt: skip
+)
 
 
-def _causes(facts: GpuFacts) -> list[tuple[Health, str, str]]:
-    """(state, reason, action) for every fault the facts show, worst first."""
-    out: list[tuple[Health, str, str]] = []
+def sample_causes(facts: GpuFacts) -> list[Cause]:
+    """Every fault this one sample shows."""
+    out: list[Cause] = []
     bad, warn = Health.UNHEALTHY, Health.DEGRADED
     if facts.recovery_action in RECOVERY_ACTIONS:
         state, action = RECOVERY_ACTIONS[facts.recovery_action]
-        out.append((state, f"the driver asks for {facts.recovery_action}", action))
+        out.append(
+            Cause(
+                "recovery-action",
+                state,
+                f"the driver asks for {facts.recovery_action}",
+                action,
+                facts.recovery_action,
+            )
+        )
     if facts.dbe_volatile > 0:
-        out.append((bad, f"{facts.dbe_volatile:g} uncorrectable ECC errors since the last reset",
-                    "drain the GPU's jobs and reset the GPU"))  # fmt: skip
+        out.append(
+            Cause(
+                "ecc-dbe",
+                bad,
+                f"{facts.dbe_volatile:g} uncorrectable ECC errors since the last reset",
+                "drain the GPU's jobs and reset the GPU",
+                f"{facts.dbe_volatile:g}",
+            )
+        )
     if facts.remap_failed:
-        out.append((bad, "row remapping failed: no spare rows left", "take the GPU out; RMA it"))
+        out.append(
+            Cause(
+                "remap-failed",
+                bad,
+                "row remapping failed: no spare rows left",
+                "take the GPU out; RMA it",
+            )
+        )
     if facts.retired_pages >= RETIRED_PAGES_LIMIT:
-        out.append((bad, f"{facts.retired_pages:g} retired memory pages", "RMA the GPU"))
+        out.append(
+            Cause(
+                "retired-pages",
+                bad,
+                f"{facts.retired_pages:g} retired memory pages",
+                "RMA the GPU",
+                f"{facts.retired_pages:g}",
+            )
+        )
     if facts.links_down:
         links = ", ".join(facts.links_down)
-        out.append((bad, f"NVLink {links} down", "drain, reset the GPU and check the link"))
+        out.append(
+            Cause(
+                "nvlink-down",
+                bad,
+                f"NVLink {links} down",
+                "drain, reset the GPU and check the link",
+                links,
+            )
+        )
     if facts.remap_pending:
-        out.append((warn, "a row remap waits for a GPU reset", "reset the GPU when it is idle"))
+        out.append(
+            Cause(
+                "remap-pending",
+                warn,
+                "a row remap waits for a GPU reset",
+                "reset the GPU when it is idle",
+            )
+        )
     if facts.retired_pending:
-        out.append((warn, "a page retirement waits for a GPU reset", "reset the GPU when idle"))
+        out.append(
+            Cause(
+                "retirement-pending",
+                warn,
+                "a page retirement waits for a GPU reset",
+                "reset the GPU when it is idle",
+            )
+        )
     if facts.remapped_uncorrectable >= REMAPPED_UNCORRECTABLE_LIMIT:
-        out.append((warn, f"{facts.remapped_uncorrectable:g} rows remapped for uncorrectable "
-                    "errors", "plan to replace the GPU"))  # fmt: skip
+        out.append(
+            Cause(
+                "remapped-rows",
+                warn,
+                f"{facts.remapped_uncorrectable:g} rows remapped for uncorrectable errors",
+                "plan to replace the GPU",
+                f"{facts.remapped_uncorrectable:g}",
+            )
+        )
     for reason, text in DEGRADING_REASONS.items():
         if reason in facts.clock_reasons:
-            out.append((warn, text, "check cooling and power"))
-    out.sort(key=lambda c: -SEVERITY[c[0]])
+            out.append(Cause(f"clocks-{reason}", warn, text, "check cooling and power"))
     return out
 
 
-def gpu_verdict(gpu: GpuState, facts: GpuFacts) -> Verdict:
-    index = gpu.info.index
+def status_cause(gpu: GpuState) -> Cause | None:
+    """A GPU that cannot be read at all."""
     if gpu.status == GpuStatus.LOST:
-        return Verdict(
+        return Cause(
+            "gpu-lost",
             Health.UNHEALTHY,
-            [f"GPU {index} is lost: {gpu.reason}"],
-            ["drain the node and reboot it; reseat or RMA the GPU if it stays lost"],
+            f"is lost: {gpu.reason}",
+            "drain the node and reboot it; reseat or RMA the GPU if it stays lost",
         )
     if gpu.status == GpuStatus.UNRESPONSIVE:
-        return Verdict(
+        return Cause(
+            "gpu-unresponsive",
             Health.UNHEALTHY,
-            [f"GPU {index} is unresponsive: {gpu.reason}"],
-            ["drain the node; reset the GPU, or reboot if the reset hangs"],
+            f"is unresponsive: {gpu.reason}",
+            "drain the node; reset the GPU, or reboot if the reset hangs",
         )
-    causes = _causes(facts)
-    if not causes:
-        return Verdict(Health.HEALTHY)
-    return Verdict(
-        causes[0][0], [f"GPU {index}: {reason}" for _, reason, _ in causes], [a for *_, a in causes]
-    )
+    return None
 
 
 def node_verdict(backend: BackendState, gpus: dict[int, Verdict]) -> Verdict:
     if not backend.up:
-        return Verdict(Health.UNHEALTHY, [backend.reason])
-    state = Health.HEALTHY
-    reasons: list[str] = []
-    actions: list[str] = []
-    for verdict in gpus.values():
-        if SEVERITY[verdict.state] > SEVERITY[state]:
-            state = verdict.state
-        reasons.extend(verdict.reasons)
-        actions.extend(verdict.actions)
-    return Verdict(state, reasons, actions)
+        return verdict_of(
+            [
+                Cause(
+                    "backend",
+                    Health.UNHEALTHY,
+                    backend.reason,
+                    "check that the NVIDIA driver is installed and loaded",
+                )
+            ]
+        )
+    causes = [c for v in gpus.values() for c in v.causes]
+    acknowledged = [c for v in gpus.values() for c in v.acknowledged]
+    return verdict_of(causes, acknowledged)
 
 
 def with_sampling_problem(verdict: Verdict, problem: str) -> Verdict:
     """The verdict as of now: stale sampling makes the node unhealthy whatever it last saw."""
     if not problem:
         return verdict
-    return Verdict(
-        Health.UNHEALTHY,
-        [problem, *verdict.reasons],
-        ["check the daemon's log; restart it if it is wedged", *verdict.actions],
+    cause = Cause(
+        "sampling", Health.UNHEALTHY, problem, "check the daemon's log; restart it if it is wedged"
     )
+    return verdict_of([cause, *verdict.causes], list(verdict.acknowledged))
 
 
 def health_samples(

@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS events (
     gpu INTEGER,
     uuid TEXT,
     message TEXT NOT NULL,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    boot_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS events_time ON events (time);
 """
@@ -47,13 +48,17 @@ def event_json(event: Event) -> dict[str, Any]:
 
 
 class Journal:
-    def __init__(self, state_dir: Path, retention: float) -> None:
+    def __init__(self, state_dir: Path, retention: float, boot_id: str = "") -> None:
         self.path = state_dir / FILE_NAME
         self.retention = retention
+        self.boot_id = boot_id  # every entry is stamped with the boot it happened in
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
+        if "boot_id" not in columns:  # a journal written before entries carried their boot
+            self._db.execute("ALTER TABLE events ADD COLUMN boot_id TEXT NOT NULL DEFAULT ''")
         self._next_trim = 0.0
         self._failing = False
 
@@ -63,9 +68,10 @@ class Journal:
     def record(self, event: Event) -> None:
         try:
             self._db.execute(
-                "INSERT INTO events (time, kind, gpu, uuid, message, data) VALUES (?,?,?,?,?,?)",
+                "INSERT INTO events (time, kind, gpu, uuid, message, data, boot_id)"
+                " VALUES (?,?,?,?,?,?,?)",
                 (event.time, event.kind, event.gpu, event.uuid, event.message,
-                 json.dumps(event.data)),
+                 json.dumps(event.data), self.boot_id),
             )  # fmt: skip
             if event.time >= self._next_trim:
                 self._next_trim = event.time + TRIM_EVERY_S
@@ -81,13 +87,19 @@ class Journal:
                 log.info("journal %s: writing again", self.path)
             self._failing = False
 
-    def events(self, since: float, limit: int, kind: str = "") -> list[Event]:
-        """Events after `since`, oldest first, at most the newest `limit` of them."""
+    def events(
+        self, since: float, limit: int, kind: str = "", this_boot: bool = False
+    ) -> list[Event]:
+        """Events after `since`, oldest first, at most the newest `limit` of them; with
+        `this_boot`, only those of the machine's current boot."""
         query = "SELECT time, kind, gpu, uuid, message, data FROM events WHERE time > ?"
         args: list[Any] = [since]
         if kind:
             query += " AND kind = ?"
             args.append(kind)
+        if this_boot:
+            query += " AND boot_id = ?"
+            args.append(self.boot_id)
         query += " ORDER BY time DESC, id DESC LIMIT ?"
         args.append(limit)
         rows = self._db.execute(query, args).fetchall()

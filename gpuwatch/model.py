@@ -48,6 +48,17 @@ class GpuState:
 
 
 @dataclass(frozen=True, slots=True)
+class MissingGpu:
+    """A GPU this node had before (same state directory) that the driver no longer lists."""
+
+    uuid: str
+    index: int  # its index when it was last seen; the driver may have renumbered since
+    model: str
+    serial: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class BackendState:
     """The GPU backend as a whole (NVML loaded and answering, or not, and why)."""
 
@@ -56,6 +67,7 @@ class BackendState:
     reason: str = ""
     driver_version: str = ""
     library_version: str = ""
+    missing: tuple[MissingGpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

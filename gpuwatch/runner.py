@@ -13,11 +13,14 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.acks import AckStore
 from gpuwatch.api import Api, start_http
+from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.inventory import Inventory
 from gpuwatch.journal import Journal
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
@@ -101,12 +104,14 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
     state_dir = prepare_state_dir(config.state_dir)
     rules = load_rules(config, state_dir)
     try:
-        journal = Journal(state_dir, config.journal.retention)
+        journal = Journal(state_dir, config.journal.retention, current_boot_id())
     except sqlite3.Error as exc:
         raise StartupError(f"journal in {state_dir}: {exc}") from exc
     events = EventLog()
-    source = NvmlSource(nvml, clock, config.sampling, events.publish)
-    daemon = Daemon(config, clock, source, events, rules=rules, journal=journal)
+    source = NvmlSource(nvml, clock, config.sampling, events.publish, Inventory(state_dir))
+    daemon = Daemon(
+        config, clock, source, events, rules=rules, journal=journal, acks=AckStore(state_dir)
+    )
     host, port = parse_listen(config.listen)
     try:
         runner, bound = await start_http(Api(daemon), host, port)
@@ -114,7 +119,7 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
     control_path = socket_path(config.state_dir)
     try:
-        control = await start_control(ControlApi(rules), control_path)
+        control = await start_control(ControlApi(daemon), control_path)
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(f"cannot create the control socket {control_path}: {exc}") from exc

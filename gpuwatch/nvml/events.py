@@ -1,4 +1,4 @@
-"""XID events as they happen: NVML's blocking event wait, in a thread of its own."""
+"""Fault events as they happen: NVML's blocking event wait, in a thread of its own."""
 
 from __future__ import annotations
 
@@ -7,15 +7,36 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.nvml.device import NvmlModule, handle_key
+from gpuwatch.nvml.device import RECOVERY_ACTIONS, NvmlModule, handle_key
+from gpuwatch.xid import lookup
 
 log = logging.getLogger(__name__)
 
 WAIT_MS = 250  # how long one wait blocks; bounds how long stop() takes
 
+# The NVML event types gpuwatch listens for, where a GPU supports them. Single-bit ECC errors
+# are left out on purpose: one event per corrected error is noise; the storm event is the signal.
+EVENT_TYPES = (
+    "nvmlEventTypeXidCriticalError",
+    "nvmlEventTypeDoubleBitEccError",
+    "nvmlEventTypeSingleBitEccErrorStorm",
+    "nvmlEventTypeDramRetirementEvent",
+    "nvmlEventTypeDramRetirementFailure",
+    "nvmlEventTypeGpuRecoveryAction",
+)
+
+
+def wanted_mask(nvml: NvmlModule) -> int:
+    """The event types above that this pynvml knows (older ones lack the newer types)."""
+    mask = 0
+    for name in EVENT_TYPES:
+        mask |= int(getattr(nvml, name, 0))
+    return mask
+
 
 class EventWaiter:
-    """Registers every GPU for XID events and reports each one through `on_xid(uuid, code)`.
+    """Registers every GPU for the event types above and reports each event through
+    `on_event(uuid, event_type, event_data)`; for an XID, event_data is the XID.
 
     The callback runs in this thread; it must hand the event to the event loop itself.
     """
@@ -24,11 +45,11 @@ class EventWaiter:
         self,
         nvml: NvmlModule,
         handles: dict[str, Any],
-        on_xid: Callable[[str, int], None],
+        on_event: Callable[[str, int, int], None],
     ) -> None:
         self._nvml = nvml
         self._handles = handles
-        self._on_xid = on_xid
+        self._on_event = on_event
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self.registered: list[str] = []
@@ -45,16 +66,17 @@ class EventWaiter:
     def _register(self, event_set: Any) -> dict[int, str]:
         nvml = self._nvml
         by_handle: dict[int, str] = {}
+        wanted = wanted_mask(nvml)
         for uuid, handle in self._handles.items():
             try:
                 supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
-                mask = supported & nvml.nvmlEventTypeXidCriticalError
+                mask = supported & wanted
                 if not mask:
-                    log.info("uuid=%s does not report XID events", uuid)
+                    log.info("uuid=%s reports no fault events", uuid)
                     continue
                 nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
             except nvml.NVMLError as exc:
-                log.warning("uuid=%s cannot register for XID events: %s", uuid, exc)
+                log.warning("uuid=%s cannot register for fault events: %s", uuid, exc)
                 continue
             by_handle[handle_key(handle)] = uuid
             self.registered.append(uuid)
@@ -65,7 +87,7 @@ class EventWaiter:
         try:
             event_set = nvml.nvmlEventSetCreate()
         except nvml.NVMLError as exc:
-            log.warning("XID events unavailable: nvmlEventSetCreate failed: %s", exc)
+            log.warning("fault events unavailable: nvmlEventSetCreate failed: %s", exc)
             return
         try:
             by_handle = self._register(event_set)
@@ -78,12 +100,38 @@ class EventWaiter:
                     log.warning("nvml event wait failed: %s", exc)
                     self._stop.wait(1.0)
                     continue
-                if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                    uuid = by_handle.get(handle_key(data.device))
-                    if uuid is not None:
-                        self._on_xid(uuid, int(data.eventData))
+                uuid = by_handle.get(handle_key(data.device))
+                if uuid is not None:
+                    self._on_event(uuid, int(data.eventType), int(data.eventData))
         finally:
             try:
                 nvml.nvmlEventSetFree(event_set)
             except nvml.NVMLError as exc:
                 log.debug("nvmlEventSetFree: %s", exc)
+
+
+def describe(
+    nvml: NvmlModule, gpu: int | None, event_type: int, data: int
+) -> tuple[str, str, dict[str, int | float | str]]:
+    """(kind, message, data) of the journal entry for one NVML event."""
+    if event_type & nvml.nvmlEventTypeXidCriticalError:
+        xid = lookup(data)
+        return "xid", f"XID {data} on GPU {gpu}: {xid.meaning}", xid.as_data()
+    if event_type & nvml.nvmlEventTypeDoubleBitEccError:
+        return "ecc", f"GPU {gpu}: uncorrectable (double-bit) ECC error", {"type": "dbe"}
+    if event_type & getattr(nvml, "nvmlEventTypeSingleBitEccErrorStorm", 0):
+        return (
+            "ecc",
+            f"GPU {gpu}: storm of corrected (single-bit) ECC errors",
+            {"type": "sbe_storm"},
+        )
+    if event_type & getattr(nvml, "nvmlEventTypeDramRetirementEvent", 0):
+        message = f"GPU {gpu}: memory row remapped or page retired; a GPU reset activates it"
+        return "memory_retirement", message, {"outcome": "recorded"}
+    if event_type & getattr(nvml, "nvmlEventTypeDramRetirementFailure", 0):
+        message = f"GPU {gpu}: memory row remapping or page retirement failed"
+        return "memory_retirement", message, {"outcome": "failed"}
+    if event_type & getattr(nvml, "nvmlEventTypeGpuRecoveryAction", 0):
+        action = RECOVERY_ACTIONS[data] if 0 <= data < len(RECOVERY_ACTIONS) else str(data)
+        return "recovery_action", f"GPU {gpu}: the driver asks for {action}", {"action": action}
+    return "nvml_event", f"GPU {gpu}: NVML event type 0x{event_type:x}", {"data": data}

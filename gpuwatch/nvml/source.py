@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
+from gpuwatch.inventory import Inventory
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
-from gpuwatch.nvml.events import EventWaiter
-from gpuwatch.xid import lookup
+from gpuwatch.nvml.events import EventWaiter, describe
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +62,16 @@ class NvmlSource:
         clock: Clock,
         sampling: SamplingConfig,
         on_event: Callable[[Event], None],
+        inventory: Inventory | None = None,
     ) -> None:
         self._nvml = nvml
+        self._inventory = inventory
         self._clock = clock
         self._sampling = sampling
         self._on_event = on_event
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[_Gpu] = []
-        self._xids: dict[str, dict[int, int]] = {}
         self._events: EventWaiter | None = None
         self._next_init = 0.0
         self._initialized = False
@@ -124,9 +125,24 @@ class NvmlSource:
         ]
         await asyncio.gather(*(self._open(g) for g in self._gpus))
         log.info("NVML up: driver=%s gpus=%d", self._backend.driver_version, count)
+        self._check_inventory()
         handles = {g.info.uuid: g.reader.handle for g in self._gpus if g.reader is not None}
-        self._events = EventWaiter(nvml, handles, self._xid_from_thread)
+        self._events = EventWaiter(nvml, handles, self._event_from_thread)
         self._events.start()
+
+    def _check_inventory(self) -> None:
+        """Report the GPUs this node had before that the driver no longer lists."""
+        if self._inventory is None:
+            return
+        missing = self._inventory.update([g.info for g in self._gpus if g.reader is not None])
+        self._backend = replace(self._backend, missing=missing)
+        for gone in missing:
+            message = (
+                f"GPU {gone.uuid} (last seen as GPU {gone.index}, serial {gone.serial}) is "
+                "missing: the driver no longer lists it"
+            )
+            log.error("%s", message)
+            self._on_event(Event(self._clock.now(), "gpu_missing", None, gone.uuid, message))
 
     async def _open(self, gpu: _Gpu) -> None:
         nvml = self._nvml
@@ -143,24 +159,20 @@ class NvmlSource:
             gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: NVML: {exc}"
         else:
             gpu.info, gpu.status, gpu.reason = gpu.reader.info, GpuStatus.OK, ""
-            self._xids.setdefault(gpu.info.uuid, {})
             return
         log.warning("gpu=%d cannot be opened: %s", gpu.index, gpu.reason)
 
     # -- events ----------------------------------------------------------------------------
-    def _xid_from_thread(self, uuid: str, code: int) -> None:
+    def _event_from_thread(self, uuid: str, event_type: int, data: int) -> None:
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._record_xid, uuid, code)
+            self._loop.call_soon_threadsafe(self._record_event, uuid, event_type, data)
 
-    def _record_xid(self, uuid: str, code: int) -> None:
-        counts = self._xids.setdefault(uuid, {})
-        counts[code] = counts.get(code, 0) + 1
+    def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
-        xid = lookup(code)
-        log.warning("XID %d on gpu=%s uuid=%s: %s", code, index, uuid, xid.meaning)
-        message = f"XID {code} on GPU {index}: {xid.meaning}"
-        self._on_event(Event(self._clock.now(), "xid", index, uuid, message, xid.as_data()))
+        kind, message, fields = describe(self._nvml, index, event_type, data)
+        log.warning("%s uuid=%s", message, uuid)
+        self._on_event(Event(self._clock.now(), kind, index, uuid, message, fields))
 
     def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
         if status == gpu.status and reason == gpu.reason:
@@ -219,7 +231,7 @@ class NvmlSource:
         return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
 
     def _bookkeeping(self, gpu: _Gpu) -> list[Sample]:
-        """Series that exist whatever state the GPU is in: identity, XIDs seen, timeouts."""
+        """Series that exist whatever state the GPU is in: identity, lost or not, timeouts."""
         info, labels = gpu.info, gpu.info.labels
         out = [
             Sample(m.NVML_TIMEOUTS, labels, float(self._caller.timeouts.get(gpu.lane, 0))),
@@ -241,6 +253,4 @@ class NvmlSource:
                 1.0,
             )
         )
-        for code, count in self._xids.get(info.uuid, {}).items():
-            out.append(Sample(m.XID_ERRORS, (*labels, ("xid", str(code))), float(count)))
         return out

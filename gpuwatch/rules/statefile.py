@@ -6,13 +6,12 @@ alert starts, changes state or goes away.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.atomicfile import read_json, write_json
 from gpuwatch.rules.alerting import Alert, AlertingRule, AlertState
 
 log = logging.getLogger(__name__)
@@ -68,23 +67,12 @@ def save(path: Path, rules: Iterable[AlertingRule]) -> None:
             rule_key(r): [_alert_to_json(a) for a in r.active.values()] for r in rules if r.active
         },
     }
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json(path, payload)
 
 
 def restore(path: Path, rules: Iterable[AlertingRule]) -> int:
     """Put saved alerts back into their rules; returns how many. A bad file is logged, not fatal."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return 0
-    except (OSError, ValueError) as exc:
-        log.warning("alert state %s unreadable, starting without it: %s", path, exc)
-        return 0
+    data = read_json(path, "alert state")
     saved = data.get("rules", {}) if isinstance(data, dict) else {}
     count = 0
     for rule in rules:

@@ -98,6 +98,16 @@ _SET_RETURN = _FV.nvmlReturn.__set__
 _SET_VALUE_TYPE = _FV.valueType.__set__
 _GET_VALUE = _FV.value.__get__
 _SUPPORTED_REASONS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80
+# What a Hopper part on a current driver reports (P-state and clock changes are left out).
+_SUPPORTED_EVENTS = int(
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeSingleBitEccError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypeSingleBitEccErrorStorm
+    | pynvml.nvmlEventTypeDramRetirementEvent
+    | pynvml.nvmlEventTypeDramRetirementFailure
+    | pynvml.nvmlEventTypeGpuRecoveryAction
+)
 
 
 def _uuid(seed: int, index: int) -> str:
@@ -330,11 +340,7 @@ class FakeNvml:
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
         self._gpu(handle)
-        return int(
-            pynvml.nvmlEventTypeXidCriticalError
-            | pynvml.nvmlEventTypeDoubleBitEccError
-            | pynvml.nvmlEventTypeSingleBitEccError
-        )
+        return _SUPPORTED_EVENTS
 
     def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: _EventSet) -> None:
         gpu = self._gpu(handle)
@@ -348,8 +354,8 @@ class FakeNvml:
             if event is not None:
                 data = pynvml.c_nvmlEventData_t()
                 data.device = self._handles[event.gpu]
-                data.eventType = pynvml.nvmlEventTypeXidCriticalError
-                data.eventData = event.xid
+                data.eventType = getattr(pynvml, event.event_type)
+                data.eventData = event.data
                 return data
             now = self.clock.now()
             if now >= deadline:
@@ -365,8 +371,7 @@ class FakeNvml:
                 if event.time > now:
                     return None
                 event_set.delivered += 1
-                mask = event_set.masks.get(event.gpu, 0)
-                if mask & pynvml.nvmlEventTypeXidCriticalError:
+                if event_set.masks.get(event.gpu, 0) & getattr(pynvml, event.event_type):
                     return event
         return None
 

@@ -240,16 +240,32 @@ class SimGpu:
             return self._reading
 
 
-# The XID a real GPU logs when each fault begins.
-FAULT_XIDS = {
-    "fall_off_bus": XID_FELL_OFF_BUS,
-    "ecc_sbe": 92,  # excessive single-bit ECC rate
-    "ecc_dbe": 48,
-    "row_remap_pending": 63,
-    "row_remap_failure": 64,
-    "nvlink_down": 74,
-    "recovery_action": 154,
-    "retired_pages": 63,  # on pre-Ampere parts: a page retirement recorded
+# What a real GPU reports when each fault begins: the XID it logs, and the NVML event type it
+# raises besides (by pynvml's constant name), with that event's data.
+FAULT_EVENTS: dict[str, tuple[tuple[str, int], ...]] = {
+    "fall_off_bus": (("nvmlEventTypeXidCriticalError", XID_FELL_OFF_BUS),),
+    "ecc_sbe": (  # excessive single-bit ECC rate
+        ("nvmlEventTypeXidCriticalError", 92),
+        ("nvmlEventTypeSingleBitEccErrorStorm", 0),
+    ),
+    "ecc_dbe": (("nvmlEventTypeXidCriticalError", 48), ("nvmlEventTypeDoubleBitEccError", 0)),
+    "row_remap_pending": (
+        ("nvmlEventTypeXidCriticalError", 63),
+        ("nvmlEventTypeDramRetirementEvent", 0),
+    ),
+    "row_remap_failure": (
+        ("nvmlEventTypeXidCriticalError", 64),
+        ("nvmlEventTypeDramRetirementFailure", 0),
+    ),
+    "nvlink_down": (("nvmlEventTypeXidCriticalError", 74),),
+    "recovery_action": (  # the driver asks for a GPU reset (action 1)
+        ("nvmlEventTypeXidCriticalError", 154),
+        ("nvmlEventTypeGpuRecoveryAction", 1),
+    ),
+    "retired_pages": (  # on pre-Ampere parts: a page retirement recorded
+        ("nvmlEventTypeXidCriticalError", 63),
+        ("nvmlEventTypeDramRetirementEvent", 0),
+    ),
 }
 
 
@@ -257,7 +273,8 @@ FAULT_XIDS = {
 class SimEvent:
     time: float
     gpu: int
-    xid: int
+    event_type: str  # pynvml's constant name, e.g. "nvmlEventTypeXidCriticalError"
+    data: int  # the XID for an XID event
 
 
 class SimNode:
@@ -268,7 +285,10 @@ class SimNode:
         self.gpus = [SimGpu(self, i) for i in range(scenario.gpus)]
         events = []
         for f in scenario.faults:
-            code = f.code if f.kind == "xid" else FAULT_XIDS.get(f.kind)
-            if code is not None:
-                events.append(SimEvent(self.start + f.at, f.gpu, code))
+            if f.kind == "xid" and f.code is not None:
+                raised: tuple[tuple[str, int], ...] = (("nvmlEventTypeXidCriticalError", f.code),)
+            else:
+                raised = FAULT_EVENTS.get(f.kind, ())
+            for event_type, data in raised:
+                events.append(SimEvent(self.start + f.at, f.gpu, event_type, data))
         self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))

@@ -1,61 +1,194 @@
-"""The verdict from one sample's facts: DCGM's thresholds, worst cause first, and it clears."""
+"""The verdict: DCGM's thresholds, XID classes, error rates over time, resets and acknowledgements.
+Worst cause first; it clears when its cause does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpuwatch import metrics as m
-from gpuwatch.health import GpuFacts, Health, gpu_facts, gpu_verdict
-from gpuwatch.model import GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.acks import AckStore
+from gpuwatch.health import Health, Verdict
+from gpuwatch.judge import HealthJudge
+from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, MissingGpu, Sample
 
 INFO = GpuInfo(3, "GPU-3", "NVIDIA H100 80GB HBM3", "0000:1b:00.0", "1653", "96.00", 18)
 GPU = GpuState(INFO, GpuStatus.OK, "")
 BASE = (("gpu", "3"), ("uuid", "GPU-3"))
+UP = BackendState(up=True, name="nvml")
+DBE_VOLATILE = (("type", "uncorrected"), ("scope", "volatile"))
+Facts = tuple[str, tuple[tuple[str, str], ...], float]
 
 
-def facts(*samples: tuple[str, tuple[tuple[str, str], ...], float]) -> GpuFacts:
-    return gpu_facts([Sample(n, (*BASE, *labels), v) for n, labels, v in samples])["GPU-3"]
+def judge_at(judge: HealthJudge, now: float, *samples: Facts, gpu: GpuState = GPU) -> Verdict:
+    batch = [Sample(n, (*BASE, *labels), v) for n, labels, v in samples]
+    return judge.judge(now, UP, [gpu], batch)[0][3]
+
+
+def verdict(*samples: Facts) -> Verdict:
+    return judge_at(HealthJudge(AckStore(None)), 0.0, *samples)
 
 
 def test_a_double_bit_error_and_a_pending_remap_make_it_unhealthy_worst_first() -> None:
-    verdict = gpu_verdict(
-        GPU,
-        facts(
-            (m.ROW_REMAP_PENDING, (), 1.0),
-            (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "volatile")), 2.0),
-            (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "aggregate")), 7.0),
-        ),
+    v = verdict(
+        (m.ROW_REMAP_PENDING, (), 1.0),
+        (m.ECC_ERRORS, DBE_VOLATILE, 2.0),
+        (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "aggregate")), 7.0),
     )
-    assert verdict.state == Health.UNHEALTHY
-    assert verdict.reasons == [
+    assert v.state == Health.UNHEALTHY
+    assert v.reasons == [
         "GPU 3: 2 uncorrectable ECC errors since the last reset",
         "GPU 3: a row remap waits for a GPU reset",
     ]
-    assert verdict.actions == [
-        "drain the GPU's jobs and reset the GPU",
-        "reset the GPU when it is idle",
-    ]
+    assert v.actions == ["drain the GPU's jobs and reset the GPU", "reset the GPU when it is idle"]
 
 
 def test_after_a_reset_the_volatile_counts_are_zero_and_the_gpu_is_healthy_again() -> None:
-    cleared = facts(
+    cleared = verdict(
         (m.ROW_REMAP_PENDING, (), 0.0),
-        (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "volatile")), 0.0),
+        (m.ECC_ERRORS, DBE_VOLATILE, 0.0),
         (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "aggregate")), 7.0),  # history only
     )
-    assert gpu_verdict(GPU, cleared).state == Health.HEALTHY
+    assert cleared.state == Health.HEALTHY
 
 
 def test_dcgm_thresholds_and_the_recovery_action() -> None:
-    retired = facts(
+    retired = verdict(
         (m.RETIRED_PAGES, (("cause", "sbe"),), 60.0), (m.RETIRED_PAGES, (("cause", "dbe"),), 3.0)
     )
-    assert gpu_verdict(GPU, retired).reasons == ["GPU 3: 63 retired memory pages"]
-    remapped = facts((m.REMAPPED_ROWS, (("type", "uncorrectable"),), 512.0))
-    assert gpu_verdict(GPU, remapped).state == Health.DEGRADED
-    p2p = facts((m.RECOVERY_ACTION, (("action", "drain_p2p"),), 1.0))
-    assert gpu_verdict(GPU, p2p).state == Health.DEGRADED
-    reboot = facts((m.RECOVERY_ACTION, (("action", "node_reboot"),), 1.0))
-    assert gpu_verdict(GPU, reboot).actions == ["drain the node and reboot it"]
-    link = facts(
+    assert retired.reasons == ["GPU 3: 63 retired memory pages"]
+    assert verdict((m.REMAPPED_ROWS, (("type", "uncorrectable"),), 512.0)).state == Health.DEGRADED
+    assert verdict((m.RECOVERY_ACTION, (("action", "drain_p2p"),), 1.0)).state == Health.DEGRADED
+    reboot = verdict((m.RECOVERY_ACTION, (("action", "node_reboot"),), 1.0))
+    assert reboot.actions == ["drain the node and reboot it"]
+    link = verdict(
         (m.NVLINK_LINK_UP, (("link", "5"),), 0.0), (m.NVLINK_LINK_UP, (("link", "6"),), 1.0)
     )
-    assert gpu_verdict(GPU, link).reasons == ["GPU 3: NVLink 5 down"]
+    assert link.reasons == ["GPU 3: NVLink 5 down"]
+
+
+def test_a_critical_xid_holds_until_the_gpu_is_reset() -> None:
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 100.0, 48)
+    v = judge_at(judge, 101.0, (m.ECC_ERRORS, DBE_VOLATILE, 1.0))
+    assert v.state == Health.UNHEALTHY
+    assert [c.key for c in v.causes] == ["ecc-dbe", "xid-48"]
+    assert v.causes[1].reason.startswith(
+        "GPU 3: XID 48 (Double-bit ECC error) at 1970-01-01T00:01:40"
+    )
+    assert v.causes[1].action.startswith("reset the GPU")
+    # A day later it still holds: nothing has shown the GPU was reset.
+    assert judge_at(judge, 86400.0, (m.ECC_ERRORS, DBE_VOLATILE, 1.0)).state == Health.UNHEALTHY
+    # The reset zeroes the volatile count: that clears the XID too.
+    assert judge_at(judge, 86401.0, (m.ECC_ERRORS, DBE_VOLATILE, 0.0)).state == Health.HEALTHY
+
+
+def test_a_lost_gpu_that_comes_back_was_reset() -> None:
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 1.0, 79)
+    lost = GpuState(INFO, GpuStatus.LOST, "NVML: GPU is lost")
+    v = judge_at(judge, 2.0, gpu=lost)
+    assert [c.key for c in v.causes] == ["gpu-lost", "xid-79"]
+    assert judge_at(judge, 60.0).state == Health.HEALTHY
+
+
+def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> None:
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
+    assert judge_at(judge, 1.0).state == Health.HEALTHY
+    judge.record_xid("GPU-3", 10.0, 94)
+    judge.record_xid("GPU-3", 20.0, 94)
+    v = judge_at(judge, 30.0)
+    assert v.state == Health.DEGRADED
+    assert (
+        "XID 94 (Contained memory error (one application affected)) 2 times since" in v.reasons[0]
+    )
+    assert judge_at(judge, 20.0 + 3601.0).state == Health.HEALTHY
+
+
+def crc(value: float) -> Facts:
+    return (m.NVLINK_ERRORS, (("link", "0"), ("type", "crc_flit")), value)
+
+
+def test_nvlink_crc_errors_degrade_a_storm_fails_and_it_clears_when_they_stop() -> None:
+    judge = HealthJudge(AckStore(None))
+    assert judge_at(judge, 0.0, crc(10.0)).state == Health.HEALTHY  # the count so far is history
+    assert judge_at(judge, 1.0, crc(12.0)).reasons == [
+        "GPU 3: 2 NVLink CRC errors in the last 5 minutes"
+    ]
+    for t in range(2, 62):  # 500 a second for a minute
+        v = judge_at(judge, float(t), crc(12.0 + 500.0 * (t - 1)))
+    assert v.state == Health.UNHEALTHY
+    assert v.reasons == ["GPU 3: NVLink CRC errors at 500/s (DCGM fails a GPU at 100/s)"]
+    last = 12.0 + 500.0 * 60
+    assert judge_at(judge, 200.0, crc(last)).state == Health.DEGRADED  # still in the 5 minutes
+    assert judge_at(judge, 400.0, crc(last)).state == Health.HEALTHY
+
+
+def test_nvlink_replays_fail_the_gpu() -> None:
+    judge = HealthJudge(AckStore(None))
+    replay = (("link", "2"), ("type", "replay"))
+    judge_at(judge, 0.0, (m.NVLINK_ERRORS, replay, 0.0))
+    v = judge_at(judge, 1.0, (m.NVLINK_ERRORS, replay, 1.0))
+    assert v.state == Health.UNHEALTHY
+    assert v.causes[0].key == "nvlink-replay"
+
+
+def pcie(replays: float) -> list[Facts]:
+    return [
+        (m.PCIE_REPLAYS, (), replays),
+        (m.PCIE_LINK_GENERATION, (), 5.0),
+        (m.PCIE_LINK_WIDTH, (), 16.0),
+    ]
+
+
+def test_pcie_replays_above_the_expected_rate_for_the_link_degrade() -> None:
+    judge = HealthJudge(AckStore(None))
+    for t in range(0, 61):  # Gen5 x16 expects at most ~31 a minute: 30 is fine
+        v = judge_at(judge, float(t), *pcie(t * 0.5))
+    assert v.state == Health.HEALTHY
+    for t in range(61, 122):  # 2 a second is a storm
+        v = judge_at(judge, float(t), *pcie(30 + (t - 60) * 2.0))
+    assert v.state == Health.DEGRADED
+    assert v.reasons == [
+        "GPU 3: 120 PCIe replays in the last minute (expected at most 31 on Gen5 x16)"
+    ]
+
+
+def test_an_acknowledged_cause_stops_counting_until_it_changes_or_clears(tmp_path: Path) -> None:
+    judge = HealthJudge(AckStore(tmp_path))
+    judge.record_xid("GPU-3", 1.0, 74)
+    v = judge_at(judge, 2.0)
+    judge.acks.add("GPU-3", v.causes[0], 2.0, "link replaced, ticket 4411")
+    v = judge_at(judge, 3.0)
+    assert v.state == Health.HEALTHY
+    assert [c.key for c in v.acknowledged] == ["xid-74"]
+    # The acknowledgement survives a restart of the daemon.
+    restarted = HealthJudge(AckStore(tmp_path))
+    restarted.record_xid("GPU-3", 1.0, 74)
+    assert judge_at(restarted, 4.0).state == Health.HEALTHY
+    # One more XID 74 is news: the acknowledgement no longer covers it.
+    restarted.record_xid("GPU-3", 5.0, 74)
+    assert judge_at(restarted, 6.0).state == Health.UNHEALTHY
+
+
+def test_an_acknowledgement_is_dropped_once_its_cause_clears(tmp_path: Path) -> None:
+    judge = HealthJudge(AckStore(tmp_path))
+    pending = (m.ROW_REMAP_PENDING, (), 1.0)
+    judge.acks.add("GPU-3", judge_at(judge, 0.0, pending).causes[0], 0.0, "")
+    assert judge_at(judge, 1.0, pending).state == Health.HEALTHY
+    assert judge_at(judge, 2.0, (m.ROW_REMAP_PENDING, (), 0.0)).state == Health.HEALTHY
+    assert list(AckStore(tmp_path)) == []
+    assert judge_at(judge, 3.0, pending).state == Health.DEGRADED
+
+
+def test_a_gpu_the_node_had_before_and_no_longer_lists_makes_the_node_unhealthy() -> None:
+    judge = HealthJudge(AckStore(None))
+    gone = MissingGpu("GPU-7", 7, "NVIDIA H100 80GB HBM3", "1656", "0000:db:00.0")
+    backend = BackendState(up=True, name="nvml", missing=(gone,))
+    gpus, node = judge.judge(0.0, backend, [GPU], [])
+    assert gpus[3].state == Health.HEALTHY
+    assert node.state == Health.UNHEALTHY
+    assert node.causes[0].key == "gpu-missing-GPU-7"
+    assert "last seen as GPU 7" in node.reasons[0]
+    judge.acks.add("", node.causes[0], 0.0, "pulled for RMA")
+    assert judge.judge(1.0, backend, [GPU], [])[1].state == Health.HEALTHY

@@ -1,8 +1,10 @@
-"""The NVML source over the simulator: lost GPUs, XIDs, and fields that are not supported."""
+"""The NVML source over the simulator: lost and missing GPUs, fault events, and fields that
+are not supported."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -10,6 +12,7 @@ import pynvml
 from gpuwatch import metrics as m
 from gpuwatch.clock import ScaledClock
 from gpuwatch.config import SamplingConfig
+from gpuwatch.inventory import Inventory
 from gpuwatch.model import Event, GpuStatus
 from gpuwatch.nvml.device import open_device
 from gpuwatch.nvml.source import NvmlSource
@@ -44,9 +47,58 @@ async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on() ->
     assert _values(batch, m.GPU_UP)["1"] == 0.0
     assert "1" not in _values(batch, m.TEMPERATURE)
     assert len(_values(batch, m.TEMPERATURE)) == 7
-    assert _values(batch, m.XID_ERRORS) == {"1": 1.0}
     kinds = [(e.kind, e.gpu) for e in events]
     assert ("gpu_lost", 1) in kinds and ("xid", 1) in kinds
+
+
+async def _events_of(scenario: str) -> list[Event]:
+    source, events, _ = _source(scenario)
+    await source.start()
+    await asyncio.sleep(11 / SPEED)  # past the fault at 10 simulated seconds
+    await source.collect()
+    await asyncio.sleep(0.05)
+    await source.stop()
+    return events
+
+
+async def test_each_nvml_event_type_becomes_its_own_journal_entry() -> None:
+    dbe = await _events_of("ecc_dbe")
+    assert [(e.kind, e.gpu, e.data.get("xid"), e.data.get("type")) for e in dbe] == [
+        ("xid", 1, 48, None),
+        ("ecc", 1, None, "dbe"),
+    ]
+    assert dbe[1].message == "GPU 1: uncorrectable (double-bit) ECC error"
+    storm = await _events_of("ecc_sbe")
+    assert storm[1].data == {"type": "sbe_storm"}
+    failed = await _events_of("row_remap_failure")
+    assert [(e.kind, e.data.get("outcome")) for e in failed][1] == ("memory_retirement", "failed")
+    recovery = await _events_of("recovery_action")
+    assert recovery[1].kind == "recovery_action"
+    assert recovery[1].message == "GPU 1: the driver asks for gpu_reset"
+
+
+async def test_a_gpu_the_node_had_before_and_no_longer_lists_is_reported(tmp_path: Path) -> None:
+    clock = ScaledClock(SPEED)
+    eight = load_scenario("healthy")
+    before = NvmlSource(
+        FakeNvml(eight, clock), clock, SamplingConfig(), [].append, Inventory(tmp_path)
+    )
+    await before.start()
+    await before.stop()
+    assert before.backend.missing == ()
+    events: list[Event] = []
+    after = NvmlSource(
+        FakeNvml(eight.with_gpus(7), clock),
+        clock,
+        SamplingConfig(),
+        events.append,
+        Inventory(tmp_path),
+    )
+    await after.start()
+    await after.stop()
+    assert [(g.index, g.pci_bus_id) for g in after.backend.missing] == [(7, "00000000:DB:00.0")]
+    assert [e.kind for e in events] == ["gpu_missing"]
+    assert "last seen as GPU 7" in events[0].message
 
 
 class _FlakyNvml(FakeNvml):

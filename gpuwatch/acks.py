@@ -1,0 +1,82 @@
+"""Causes an operator has acknowledged, kept in `acks.json` in the state directory.
+
+An acknowledgement names a GPU (by UUID, or "" for the node), a cause key and the cause's
+fingerprint when it was given. It holds while the fingerprint is unchanged and is dropped once
+the cause clears, so the next occurrence is reported again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpuwatch.atomicfile import read_json, write_json
+from gpuwatch.health import Cause
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "acks.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    uuid: str
+    key: str
+    fingerprint: str
+    time: float
+    note: str = ""
+
+
+class AckStore:
+    def __init__(self, state_dir: Path | None) -> None:
+        self.path = state_dir / FILE_NAME if state_dir is not None else None
+        self._acks: dict[tuple[str, str], Ack] = {}
+        if self.path is not None:
+            self._load(self.path)
+
+    def _load(self, path: Path) -> None:
+        data = read_json(path, "acknowledgements")
+        for item in data if isinstance(data, list) else []:
+            try:
+                ack = Ack(
+                    str(item["uuid"]),
+                    str(item["key"]),
+                    str(item["fingerprint"]),
+                    float(item["time"]),
+                    str(item.get("note", "")),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("acknowledgements %s: skipping an entry: %s", path, exc)
+                continue
+            self._acks[(ack.uuid, ack.key)] = ack
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            write_json(self.path, [asdict(a) for a in self._acks.values()])
+        except OSError as exc:
+            log.error("acknowledgements %s: cannot write: %s", self.path, exc)
+
+    def __iter__(self) -> Iterator[Ack]:
+        return iter(list(self._acks.values()))
+
+    def add(self, uuid: str, cause: Cause, time: float, note: str) -> Ack:
+        ack = Ack(uuid, cause.key, cause.fingerprint, time, note)
+        self._acks[(uuid, cause.key)] = ack
+        self._save()
+        return ack
+
+    def covers(self, uuid: str, cause: Cause) -> bool:
+        ack = self._acks.get((uuid, cause.key))
+        return ack is not None and ack.fingerprint == cause.fingerprint
+
+    def keep_only(self, uuid: str, present: set[str]) -> None:
+        """Forget this GPU's acknowledgements whose cause has cleared."""
+        gone = [k for k in self._acks if k[0] == uuid and k[1] not in present]
+        for k in gone:
+            del self._acks[k]
+        if gone:
+            self._save()

@@ -1,0 +1,54 @@
+"""The GPUs this node has had, in `gpus.json` in the state directory, so a GPU that vanished
+while the daemon was down (fell off the bus, then a reboot that did not bring it back) is still
+reported: NVML simply stops listing it, with no XID and no error."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from gpuwatch.atomicfile import read_json, write_json
+from gpuwatch.model import GpuInfo, MissingGpu
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "gpus.json"
+
+
+class Inventory:
+    def __init__(self, state_dir: Path | None) -> None:
+        self.path = state_dir / FILE_NAME if state_dir is not None else None
+        self.known: dict[str, MissingGpu] = {}
+        data = read_json(self.path, "GPU inventory") if self.path is not None else None
+        for item in data if isinstance(data, list) else []:
+            try:
+                gpu = MissingGpu(
+                    str(item["uuid"]),
+                    int(item["index"]),
+                    str(item["model"]),
+                    str(item["serial"]),
+                    str(item["pci_bus_id"]),
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("GPU inventory %s: skipping an entry: %s", self.path, exc)
+                continue
+            self.known[gpu.uuid] = gpu
+
+    def update(self, present: list[GpuInfo]) -> tuple[MissingGpu, ...]:
+        """Record the GPUs present now; return the known ones that are not."""
+        seen = {g.uuid for g in present}
+        missing = tuple(g for uuid, g in self.known.items() if uuid not in seen)
+        before = dict(self.known)
+        for g in present:
+            self.known[g.uuid] = MissingGpu(g.uuid, g.index, g.model, g.serial, g.pci_bus_id)
+        if self.known != before and self.path is not None:
+            try:
+                write_json(self.path, [_as_json(g) for g in self.known.values()])
+            except OSError as exc:
+                log.error("GPU inventory %s: cannot write: %s", self.path, exc)
+        return missing
+
+
+def _as_json(gpu: MissingGpu) -> dict[str, str | int]:
+    return {"uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "serial": gpu.serial,
+            "pci_bus_id": gpu.pci_bus_id}  # fmt: skip

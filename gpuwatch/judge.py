@@ -1,0 +1,246 @@
+"""The verdict over time: what one sample cannot show.
+
+- XIDs: a critical XID keeps its GPU unhealthy until the GPU is reset, the node reboots (the
+  journal restores only this boot's XIDs) or an operator acknowledges it; a warning XID keeps it
+  degraded for an hour. Application and info XIDs leave the GPU healthy, as NVIDIA's device
+  plugin does.
+- Error rates, as DCGM's health watches judge them: NVLink CRC errors (any in 5 minutes:
+  degraded; 100/s over a minute: unhealthy), NVLink replay or recovery errors (any in 5 minutes:
+  unhealthy), PCIe replays above the expected rate for the link's generation and width over a
+  minute (degraded). They clear once the counters stop moving.
+- GPU resets, seen as volatile ECC counts going down or a lost GPU coming back: they clear the
+  GPU's XIDs and error history.
+- Acknowledgements (acks.AckStore): an acknowledged cause is listed but no longer counted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from gpuwatch.acks import AckStore
+from gpuwatch.health import (
+    Cause,
+    GpuFacts,
+    Health,
+    Verdict,
+    gpu_facts,
+    node_verdict,
+    sample_causes,
+    status_cause,
+    verdict_of,
+)
+from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, Sample
+from gpuwatch.timefmt import rfc3339
+from gpuwatch.xid import lookup
+
+RATE_WINDOW_S = 300.0
+CRC_STORM_WINDOW_S = 60.0
+CRC_STORM_PER_S = 100.0  # DCGM: NVLink CRC errors at or above this rate fail the GPU
+PCIE_WINDOW_S = 60.0
+# DCGM's expected PCIe replays per lane per minute, by link generation.
+PCIE_REPLAYS_PER_LANE_MINUTE = {1: 0.48, 2: 0.48, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
+WARNING_XID_HOLD_S = 3600.0
+
+
+@dataclass
+class _Counters:
+    time: float
+    crc: float
+    replay_recovery: float
+    pcie: float | None
+
+
+@dataclass
+class _GpuMemory:
+    history: deque[_Counters] = field(default_factory=deque)
+    xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
+    last: GpuFacts | None = None
+    status: GpuStatus = GpuStatus.OK
+
+    def reset(self) -> None:
+        self.history.clear()
+        self.xids.clear()
+
+
+def _increase(history: deque[_Counters], since: float, pick: str) -> float:
+    """How much a counter grew after `since`, counting a drop as a counter reset."""
+    total, previous = 0.0, None
+    for point in history:
+        value = getattr(point, pick)
+        if value is None:
+            continue
+        if previous is not None and point.time > since:
+            total += value - previous if value >= previous else value
+        previous = value
+    return total
+
+
+def missing_cause(gpu: MissingGpu) -> Cause:
+    return Cause(
+        f"gpu-missing-{gpu.uuid}",
+        Health.UNHEALTHY,
+        f"GPU {gpu.uuid} ({gpu.model}, serial {gpu.serial}, bus {gpu.pci_bus_id}, "
+        f"last seen as GPU {gpu.index}) is missing: the driver no longer lists it",
+        "drain the node and reboot it; reseat or RMA the GPU if it stays missing; "
+        "acknowledge it if it was removed on purpose",
+    )
+
+
+def _action(text: str) -> str:
+    """The catalog's sentence as an action in the verdict's style."""
+    return text[:1].lower() + text[1:].rstrip(".")
+
+
+def _reset_seen(before: GpuFacts, now: GpuFacts) -> bool:
+    return now.sbe_volatile < before.sbe_volatile or now.dbe_volatile < before.dbe_volatile
+
+
+class HealthJudge:
+    def __init__(self, acks: AckStore) -> None:
+        self.acks = acks
+        self._gpus: dict[str, _GpuMemory] = {}
+
+    def record_xid(self, uuid: str, time: float, code: int) -> None:
+        self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
+
+    def judge(
+        self, now: float, backend: BackendState, gpus: list[GpuState], samples: list[Sample]
+    ) -> tuple[dict[int, Verdict], Verdict]:
+        facts = gpu_facts(samples)
+        verdicts = {
+            g.info.index: self._judge_gpu(now, g, facts.get(g.info.uuid, GpuFacts())) for g in gpus
+        }
+        node = node_verdict(backend, verdicts)
+        if backend.up:
+            causes, acked = self._with_acks("", [missing_cause(g) for g in backend.missing], True)
+            node = verdict_of([*node.causes, *causes], [*node.acknowledged, *acked])
+        return verdicts, node
+
+    def _judge_gpu(self, now: float, gpu: GpuState, facts: GpuFacts) -> Verdict:
+        uuid = gpu.info.uuid
+        memory = self._gpus.setdefault(uuid, _GpuMemory())
+        came_back = memory.status == GpuStatus.LOST and gpu.status == GpuStatus.OK
+        memory.status = gpu.status
+        lost = status_cause(gpu)
+        if lost is not None:
+            causes = [lost, *self._xid_causes(now, memory)]
+        else:
+            if came_back or (memory.last is not None and _reset_seen(memory.last, facts)):
+                memory.reset()
+            memory.last = facts
+            self._remember(now, memory, facts)
+            causes = [*sample_causes(facts), *self._rate_causes(now, memory, facts),
+                      *self._xid_causes(now, memory)]  # fmt: skip
+        index = gpu.info.index
+        causes = [
+            replace(
+                c,
+                reason=f"GPU {index} {c.reason}"
+                if c.reason.startswith("is ")
+                else f"GPU {index}: {c.reason}",
+            )
+            for c in causes
+        ]
+        counted, acked = self._with_acks(uuid, causes, prune=lost is None)
+        return verdict_of(counted, acked)
+
+    def _with_acks(
+        self, uuid: str, causes: list[Cause], prune: bool
+    ) -> tuple[list[Cause], list[Cause]]:
+        if prune:  # only a GPU read in full shows which causes have cleared
+            self.acks.keep_only(uuid, {c.key for c in causes})
+        counted = [c for c in causes if not self.acks.covers(uuid, c)]
+        acked = [c for c in causes if self.acks.covers(uuid, c)]
+        return counted, acked
+
+    @staticmethod
+    def _remember(now: float, memory: _GpuMemory, facts: GpuFacts) -> None:
+        history = memory.history
+        history.append(
+            _Counters(now, facts.nvlink_crc, facts.nvlink_replay_recovery, facts.pcie_replays)
+        )
+        while history and history[0].time < now - RATE_WINDOW_S:
+            history.popleft()
+
+    @staticmethod
+    def _rate_causes(now: float, memory: _GpuMemory, facts: GpuFacts) -> list[Cause]:
+        out: list[Cause] = []
+        history = memory.history
+        crc_storm = _increase(history, now - CRC_STORM_WINDOW_S, "crc")
+        crc = _increase(history, now - RATE_WINDOW_S, "crc")
+        if crc_storm >= CRC_STORM_PER_S * CRC_STORM_WINDOW_S:
+            out.append(
+                Cause(
+                    "nvlink-crc",
+                    Health.UNHEALTHY,
+                    f"NVLink CRC errors at {crc_storm / CRC_STORM_WINDOW_S:.0f}/s "
+                    f"(DCGM fails a GPU at {CRC_STORM_PER_S:g}/s)",
+                    "drain, reset the GPU and check the link",
+                )
+            )
+        elif crc > 0:
+            out.append(
+                Cause(
+                    "nvlink-crc",
+                    Health.DEGRADED,
+                    f"{crc:g} NVLink CRC errors in the last 5 minutes",
+                    "watch the link; reseat or replace it if the errors go on",
+                )
+            )
+        replay = _increase(history, now - RATE_WINDOW_S, "replay_recovery")
+        if replay > 0:
+            out.append(
+                Cause(
+                    "nvlink-replay",
+                    Health.UNHEALTHY,
+                    f"{replay:g} NVLink replay or recovery errors in the last 5 minutes",
+                    "drain, reset the GPU and check the link",
+                )
+            )
+        lanes_rate = PCIE_REPLAYS_PER_LANE_MINUTE.get(int(facts.pcie_generation))
+        if lanes_rate is not None and facts.pcie_width > 0:
+            expected = lanes_rate * facts.pcie_width * PCIE_WINDOW_S / 60.0
+            replays = _increase(history, now - PCIE_WINDOW_S, "pcie")
+            if replays > expected:
+                gen, width = int(facts.pcie_generation), int(facts.pcie_width)
+                out.append(
+                    Cause(
+                        "pcie-replays",
+                        Health.DEGRADED,
+                        f"{replays:g} PCIe replays in the last minute (expected at most "
+                        f"{expected:.0f} on Gen{gen} x{width})",
+                        "check the slot, riser and cabling; reseat the GPU",
+                    )
+                )
+        return out
+
+    @staticmethod
+    def _xid_causes(now: float, memory: _GpuMemory) -> list[Cause]:
+        seen: dict[int, list[float]] = {}
+        for time, code in memory.xids:
+            seen.setdefault(code, []).append(time)
+        out: list[Cause] = []
+        for code, times in sorted(seen.items()):
+            xid = lookup(code)
+            if xid.xid_class == "critical":
+                state = Health.UNHEALTHY
+            elif xid.xid_class == "warning" and times[-1] >= now - WARNING_XID_HOLD_S:
+                state = Health.DEGRADED
+            else:
+                continue
+            count = (
+                f"{len(times)} times since {rfc3339(times[0])}"
+                if len(times) > 1
+                else (f"at {rfc3339(times[0])}")
+            )
+            out.append(
+                Cause(
+                    f"xid-{code}",
+                    state,
+                    f"XID {code} ({xid.meaning}) {count}",
+                    _action(xid.action),
+                    str(len(times)),
+                )
+            )
+        return out
