@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -109,6 +110,8 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
                 "health": verdict.state.value if verdict else "unknown",
                 "health_reasons": verdict.reasons if verdict else [],
                 "health_actions": verdict.actions if verdict else [],
+                "health_causes": [c.as_json() for c in verdict.causes] if verdict else [],
+                "acknowledged": [c.as_json() for c in verdict.acknowledged] if verdict else [],
                 "metrics": per_gpu.get(info.uuid, {}),
             }
         )
@@ -126,12 +129,15 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
         "verdict": verdict.state.value if verdict else "unknown",
         "reasons": verdict.reasons if verdict else ["no sample taken yet"],
         "actions": verdict.actions if verdict else [],
+        "causes": [c.as_json() for c in verdict.causes] if verdict else [],
+        "acknowledged": [c.as_json() for c in verdict.acknowledged] if verdict else [],
         "backend": {
             "name": backend.name,
             "up": backend.up,
             "reason": backend.reason,
             "driver_version": backend.driver_version,
             "library_version": backend.library_version,
+            "missing_gpus": [asdict(g) for g in backend.missing],
         },
         "sampling": {
             "interval_seconds": daemon.config.sampling.interval,

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -73,6 +74,15 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("url", nargs="?", default=DEFAULT_URL)
     events.add_argument("--since", default="1h", help="a duration (1h), RFC 3339 time or Unix time")
     events.add_argument("--json", action="store_true", help="print the events as JSON lines")
+
+    ack = sub.add_parser(
+        "ack", help="acknowledge a cause of a GPU's verdict (the keys are in `gpuwatch status`)"
+    )
+    ack.add_argument("gpu", help='the GPU: its index or UUID, or "node" for a missing GPU')
+    ack.add_argument("cause", help="the cause's key, e.g. xid-48 or nvlink-crc")
+    ack.add_argument("--note", default="", help="why, for the journal (a ticket, a name)")
+    ack.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
+    ack.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
 
     rules = sub.add_parser("rules", help="check and unit-test Prometheus rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
@@ -298,6 +308,21 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_ack(args: argparse.Namespace) -> int:
+    from gpuwatch.control_client import ControlError, default_socket, post
+
+    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
+    body = {"gpu": args.gpu, "cause": args.cause, "note": args.note}
+    try:
+        status, reply = post(path, "/api/v1/ack", body)
+    except ControlError as exc:
+        return _fail(str(exc), EXIT_UNREACHABLE)
+    if status != 200:
+        return _fail(str(reply.get("error", f"HTTP {status}")), 1)
+    print(f"acknowledged: {reply['data']['reason']}")
+    return 0
+
+
 def cmd_xid(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -339,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status": cmd_status,
         "health": cmd_health,
         "events": cmd_events,
+        "ack": cmd_ack,
         "rules": cmd_rules,
         "xid": cmd_xid,
         "sim": cmd_sim_list,

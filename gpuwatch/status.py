@@ -31,7 +31,9 @@ def render_node(node: dict[str, Any]) -> Group:
         gpus = node.get("gpus", [])
         models = ", ".join(sorted({g.get("model", "?") for g in gpus}))
         header.append(f"   driver {backend.get('driver_version', '?')}   {len(gpus)} x {models}")
-    reasons = Text("\n".join(f"  - {r}" for r in node.get("reasons", [])), style="dim")
+    lines = [f"  - {c['reason']}: {c['action']}  [{c['key']}]" for c in node.get("causes", [])]
+    lines += [f"  - acknowledged: {c['reason']}  [{c['key']}]" for c in node.get("acknowledged", [])]
+    reasons = Text("\n".join(lines), style="dim")
 
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for column, justify in (
@@ -70,7 +72,7 @@ def render_node(node: dict[str, Any]) -> Group:
             xids,
         )
     parts: list[Any] = [header]
-    if node.get("reasons"):
+    if lines:
         parts.append(reasons)
     parts.append(table)
     return Group(*parts)

@@ -44,11 +44,40 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         daemon.proc.send_signal(signal.SIGKILL)
         daemon.proc.wait(timeout=10)
 
-    # Restarted on the same state directory: everything the API had shown is still there.
+    # Restarted on the same state directory: everything the API had shown is still there, and
+    # so is this boot's XID: its count, its alert and the verdict carry over the restart.
     again = start_daemon(tmp_path, "--simulate", "healthy")
     try:
         kept = again.json("/api/v1/events?since=1h")["data"]["events"]
         assert kept[: len(shown)] == shown
+        metrics = parse_metrics(again.metrics())
+        assert [
+            (labels["gpu"], labels["xid"], value)
+            for labels, value in metrics["gpuwatch_gpu_xid_errors_total"]
+        ] == [("1", "48", 1.0)]
+        alerts = again.json("/api/v1/alerts")["data"]["alerts"]
+        assert [(a["labels"]["alertname"], a["state"]) for a in alerts] == [
+            ("GpuXidCritical", "firing")
+        ]
+        node = again.json("/api/v1/node")["data"]
+        assert node["verdict"] == "unhealthy"
+        assert [c["key"] for c in node["causes"]] == ["xid-48"]
+
+        # The operator reset the GPU by hand and says so: the verdict counts it no longer.
+        state_dir = str(tmp_path / "state")
+        code, out, err = gpuwatch("ack", "1", "xid-49", "--state-dir", state_dir)
+        assert code == 1 and "1 has no current cause 'xid-49'; its causes: xid-48" in err
+        code, out, err = gpuwatch(
+            "ack", "1", "xid-48", "--state-dir", state_dir, "--note", "reset by hand, OPS-12"
+        )
+        assert code == 0, err
+        assert out.startswith("acknowledged: GPU 1: XID 48 (Double-bit ECC error) at ")
+        node = wait_for(
+            lambda: (n := again.json("/api/v1/node")["data"])["verdict"] == "healthy" and n
+        )
+        assert [c["key"] for c in node["acknowledged"]] == ["xid-48"]
+        acked = again.json("/api/v1/events?kind=acknowledged")["data"]["events"]
+        assert acked[0]["cause"] == "xid-48" and acked[0]["note"] == "reset by hand, OPS-12"
         done = subprocess.run(
             [sys.executable, "-m", "gpuwatch", "events", again.url, "--since", "1h"],
             capture_output=True, text=True, timeout=30, check=False,
@@ -60,6 +89,14 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         assert status == 400 and b"expected a duration" in body
     finally:
         assert stop_daemon(again) == 0, again.log()
+
+
+def gpuwatch(*args: str) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
 
 
 def test_gpuwatch_xid_explains_a_code() -> None:

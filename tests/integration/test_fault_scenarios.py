@@ -1,5 +1,5 @@
-"""Acceptance 3 (so far): each simulated hardware fault, run as its built-in scenario, shows up
-as the event, the metric and the alert an operator expects, and a healthy node shows none.
+"""Acceptance 3: each simulated hardware fault, run as its built-in scenario, shows up as the
+events, the metric, the alert and the verdict an operator expects, and a healthy node shows none.
 
 Scenarios run 10 times faster than real time (the fault at 10 s comes after 1 s), so alerts
 with `for:` and the 15 s trend groups resolve within seconds of wall time.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -18,33 +18,41 @@ from tests.conftest import DaemonProcess, parse_metrics, start_daemon, stop_daem
 
 class Expect(NamedTuple):
     xid: int | None  # the XID event the fault logs, if any
+    event: tuple[str, str] | None  # the other NVML event it raises: (kind, what it says)
     metric: str
     labels: dict[str, str]  # beyond gpu="1"
     holds: str  # "nonzero" or "== value"
-    alert: str | None
-    verdict: str | None = None  # None: the verdict does not judge this fault yet
+    alert: str
+    verdict: str
+    cause: str  # the key of the verdict's first cause
 
 
 EXPECTED = {
-    "ecc_sbe": Expect(92, "gpuwatch_gpu_ecc_errors_total",
-                      {"type": "corrected", "scope": "volatile"}, "nonzero", None),
-    "ecc_dbe": Expect(48, "gpuwatch_gpu_ecc_errors_total",
+    "ecc_sbe": Expect(92, ("ecc", "sbe_storm"), "gpuwatch_gpu_ecc_errors_total",
+                      {"type": "corrected", "scope": "volatile"}, "nonzero", "GpuXidWarning",
+                      "degraded", "xid-92"),
+    "ecc_dbe": Expect(48, ("ecc", "dbe"), "gpuwatch_gpu_ecc_errors_total",
                       {"type": "uncorrected", "scope": "volatile"}, "== 1", "GpuEccUncorrectable",
-                      "unhealthy"),
-    "row_remap_pending": Expect(63, "gpuwatch_gpu_row_remap_pending", {}, "== 1",
-                                "GpuRowRemapPending", "degraded"),
-    "row_remap_failure": Expect(64, "gpuwatch_gpu_row_remap_failed", {}, "== 1",
-                                "GpuRowRemapFailed", "unhealthy"),
-    "nvlink_down": Expect(74, "gpuwatch_gpu_nvlink_link_up", {"link": "0"}, "== 0",
-                          "GpuNvlinkDown", "unhealthy"),
-    "nvlink_crc_storm": Expect(None, "gpuwatch_gpu_nvlink_errors_total",
-                               {"link": "0", "type": "crc_flit"}, "nonzero", "GpuNvlinkErrors"),
-    "pcie_replay_storm": Expect(None, "gpuwatch_gpu_pcie_replays_total", {}, "nonzero",
-                                "GpuPcieReplayRate"),
-    "retired_pages": Expect(63, "gpuwatch_gpu_retired_pages", {"cause": "dbe"}, "== 3",
-                            "GpuRetiredPagesHigh", "unhealthy"),
-    "recovery_action": Expect(154, "gpuwatch_gpu_recovery_action", {"action": "gpu_reset"},
-                              "== 1", "GpuRecoveryActionRequired", "unhealthy"),
+                      "unhealthy", "ecc-dbe"),
+    "row_remap_pending": Expect(63, ("memory_retirement", "recorded"),
+                                "gpuwatch_gpu_row_remap_pending", {}, "== 1",
+                                "GpuRowRemapPending", "degraded", "remap-pending"),
+    "row_remap_failure": Expect(64, ("memory_retirement", "failed"),
+                                "gpuwatch_gpu_row_remap_failed", {}, "== 1",
+                                "GpuRowRemapFailed", "unhealthy", "remap-failed"),
+    "nvlink_down": Expect(74, None, "gpuwatch_gpu_nvlink_link_up", {"link": "0"}, "== 0",
+                          "GpuNvlinkDown", "unhealthy", "nvlink-down"),
+    "nvlink_crc_storm": Expect(None, None, "gpuwatch_gpu_nvlink_errors_total",
+                               {"link": "0", "type": "crc_flit"}, "nonzero", "GpuNvlinkErrors",
+                               "unhealthy", "nvlink-crc"),
+    "pcie_replay_storm": Expect(None, None, "gpuwatch_gpu_pcie_replays_total", {}, "nonzero",
+                                "GpuPcieReplayRate", "degraded", "pcie-replays"),
+    "retired_pages": Expect(63, ("memory_retirement", "recorded"), "gpuwatch_gpu_retired_pages",
+                            {"cause": "dbe"}, "== 3", "GpuRetiredPagesHigh", "unhealthy",
+                            "retired-pages"),
+    "recovery_action": Expect(154, ("recovery_action", "gpu_reset"),
+                              "gpuwatch_gpu_recovery_action", {"action": "gpu_reset"}, "== 1",
+                              "GpuRecoveryActionRequired", "unhealthy", "recovery-action"),
 }  # fmt: skip
 
 
@@ -82,15 +90,25 @@ def test_a_fault_becomes_event_metric_and_alert(scenario: str, tmp_path: Path) -
             return value > 0 if expect.holds == "nonzero" else value == float(expect.holds[3:])
 
         wait_for(metric_holds)
-        if expect.alert is not None:
-            wait_for(lambda: (expect.alert, "1") in firing(daemon))
-        if expect.verdict is not None:
-            node = daemon.json("/api/v1/node")["data"]
-            assert node["verdict"] == expect.verdict
-            [gpu1] = [g for g in node["gpus"] if g["index"] == 1]
-            assert gpu1["health"] == expect.verdict
-            assert gpu1["health_actions"] and node["actions"] == gpu1["health_actions"]
-            assert all(g["health"] == "healthy" for g in node["gpus"] if g["index"] != 1)
+        if expect.event is not None:
+            kind, what = expect.event
+            events = wait_for(
+                lambda: [e for e in daemon.json(f"/api/v1/events?kind={kind}")["data"]["events"]
+                         if e["gpu"] == 1]
+            )  # fmt: skip
+            assert what in events[0].values()
+        wait_for(lambda: (expect.alert, "1") in firing(daemon))
+
+        def verdict() -> dict[str, Any] | None:
+            node: dict[str, Any] = daemon.json("/api/v1/node")["data"]
+            return node if node["verdict"] == expect.verdict else None
+
+        node = wait_for(verdict)
+        [gpu1] = [g for g in node["gpus"] if g["index"] == 1]
+        assert gpu1["health"] == expect.verdict
+        assert gpu1["health_causes"][0]["key"] == expect.cause
+        assert gpu1["health_actions"] and node["actions"] == gpu1["health_actions"]
+        assert all(g["health"] == "healthy" for g in node["gpus"] if g["index"] != 1)
         # Only GPU 1 is faulty: no alert names any other GPU.
         assert {gpu for _, gpu in firing(daemon)} <= {"1", ""}
     finally:

@@ -21,6 +21,7 @@ EXPECTED = {
         "GpuFellOffBus", "GpuUnresponsive", "GpuMissing", "GpuXidCritical", "GpuXidApplication",
         "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRetiredPagesHigh",
         "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
+        "GpuXidWarning",  # added with issue 4, for the warning-class XIDs (92: SBE storm)
     },
     "thermal-power.yaml": {"GpuTemperatureHigh", "GpuThermalThrottling", "GpuPowerBrake"},
     "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},

@@ -1,0 +1,60 @@
+"""The client side of the control socket, for commands that change a running daemon
+(`gpuwatch ack`, later `gpuwatch silence`)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.config import default_state_dir
+from gpuwatch.control import SOCKET_NAME, socket_path
+
+SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
+TIMEOUT_S = 10.0
+
+
+class ControlError(Exception):
+    """The daemon could not be reached on its socket; the message says where we looked."""
+
+
+def default_socket(state_dir: str | None) -> Path:
+    """The socket of the daemon with this state dir; without one, the systemd unit's socket if
+    it exists, else the default state dir's."""
+    if state_dir is not None:
+        return Path(state_dir) / SOCKET_NAME
+    if SYSTEMD_SOCKET.exists():
+        return SYSTEMD_SOCKET
+    return socket_path(default_state_dir())
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=TIMEOUT_S)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(TIMEOUT_S)
+        sock.connect(str(self._path))
+        self.sock = sock
+
+
+def post(path: Path, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON reply) of a POST to the daemon's control socket."""
+    connection = _UnixConnection(path)
+    try:
+        connection.request(
+            "POST", url, json.dumps(body), headers={"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        reply = json.loads(response.read() or b"{}")
+    except OSError as exc:
+        raise ControlError(f"cannot reach the daemon on {path}: {exc}") from exc
+    except ValueError as exc:
+        raise ControlError(f"the daemon on {path} answered something that is not JSON") from exc
+    finally:
+        connection.close()
+    return response.status, reply if isinstance(reply, dict) else {}
