@@ -31,8 +31,9 @@ def render_node(node: dict[str, Any]) -> Group:
         gpus = node.get("gpus", [])
         models = ", ".join(sorted({g.get("model", "?") for g in gpus}))
         header.append(f"   driver {backend.get('driver_version', '?')}   {len(gpus)} x {models}")
-    lines = [f"  - {c['reason']}: {c['action']}  [{c['key']}]" for c in node.get("causes", [])]
-    lines += [f"  - acknowledged: {c['reason']}  [{c['key']}]" for c in node.get("acknowledged", [])]
+    causes, acked = node.get("causes", []), node.get("acknowledged", [])
+    lines = [f"  - {c['reason']}: {c['action']}  [{c['key']}]" for c in causes]
+    lines += [f"  - acknowledged: {c['reason']}  [{c['key']}]" for c in acked]
     reasons = Text("\n".join(lines), style="dim")
 
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
