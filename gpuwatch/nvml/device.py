@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
 from gpuwatch.model import GpuInfo, Labels, Sample
+from gpuwatch.nvml.fallbacks import Reader, fallback_reader
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -109,9 +110,19 @@ def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
     def link_count() -> int:
         fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
         read = FieldValues(nvml)
-        if read.returned(fv) != nvml.NVML_SUCCESS:
-            return 0
-        return int(read.value(fv))
+        if read.returned(fv) == nvml.NVML_SUCCESS:
+            return int(read.value(fv))
+        # An older driver without the field: count the links that have a state.
+        count = 0
+        while count < nvml.NVML_NVLINK_MAX_LINKS:
+            try:
+                nvml.nvmlDeviceGetNvLinkState(handle, count)
+            except nvml.NVMLError_GpuIsLost:
+                raise
+            except nvml.NVMLError:
+                break
+            count += 1
+        return count
 
     pci = optional(lambda: as_text(nvml.nvmlDeviceGetPciInfo(handle).busId), "")
     serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)), "")
@@ -136,6 +147,7 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         self._fields = self._plan_fields(nvml, base, info.nvlink_count)
+        self._fallbacks: list[tuple[_FieldPlan, Reader]] = []  # fields the driver refused
         self._requests = [f.request for f in self._fields]
         self._field_values = FieldValues(nvml)
         self._no_such_field = {
@@ -334,15 +346,21 @@ class DeviceReader:
                 out.append(Sample(m.CLOCK_EVENT, labels, 1.0 if current & bit else 0.0))
 
     def _read_fields(self, out: list[Sample]) -> None:
-        if not self._fields:
-            return
         nvml = self.nvml
-        requests = self._requests
-        values = self._try(
-            "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
-        )
-        if values is None:
-            return
+        if self._fields:
+            requests = self._requests
+            values = self._try(
+                "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
+            )
+            if values is not None:
+                self._read_field_values(values, out)
+        for plan, reader in self._fallbacks:
+            value = self._try(f"{plan.name}{dict(plan.labels[2:]) or ''} (call)", reader)
+            if value is not None:
+                out.append(Sample(plan.name, plan.labels, value * plan.scale))
+
+    def _read_field_values(self, values: Any, out: list[Sample]) -> None:
+        nvml = self.nvml
         keep: list[_FieldPlan] = []
         success, lost, read = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST, self._field_values
         for plan, fv in zip(self._fields, values, strict=True):
@@ -362,9 +380,7 @@ class DeviceReader:
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field:
-                self._unsupported_now(
-                    f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})"
-                )
+                self._refused(plan)
             elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
@@ -373,3 +389,11 @@ class DeviceReader:
         if len(keep) != len(self._fields):  # some fields turned out unsupported: stop asking
             self._fields = keep
             self._requests = [f.request for f in keep]
+
+    def _refused(self, plan: _FieldPlan) -> None:
+        """The driver has no such field: read it through its call where there is one."""
+        reader = fallback_reader(self.nvml, self.handle, plan.request)
+        if reader is not None:
+            self._fallbacks.append((plan, reader))
+            return
+        self._unsupported_now(f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})")

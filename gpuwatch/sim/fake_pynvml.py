@@ -333,6 +333,61 @@ class FakeNvml:
             return 0 if m.has_nvlink_crc_data else None
         return None
 
+    # -- the per-purpose calls older drivers offer where they lack a field id ---------------
+    def _by_field(self, handle: Any, field_id: int, scope: int = 0) -> int:
+        gpu = self._gpu(handle)
+        value = self._field(gpu, gpu.reading(), field_id, scope)
+        if value is None:
+            raise pynvml.NVMLError_NotSupported()
+        return value
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
+        corrected = error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+        volatile = counter_type == pynvml.NVML_VOLATILE_ECC
+        field_id = {
+            (True, True): pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+            (False, True): pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+            (True, False): pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+            (False, False): pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+        }[(corrected, volatile)]
+        return self._by_field(handle, field_id)
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        fields = (
+            pynvml.NVML_FI_DEV_REMAPPED_COR,
+            pynvml.NVML_FI_DEV_REMAPPED_UNC,
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+        )
+        cor, unc, pending, failure = (self._by_field(handle, f) for f in fields)
+        return cor, unc, pending, failure
+
+    def nvmlDeviceGetRetiredPages(self, handle: Any, cause: int) -> list[int]:
+        single = cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        field_id = pynvml.NVML_FI_DEV_RETIRED_SBE if single else pynvml.NVML_FI_DEV_RETIRED_DBE
+        return [0x1000 * (page + 1) for page in range(self._by_field(handle, field_id))]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        return self._by_field(handle, pynvml.NVML_FI_DEV_RETIRED_PENDING)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        return self._by_field(handle, pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        return self._by_field(handle, pynvml.NVML_FI_DEV_NVLINK_GET_STATE, link)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
+        field_id = {
+            pynvml.NVML_NVLINK_ERROR_DL_REPLAY: pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+            pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+            pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+        }.get(counter)
+        if counter == pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA and link < 6:
+            return self._by_field(handle, pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 + link)
+        if field_id is None:
+            raise pynvml.NVMLError_NotSupported()
+        return self._by_field(handle, field_id, link)
+
     # -- events --------------------------------------------------------------------------
     def nvmlEventSetCreate(self) -> Any:
         self._check_init()

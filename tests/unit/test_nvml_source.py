@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
+import pytest
 
 from gpuwatch import metrics as m
-from gpuwatch.clock import ScaledClock
+from gpuwatch.clock import ManualClock, ScaledClock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
 from gpuwatch.model import Event, GpuStatus
@@ -153,3 +154,54 @@ async def test_no_driver_is_reported_not_faked() -> None:
     assert batch.backend.reason == "NVML: driver not loaded"
     assert [(s.name, s.value) for s in batch.samples] == [(m.UP, 0.0)]
     assert batch.gpus == []
+
+
+class _OldDriverNvml(FakeNvml):
+    """A driver without the newer field ids: each answers NotSupported, but the older
+    per-purpose calls (nvmlDeviceGetRemappedRows, nvmlDeviceGetTotalEccErrors, ...) work."""
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[Any]) -> Any:
+        values = super().nvmlDeviceGetFieldValues(handle, field_ids)
+        for slot in values:
+            if slot.fieldId not in (pynvml.NVML_FI_DEV_ENERGY, pynvml.NVML_FI_DEV_MEMORY_TEMP):
+                slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+
+SCENARIO = """
+node: {{gpus: 1, model: {model}}}
+faults:
+  - {{kind: {fault}, gpu: 0, at: 1s}}
+  - {{kind: ecc_dbe, gpu: 0, at: 1s}}
+  - {{kind: nvlink_crc_storm, gpu: 0, at: 1s}}
+  - {{kind: pcie_replay_storm, gpu: 0, at: 1s}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "fault"), [("H100", "row_remap_pending"), ("V100", "retired_pages")]
+)
+def test_an_older_driver_without_field_ids_gives_the_same_fault_metrics(
+    model: str, fault: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(SCENARIO.format(model=model, fault=fault))
+    readings = []
+    for fake in (FakeNvml, _OldDriverNvml):
+        clock = ManualClock()
+        nvml = fake(load_scenario(str(path)), clock)
+        nvml.nvmlInit()
+        reader = open_device(nvml, 0)
+        reader.read()  # the first read finds out which fields the driver refuses
+        clock.advance(30.0)
+        # The recovery action and NVLink throughput have no older call: absent on old drivers.
+        no_call = (m.RECOVERY_ACTION, m.NVLINK_BYTES)
+        readings.append(
+            {(s.name, s.labels): s.value for s in reader.read() if s.name not in no_call}
+        )
+    new, old = readings
+    assert old == new
+    faults = {name for name, _ in new if "remap" in name or "retired" in name or "ecc" in name}
+    assert len(faults) >= 3
+    dbe = (*reader.info.labels, ("type", "uncorrected"), ("scope", "volatile"))
+    assert new[(m.ECC_ERRORS, dbe)] == 1.0
