@@ -202,7 +202,8 @@ class Daemon:
         cause = next((c for c in causes if c.key == key), None)
         if cause is None:
             keys = ", ".join(c.key for c in causes) or "none"
-            raise AckError(f"{gpu} has no current cause {key!r}; its causes: {keys}")
+            where = "the node" if gpu == "node" else f"GPU {gpu}"
+            raise AckError(f"{where} has no current cause {key!r}; its causes: {keys}")
         self.judge.acks.add(uuid, cause, self.clock.now(), note)
         message = f"acknowledged: {cause.reason}" + (f" ({note})" if note else "")
         self.events.publish(

@@ -66,7 +66,7 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         # The operator reset the GPU by hand and says so: the verdict counts it no longer.
         state_dir = str(tmp_path / "state")
         code, out, err = gpuwatch("ack", "1", "xid-49", "--state-dir", state_dir)
-        assert code == 1 and "1 has no current cause 'xid-49'; its causes: xid-48" in err
+        assert code == 1 and "GPU 1 has no current cause 'xid-49'; its causes: xid-48" in err
         code, out, err = gpuwatch(
             "ack", "1", "xid-48", "--state-dir", state_dir, "--note", "reset by hand, OPS-12"
         )
