@@ -55,8 +55,12 @@ class Cause:
     fingerprint: str = ""
 
     def as_json(self) -> dict[str, str]:
-        return {"key": self.key, "state": self.state.value, "reason": self.reason,
-                "action": self.action}  # fmt: skip
+        return {
+            "key": self.key,
+            "state": self.state.value,
+            "reason": self.reason,
+            "action": self.action,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,7 @@ def gpu_facts(samples: list[Sample]) -> dict[str, GpuFacts]:
     """uuid -> the fault facts of this batch."""
     out: dict[str, GpuFacts] = {}
     for name, labels, value in samples:
-        if name not in _FACT_METRICS:
+        if name not in _FACT_METRICS or _NOTHING_TO_SEE.get(name) == value:
             continue
         d = dict(labels)
         facts = out.setdefault(d.get("uuid", ""), GpuFacts())
@@ -167,6 +171,13 @@ _FACT_METRICS = frozenset(
         m.PCIE_LINK_WIDTH,
     }
 )
+# Values that say nothing, most of a batch (errors at 0, links up): skipped before parsing labels.
+_NOTHING_TO_SEE = {
+    m.NVLINK_ERRORS: 0.0,
+    m.NVLINK_LINK_UP: 1.0,
+    m.CLOCK_EVENT: 0.0,
+    m.RECOVERY_ACTION: 0.0,
+}
 
 
 def sample_causes(facts: GpuFacts) -> list[Cause]:

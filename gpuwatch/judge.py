@@ -43,17 +43,49 @@ PCIE_REPLAYS_PER_LANE_MINUTE = {1: 0.48, 2: 0.48, 3: 0.48, 4: 0.96, 5: 1.92, 6: 
 WARNING_XID_HOLD_S = 3600.0
 
 
-@dataclass
-class _Counters:
+CRC, REPLAY, PCIE = range(3)  # the error counters whose rates are judged, by position
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
     time: float
-    crc: float
-    replay_recovery: float
-    pcie: float | None
+    raw: tuple[float | None, ...]  # the counters as last read (None: never read)
+    grown: tuple[float, ...]  # how much each has grown since the history began, resets counted
+
+
+def _next_point(now: float, previous: _Point | None, raw: tuple[float | None, ...]) -> _Point:
+    if previous is None:
+        return _Point(now, raw, (0.0,) * len(raw))
+    grown: list[float] = []
+    kept: list[float | None] = []
+    for value, before, total in zip(raw, previous.raw, previous.grown, strict=True):
+        if value is None:  # not read this cycle: no news
+            grown.append(total)
+            kept.append(before)
+        else:
+            step = 0.0 if before is None else (value - before if value >= before else value)
+            grown.append(total + step)
+            kept.append(value)
+    return _Point(now, tuple(kept), tuple(grown))
+
+
+def _increase(history: deque[_Point], since: float, counter: int) -> float:
+    """How much a counter grew after `since`. Cheap: the history keeps running totals, so
+    only the point at `since` has to be found, from the newer end."""
+    if not history:
+        return 0.0
+    base = history[0]
+    if since > base.time:
+        for point in reversed(history):
+            if point.time <= since:
+                base = point
+                break
+    return history[-1].grown[counter] - base.grown[counter]
 
 
 @dataclass
 class _GpuMemory:
-    history: deque[_Counters] = field(default_factory=deque)
+    history: deque[_Point] = field(default_factory=deque)
     xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
     last: GpuFacts | None = None
     status: GpuStatus = GpuStatus.OK
@@ -61,19 +93,6 @@ class _GpuMemory:
     def reset(self) -> None:
         self.history.clear()
         self.xids.clear()
-
-
-def _increase(history: deque[_Counters], since: float, pick: str) -> float:
-    """How much a counter grew after `since`, counting a drop as a counter reset."""
-    total, previous = 0.0, None
-    for point in history:
-        value = getattr(point, pick)
-        if value is None:
-            continue
-        if previous is not None and point.time > since:
-            total += value - previous if value >= previous else value
-        previous = value
-    return total
 
 
 def missing_cause(gpu: MissingGpu) -> Cause:
@@ -157,9 +176,8 @@ class HealthJudge:
     @staticmethod
     def _remember(now: float, memory: _GpuMemory, facts: GpuFacts) -> None:
         history = memory.history
-        history.append(
-            _Counters(now, facts.nvlink_crc, facts.nvlink_replay_recovery, facts.pcie_replays)
-        )
+        raw = (facts.nvlink_crc, facts.nvlink_replay_recovery, facts.pcie_replays)
+        history.append(_next_point(now, history[-1] if history else None, raw))
         while history and history[0].time < now - RATE_WINDOW_S:
             history.popleft()
 
@@ -167,8 +185,8 @@ class HealthJudge:
     def _rate_causes(now: float, memory: _GpuMemory, facts: GpuFacts) -> list[Cause]:
         out: list[Cause] = []
         history = memory.history
-        crc_storm = _increase(history, now - CRC_STORM_WINDOW_S, "crc")
-        crc = _increase(history, now - RATE_WINDOW_S, "crc")
+        crc_storm = _increase(history, now - CRC_STORM_WINDOW_S, CRC)
+        crc = _increase(history, now - RATE_WINDOW_S, CRC)
         if crc_storm >= CRC_STORM_PER_S * CRC_STORM_WINDOW_S:
             out.append(
                 Cause(
@@ -188,7 +206,7 @@ class HealthJudge:
                     "watch the link; reseat or replace it if the errors go on",
                 )
             )
-        replay = _increase(history, now - RATE_WINDOW_S, "replay_recovery")
+        replay = _increase(history, now - RATE_WINDOW_S, REPLAY)
         if replay > 0:
             out.append(
                 Cause(
@@ -201,7 +219,7 @@ class HealthJudge:
         lanes_rate = PCIE_REPLAYS_PER_LANE_MINUTE.get(int(facts.pcie_generation))
         if lanes_rate is not None and facts.pcie_width > 0:
             expected = lanes_rate * facts.pcie_width * PCIE_WINDOW_S / 60.0
-            replays = _increase(history, now - PCIE_WINDOW_S, "pcie")
+            replays = _increase(history, now - PCIE_WINDOW_S, PCIE)
             if replays > expected:
                 gen, width = int(facts.pcie_generation), int(facts.pcie_width)
                 out.append(
