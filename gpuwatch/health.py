@@ -90,8 +90,8 @@ class GpuFacts:
     """What one sample says about a GPU's faults and its error counters."""
 
     clock_reasons: set[str] = field(default_factory=set)
-    sbe_volatile: float = 0.0
-    dbe_volatile: float = 0.0
+    sbe_volatile: float | None = None  # None: not read this cycle
+    dbe_volatile: float | None = None
     remap_pending: bool = False
     remap_failed: bool = False
     remapped_uncorrectable: float = 0.0
@@ -195,7 +195,7 @@ def sample_causes(facts: GpuFacts) -> list[Cause]:
                 facts.recovery_action,
             )
         )
-    if facts.dbe_volatile > 0:
+    if facts.dbe_volatile:
         out.append(
             Cause(
                 "ecc-dbe",

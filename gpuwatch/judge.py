@@ -87,7 +87,7 @@ def _increase(history: deque[_Point], since: float, counter: int) -> float:
 class _GpuMemory:
     history: deque[_Point] = field(default_factory=deque)
     xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
-    last: GpuFacts | None = None
+    volatile_ecc: list[float | None] = field(default_factory=lambda: [None, None])  # last read
     status: GpuStatus = GpuStatus.OK
 
     def reset(self) -> None:
@@ -111,8 +111,16 @@ def _action(text: str) -> str:
     return text[:1].lower() + text[1:].rstrip(".")
 
 
-def _reset_seen(before: GpuFacts, now: GpuFacts) -> bool:
-    return now.sbe_volatile < before.sbe_volatile or now.dbe_volatile < before.dbe_volatile
+def _reset_seen(memory: _GpuMemory, facts: GpuFacts) -> bool:
+    """A GPU reset zeroes the volatile ECC counts; nothing else in NVML shows one. A cycle that
+    could not read them changes nothing."""
+    seen = False
+    for i, now in enumerate((facts.sbe_volatile, facts.dbe_volatile)):
+        if now is not None:
+            before = memory.volatile_ecc[i]
+            seen = seen or (before is not None and now < before)
+            memory.volatile_ecc[i] = now
+    return seen
 
 
 class HealthJudge:
@@ -145,9 +153,8 @@ class HealthJudge:
         if lost is not None:
             causes = [lost, *self._xid_causes(now, memory)]
         else:
-            if came_back or (memory.last is not None and _reset_seen(memory.last, facts)):
+            if _reset_seen(memory, facts) or came_back:
                 memory.reset()
-            memory.last = facts
             self._remember(now, memory, facts)
             causes = [*sample_causes(facts), *self._rate_causes(now, memory, facts),
                       *self._xid_causes(now, memory)]  # fmt: skip

@@ -76,8 +76,11 @@ def test_a_critical_xid_holds_until_the_gpu_is_reset() -> None:
         "GPU 3: XID 48 (Double-bit ECC error) at 1970-01-01T00:01:40"
     )
     assert v.causes[1].action.startswith("reset the GPU")
-    # A day later it still holds: nothing has shown the GPU was reset.
+    # A day later it still holds: nothing has shown the GPU was reset, not even a cycle in
+    # which the ECC counts could not be read.
+    assert judge_at(judge, 86399.0).state == Health.UNHEALTHY
     assert judge_at(judge, 86400.0, (m.ECC_ERRORS, DBE_VOLATILE, 1.0)).state == Health.UNHEALTHY
+    assert judge_at(judge, 86400.5).state == Health.UNHEALTHY
     # The reset zeroes the volatile count: that clears the XID too.
     assert judge_at(judge, 86401.0, (m.ECC_ERRORS, DBE_VOLATILE, 0.0)).state == Health.HEALTHY
 
