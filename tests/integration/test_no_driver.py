@@ -35,6 +35,7 @@ def test_no_driver_reports_backend_down_and_keeps_serving(run_daemon) -> None:  
         "reason": "NVML: driver library not found",
         "driver_version": "",
         "library_version": "",
+        "missing_gpus": [],
     }
     assert node["gpus"] == []
     status, _, _ = daemon.get("/healthz")

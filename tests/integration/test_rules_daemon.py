@@ -58,7 +58,7 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
     }
     assert alert["annotations"]["summary"] == "GPU 1 fell off the bus"
     assert alert["annotations"]["action"].startswith("Drain the node and reboot it.")
-    xid_logged = re.search(r"ts=(\S+) level=warning .*XID 79 on gpu=1", daemon.log())
+    xid_logged = re.search(r"ts=(\S+) level=warning .*XID 79 on GPU 1", daemon.log())
     assert xid_logged, daemon.log()
     event_at = datetime.fromisoformat(xid_logged.group(1).replace("Z", "+00:00"))
     active_at = datetime.fromisoformat(alert["activeAt"].replace("Z", "+00:00"))
