@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.units import parse_duration, parse_listen
 from gpuwatch.yamlfile import Checker, YamlDoc, load, one_of, whole_number
 
@@ -69,6 +70,7 @@ class Config:
     log: LogConfig = LogConfig()
     rules: RulesConfig = RulesConfig()
     journal: JournalConfig = JournalConfig()
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     source: str | None = None  # the file it was read from, None for defaults
 
     def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
@@ -79,8 +81,9 @@ class Config:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = asdict(replace(self, notify=NotifyConfig()))
         out.pop("source")
+        out["notify"] = self.notify.as_dict()  # secrets say where they are from, not what
         return out
 
 
@@ -122,7 +125,17 @@ def from_doc(doc: YamlDoc) -> Config:
     top = r.section(
         doc.data,
         (),
-        ("listen", "state_dir", "node_name", "sampling", "store", "log", "rules", "journal"),
+        (
+            "listen",
+            "state_dir",
+            "node_name",
+            "sampling",
+            "store",
+            "log",
+            "rules",
+            "journal",
+            "notify",
+        ),
     )
 
     s = r.section(
@@ -162,6 +175,7 @@ def from_doc(doc: YamlDoc) -> Config:
         log=log,
         rules=rules,
         journal=journal,
+        notify=parse_notify(r, doc, top.get("notify")),
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

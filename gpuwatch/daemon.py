@@ -17,6 +17,8 @@ from gpuwatch.health import Cause, Verdict, health_samples
 from gpuwatch.journal import Journal
 from gpuwatch.judge import HealthJudge
 from gpuwatch.model import Batch, Event, Sample
+from gpuwatch.notify.message import GpuIdentity
+from gpuwatch.notify.notifier import Notifier
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
@@ -72,6 +74,7 @@ class Daemon:
         rules: RuleEngine | None = None,
         journal: Journal | None = None,
         acks: AckStore | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -79,6 +82,7 @@ class Daemon:
         self.store = rules.store if rules is not None else Store(config.store.retention)
         self.rules = rules
         self.journal = journal
+        self.notifier = notifier
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
@@ -173,6 +177,7 @@ class Daemon:
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
             Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
+            *(self.notifier.samples() if self.notifier is not None else ()),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
         if self.rules is not None:
@@ -180,6 +185,12 @@ class Daemon:
             transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
             for transition in transitions:
                 self.events.publish(transition.as_event())
+            if self.notifier is not None:
+                identities = {
+                    str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid)
+                    for g in batch.gpus
+                }
+                self.notifier.update(self.clock.now(), self.rules.alerting_rules(), identities)
 
     def acknowledge(self, gpu: str, key: str, note: str) -> tuple[str, Cause]:
         """Acknowledge a current cause of GPU `gpu` (index or UUID; "node" for the node's own).

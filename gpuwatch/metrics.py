@@ -56,6 +56,8 @@ ALERTS = "gpuwatch_alerts"
 RULE_EVALUATION_DURATION = "gpuwatch_rule_evaluation_duration_seconds"
 RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
 RULES_LAST_RELOAD_SUCCESSFUL = "gpuwatch_rules_last_reload_successful"
+NOTIFICATIONS = "gpuwatch_notifications_total"
+OUTBOX_PENDING = "gpuwatch_outbox_pending"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -105,6 +107,12 @@ _DEFS = [
     MetricDef(
         RULES_LAST_RELOAD_SUCCESSFUL, "gauge", "1 when the last load of the rule files worked."
     ),
+    MetricDef(
+        NOTIFICATIONS,
+        "counter",
+        "Notification attempts per receiver and outcome (sent, failed, throttled, rejected).",
+    ),
+    MetricDef(OUTBOX_PENDING, "gauge", "Notifications in the outbox, not yet delivered."),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

@@ -22,6 +22,7 @@ from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.inventory import Inventory
 from gpuwatch.journal import Journal
+from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
@@ -82,6 +83,8 @@ class Running:
         await self.runner.cleanup()
         await self.control.cleanup()
         await self.daemon.stop()
+        if self.daemon.notifier is not None:
+            await self.daemon.notifier.stop()
         if self.daemon.journal is not None:
             self.daemon.journal.close()
 
@@ -117,6 +120,19 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
         runner, bound = await start_http(Api(daemon), host, port)
     except OSError as exc:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+    try:
+        daemon.notifier = Notifier(
+            config.notify,
+            state_dir,
+            clock,
+            node=config.node_name,
+            external_url=f"http://{config.node_name}:{bound}",
+            interval=rules.default_interval,
+        )
+    except sqlite3.Error as exc:
+        await runner.cleanup()
+        raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
+    await daemon.notifier.start()
     control_path = socket_path(config.state_dir)
     try:
         control = await start_control(ControlApi(daemon), control_path)

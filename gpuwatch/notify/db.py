@@ -1,0 +1,176 @@
+"""The notifier's durable state in `notify.db` in the state directory (SQLite, WAL,
+synchronous=FULL): the outbox, the notification log and the silences.
+
+The outbox holds every notification from before it is sent until a receiver answered 2xx. The
+notification log records, per group and receiver, which alerts were last notified firing and
+resolved, so a restart neither repeats a notification nor forgets to send a resolve. A
+notification and its log entry are written in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_NAME = "notify.db"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY,
+    receiver TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    created REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL,
+    coalesce_key TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_receiver ON outbox (receiver, id);
+CREATE TABLE IF NOT EXISTS nflog (
+    group_key TEXT NOT NULL,
+    receiver TEXT NOT NULL,
+    firing TEXT NOT NULL,
+    resolved TEXT NOT NULL,
+    time REAL NOT NULL,
+    PRIMARY KEY (group_key, receiver)
+);
+CREATE TABLE IF NOT EXISTS silences (
+    id TEXT PRIMARY KEY,
+    matchers TEXT NOT NULL,
+    starts_at REAL NOT NULL,
+    ends_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    comment TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One notification waiting in the outbox."""
+
+    id: int
+    receiver: str
+    key: str  # stable idempotency key, sent as the Idempotency-Key header
+    body: bytes
+    headers: dict[str, str]
+    created: float
+    attempts: int
+    next_attempt: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    firing: frozenset[str]
+    resolved: frozenset[str]
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A notification to put in the outbox."""
+
+    receiver: str
+    key: str
+    body: bytes
+    headers: dict[str, str]
+    coalesce_key: str | None = None  # a newer one with the same key replaces one not yet sent
+
+
+class NotifyDb:
+    def __init__(self, state_dir: Path | None) -> None:
+        path = str(state_dir / FILE_NAME) if state_dir is not None else ":memory:"
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- outbox ------------------------------------------------------------------------
+    def enqueue(
+        self,
+        now: float,
+        items: list[Outgoing],
+        log: Sequence[tuple[str, str, LogEntry | None]] = (),
+    ) -> None:
+        """Add notifications and their log entries (None deletes one) in one transaction."""
+        with self.db:
+            self.db.execute("BEGIN")
+            for item in items:
+                if item.coalesce_key is not None:
+                    self.db.execute(
+                        "DELETE FROM outbox WHERE coalesce_key = ? AND attempts = 0",
+                        (item.coalesce_key,),
+                    )
+                self.db.execute(
+                    "INSERT INTO outbox (receiver, key, body, headers, created, next_attempt,"
+                    " coalesce_key) VALUES (?,?,?,?,?,?,?)",
+                    (
+                        item.receiver,
+                        item.key,
+                        item.body,
+                        json.dumps(item.headers),
+                        now,
+                        now,
+                        item.coalesce_key,
+                    ),
+                )
+            for group_key, receiver, entry in log:
+                if entry is None:
+                    self.db.execute(
+                        "DELETE FROM nflog WHERE group_key = ? AND receiver = ?",
+                        (group_key, receiver),
+                    )
+                else:
+                    self.db.execute(
+                        "INSERT OR REPLACE INTO nflog VALUES (?,?,?,?,?)",
+                        (
+                            group_key,
+                            receiver,
+                            json.dumps(sorted(entry.firing)),
+                            json.dumps(sorted(entry.resolved)),
+                            entry.time,
+                        ),
+                    )
+
+    def head(self, receiver: str) -> Pending | None:
+        """The oldest notification for a receiver: they leave in order."""
+        row = self.db.execute(
+            "SELECT id, receiver, key, body, headers, created, attempts, next_attempt"
+            " FROM outbox WHERE receiver = ? ORDER BY id LIMIT 1",
+            (receiver,),
+        ).fetchone()
+        if row is None:
+            return None
+        id_, rec, key, body, headers, created, attempts, next_attempt = row
+        return Pending(
+            id_, rec, key, bytes(body), json.loads(headers), created, attempts, next_attempt
+        )
+
+    def delivered(self, id_: int) -> None:
+        self.db.execute("DELETE FROM outbox WHERE id = ?", (id_,))
+
+    def retry_at(self, id_: int, when: float) -> None:
+        self.db.execute(
+            "UPDATE outbox SET attempts = attempts + 1, next_attempt = ? WHERE id = ?",
+            (when, id_),
+        )
+
+    def pending(self) -> dict[str, int]:
+        return dict(
+            self.db.execute("SELECT receiver, COUNT(*) FROM outbox GROUP BY receiver").fetchall()
+        )
+
+    # -- notification log ----------------------------------------------------------------
+    def log_entries(self) -> dict[tuple[str, str], LogEntry]:
+        rows = self.db.execute("SELECT group_key, receiver, firing, resolved, time FROM nflog")
+        return {
+            (g, r): LogEntry(frozenset(json.loads(f)), frozenset(json.loads(res)), t)
+            for g, r, f, res, t in rows
+        }

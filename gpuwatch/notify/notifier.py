@@ -1,0 +1,172 @@
+"""The notifier: fed the rule engine's alerts after every evaluation, it routes and groups them
+(dispatch), keeps what it must send in the outbox (db), and delivers it with one task per
+receiver (sender). Alertmanager receivers get every alert as Prometheus would send them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import aiohttp
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import Clock
+from gpuwatch.model import Sample
+from gpuwatch.notify import formats
+from gpuwatch.notify.alerts import NotifyAlert, snapshot
+from gpuwatch.notify.config import NotifyConfig
+from gpuwatch.notify.db import NotifyDb
+from gpuwatch.notify.dispatch import Dispatcher
+from gpuwatch.notify.formats import alertmanager
+from gpuwatch.notify.message import GpuIdentity
+from gpuwatch.notify.sender import ReceiverSender
+from gpuwatch.notify.silences import Silences
+from gpuwatch.rules.alerting import AlertingRule
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("sent", "failed", "throttled", "rejected")
+
+
+class Notifier:
+    def __init__(
+        self,
+        config: NotifyConfig,
+        state_dir: Path | None,
+        clock: Clock,
+        *,
+        node: str,
+        external_url: str,
+        interval: float,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.node = node
+        self.external_url = config.external_url or external_url
+        self.interval = interval
+        self.db = NotifyDb(state_dir)
+        self.silences = Silences(self.db)
+        grouped = [r for r in config.receivers if r.type != "alertmanager"]
+        self.forwarded = [r for r in config.receivers if r.type == "alertmanager"]
+        self.dispatcher = Dispatcher(
+            NotifyConfig(
+                tuple(grouped),
+                config.route,
+                config.inhibit_rules,
+                config.external_url,
+                config.runbook_url,
+            ),
+            self.db,
+            self.silences,
+            formats.render,
+            node=node,
+            external_url=self.external_url,
+        )
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.senders = {
+            r.name: ReceiverSender(
+                r,
+                self.db,
+                clock,
+                self.counts,
+                alertmanager.api_url(r.url.reveal())
+                if r.type == "alertmanager"
+                else r.url.reveal(),
+            )
+            for r in config.receivers
+        }
+        self._forwarded_state: tuple[tuple[str, str], ...] = ()
+        self._forwarded_at = float("-inf")
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        for sender in self.senders.values():
+            self._tasks.append(
+                asyncio.create_task(
+                    sender.run(self._session), name=f"notify-{sender.receiver.name}"
+                )
+            )
+        self._tasks.append(asyncio.create_task(self._flush_loop(), name="notify-groups"))
+        pending = sum(self.db.pending().values())
+        if pending:
+            log.info("outbox: %d notifications from before the restart, sending them", pending)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._session is not None:
+            await self._session.close()
+        self.db.close()
+
+    def update(
+        self, now: float, rules: Iterable[AlertingRule], gpus: Mapping[str, GpuIdentity]
+    ) -> None:
+        """After each evaluation: route the alerts, flush what is due, wake the senders."""
+        alerts = snapshot(rules, self.node)
+        self.dispatcher.update(now, alerts, gpus)
+        self._flush(now)
+        self._forward(now, alerts)
+        self._wake.set()
+
+    def _flush(self, now: float) -> None:
+        if self.dispatcher.flush_due(now):
+            for sender in self.senders.values():
+                sender.wake.set()
+
+    def _forward(self, now: float, alerts: list[NotifyAlert]) -> None:
+        if not self.forwarded:
+            return
+        state = tuple(sorted((a.fingerprint, a.status) for a in alerts))
+        if state == self._forwarded_state and now - self._forwarded_at < alertmanager.RESEND_S:
+            return
+        self._forwarded_state, self._forwarded_at = state, now
+        generator = f"{self.external_url.rstrip('/')}/api/v1/alerts" if self.external_url else ""
+        items = [
+            alertmanager.render(r.name, alerts, now, self.interval, generator)
+            for r in self.forwarded
+        ]
+        self.db.enqueue(now, items)
+        for r in self.forwarded:
+            self.senders[r.name].wake.set()
+
+    async def _flush_loop(self) -> None:
+        """Flush groups whose group_wait or group_interval ends between evaluations."""
+        while True:
+            due = self.dispatcher.next_due()
+            self._wake.clear()
+            now = self.clock.now()
+            if due is not None and due <= now:
+                self._flush(now)
+                continue
+            timeout = None if due is None else due - now
+            if timeout is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await self.clock.wait_for(self._wake.wait(), timeout)
+
+    def samples(self) -> list[Sample]:
+        pending = self.db.pending()
+        out: list[Sample] = []
+        for r in self.config.receivers:
+            labels = (("receiver", r.name),)
+            for outcome in OUTCOMES:
+                out.append(
+                    Sample(
+                        m.NOTIFICATIONS,
+                        (*labels, ("outcome", outcome)),
+                        float(self.counts[(r.name, outcome)]),
+                    )
+                )
+            out.append(Sample(m.OUTBOX_PENDING, labels, float(pending.get(r.name, 0))))
+        return out

@@ -1,0 +1,149 @@
+"""Delivery for one receiver: the oldest notification in the outbox first, until a 2xx.
+
+- 5xx, 408, timeouts and connection errors: retried with exponential backoff and jitter
+  (1 s doubling to a 60 s cap), never skipping ahead, so notifications arrive in order.
+- 429: retried when the service says (`Retry-After`, or Discord's `retry_after`).
+- Any other 4xx: the service refuses this message for good; it is dropped and logged.
+- A per-receiver rate limit keeps under each service's own (Slack: one a second).
+Each receiver has its own task, so one that is down holds up no other. The receiver's URL is
+never logged: it often carries the credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import logging
+import random
+import time
+from collections import Counter
+
+import aiohttp
+
+from gpuwatch.clock import Clock
+from gpuwatch.notify.config import ReceiverConfig
+from gpuwatch.notify.db import NotifyDb, Pending
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+
+
+def backoff(attempts: int, rng: random.Random) -> float:
+    """Exponential, capped, with equal jitter: half fixed, half random."""
+    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(attempts, 32))
+    return delay / 2 + rng.uniform(0, delay / 2)
+
+
+def retry_after(headers: dict[str, str], body: bytes, now_wall: float) -> float | None:
+    """Seconds to wait, from Retry-After (seconds or an HTTP date) or Discord's JSON."""
+    value = headers.get("Retry-After", "").strip()
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            parsed = email.utils.parsedate_to_datetime(value) if value else None
+            if parsed is not None:
+                return max(0.0, parsed.timestamp() - now_wall)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("retry_after"), int | float):
+        return max(0.0, float(data["retry_after"]))
+    return None
+
+
+class ReceiverSender:
+    def __init__(
+        self,
+        receiver: ReceiverConfig,
+        db: NotifyDb,
+        clock: Clock,
+        counts: Counter[tuple[str, str]],
+        url: str,
+    ) -> None:
+        self.receiver = receiver
+        self.db = db
+        self.clock = clock
+        self.counts = counts
+        self.url = url
+        self.wake = asyncio.Event()
+        self._rng = random.Random()
+        self._last_send = float("-inf")
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        name = self.receiver.name
+        while True:
+            item = self.db.head(name)
+            now = self.clock.now()
+            wait = None if item is None else item.next_attempt - now
+            if item is not None and self.receiver.rate_limit > 0:
+                wait = max(wait or 0.0, self._last_send + 1 / self.receiver.rate_limit - now)
+            if wait is None or wait > 0:
+                await self._sleep(wait)
+                continue
+            assert item is not None
+            self._last_send = now
+            try:
+                await self._deliver(session, item)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop this receiver's deliveries for good
+                log.exception("receiver=%s delivery failed unexpectedly", name)
+                self.db.retry_at(item.id, self.clock.now() + backoff(item.attempts, self._rng))
+
+    async def _sleep(self, seconds: float | None) -> None:
+        self.wake.clear()
+        if seconds is None:
+            await self.wake.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await self.clock.wait_for(self.wake.wait(), seconds)
+
+    async def _deliver(self, session: aiohttp.ClientSession, item: Pending) -> None:
+        name = self.receiver.name
+        timeout = aiohttp.ClientTimeout(total=self.receiver.timeout)
+        try:
+            async with session.post(
+                self.url, data=item.body, headers=item.headers, timeout=timeout
+            ) as response:
+                body = await response.read()
+                status, headers = response.status, dict(response.headers)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._retry(item, f"{type(exc).__name__}", None)
+            return
+        if 200 <= status < 300:
+            self.db.delivered(item.id)
+            self.counts[(name, "sent")] += 1
+            if item.attempts:
+                log.info("receiver=%s delivered after %d retries", name, item.attempts)
+            return
+        if status == 429:
+            self.counts[(name, "throttled")] += 1
+            wait = retry_after(headers, body, time.time())
+            self._retry(item, "HTTP 429", wait, count=False)
+            return
+        if status >= 500 or status == 408:
+            self._retry(item, f"HTTP {status}", None)
+            return
+        self.db.delivered(item.id)  # refused for good: keeping it would block every later one
+        self.counts[(name, "rejected")] += 1
+        log.error(
+            "receiver=%s refused a notification for good: HTTP %d %s; dropped it (key %s)",
+            name, status, body[:200].decode("utf-8", "replace"), item.key,
+        )  # fmt: skip
+
+    def _retry(self, item: Pending, why: str, wait: float | None, count: bool = True) -> None:
+        if count:
+            self.counts[(self.receiver.name, "failed")] += 1
+        delay = wait if wait is not None else backoff(item.attempts, self._rng)
+        if item.attempts == 0 or item.attempts % 10 == 0:
+            log.warning(
+                "receiver=%s not delivered (%s); attempt %d, next in %.1fs",
+                self.receiver.name, why, item.attempts + 1, delay,
+            )  # fmt: skip
+        self.db.retry_at(item.id, self.clock.now() + delay)

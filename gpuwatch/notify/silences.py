@@ -1,0 +1,84 @@
+"""Silences: matchers and a time window; a firing alert they match is not notified.
+
+Kept in notify.db, so they survive restarts; created, listed and expired over the control
+socket (`gpuwatch silence add|list|expire`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuwatch.notify.db import NotifyDb
+from gpuwatch.notify.matchers import Matcher, matches_all, parse_matcher
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    id: str
+    matchers: tuple[Matcher, ...]
+    starts_at: float
+    ends_at: float
+    created_by: str
+    comment: str
+
+    def state(self, now: float) -> str:
+        if now < self.starts_at:
+            return "pending"
+        return "active" if now < self.ends_at else "expired"
+
+    def silences(self, labels: Mapping[str, str], now: float) -> bool:
+        return self.state(now) == "active" and matches_all(self.matchers, labels)
+
+
+class Silences:
+    def __init__(self, db: NotifyDb) -> None:
+        self._db = db.db
+        self._all: dict[str, Silence] = {}
+        rows = self._db.execute(
+            "SELECT id, matchers, starts_at, ends_at, created_by, comment FROM silences"
+        )
+        for id_, matchers, starts, ends, by, comment in rows:
+            parsed = tuple(parse_matcher(m) for m in json.loads(matchers))
+            self._all[id_] = Silence(id_, parsed, starts, ends, by, comment)
+
+    def all(self) -> list[Silence]:
+        return sorted(self._all.values(), key=lambda s: (s.starts_at, s.id))
+
+    def add(
+        self, matchers: tuple[Matcher, ...], starts_at: float, ends_at: float, by: str, comment: str
+    ) -> Silence:
+        if not matchers:
+            raise ValueError("a silence needs at least one matcher")
+        if ends_at <= starts_at:
+            raise ValueError("a silence must end after it starts")
+        silence = Silence(str(uuid.uuid4()), matchers, starts_at, ends_at, by, comment)
+        self._db.execute(
+            "INSERT INTO silences VALUES (?,?,?,?,?,?)",
+            (silence.id, json.dumps([str(m) for m in matchers]), starts_at, ends_at, by, comment),
+        )
+        self._all[silence.id] = silence
+        return silence
+
+    def expire(self, silence_id: str, now: float) -> Silence:
+        """End a silence now; KeyError when there is none with this id."""
+        silence = self._all[silence_id]
+        if silence.ends_at > now:
+            silence = Silence(
+                silence.id,
+                silence.matchers,
+                min(silence.starts_at, now),
+                now,
+                silence.created_by,
+                silence.comment,
+            )
+            self._db.execute(
+                "UPDATE silences SET starts_at = ?, ends_at = ? WHERE id = ?",
+                (silence.starts_at, now, silence_id),
+            )
+            self._all[silence_id] = silence
+        return silence
+
+    def silenced(self, labels: Mapping[str, str], now: float) -> bool:
+        return any(s.silences(labels, now) for s in self._all.values())
