@@ -22,7 +22,7 @@ from gpuwatch.notify.notifier import Notifier
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
-from gpuwatch.xid_counter import XidCounter
+from gpuwatch.xid_counter import XidCounter, xid_history
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,16 @@ class Daemon:
         await self.source.stop()
 
     def _restore_xids(self) -> None:
-        """This boot's XIDs, from the journal: counts and verdicts carry over a restart."""
+        """This boot's XIDs, from the journal: counts, verdicts and the counters' recent
+        history carry over a restart, so rules neither forget an XID nor see an old one anew."""
         if self.journal is None:
             return
-        for event in self.journal.events(0.0, RESTORE_LIMIT, kind="xid", this_boot=True):
+        events = self.journal.events(0.0, RESTORE_LIMIT, kind="xid", this_boot=True)
+        for event in events:
             self._count_xid(event)
+        now = self.clock.now()
+        for t, samples in xid_history(events, now, now - self.config.store.retention):
+            self.store.ingest(self.source.name, t, samples)
 
     def _count_xid(self, event: Event) -> None:
         code = event.data.get("xid")

@@ -7,7 +7,7 @@ at start, so a daemon restart neither drops the count nor resolves an XID alert.
 from __future__ import annotations
 
 from gpuwatch import metrics as m
-from gpuwatch.model import GpuState, Sample
+from gpuwatch.model import Event, GpuState, Labels, Sample
 
 
 class XidCounter:
@@ -24,3 +24,34 @@ class XidCounter:
             for code, count in sorted(self._counts.get(gpu.info.uuid, {}).items()):
                 out.append(Sample(m.XID_ERRORS, (*gpu.info.labels, ("xid", str(code))), count))
         return out
+
+
+HISTORY_STEP_S = 60.0  # one point a minute keeps a replayed series present (lookback is 5 m)
+
+
+def xid_history(events: list[Event], now: float, since: float) -> list[tuple[float, list[Sample]]]:
+    """The counters' past, replayed from this boot's XID events into batches for the store,
+    so after a restart the rules see the same history as before it: an XID from hours ago
+    does not look new, and one from two minutes ago still does. Times run from `since` (the
+    store's retention) to just before `now`."""
+    if not events:
+        return []
+    steps = int((now - since) // HISTORY_STEP_S)
+    times = {since + i * HISTORY_STEP_S for i in range(steps)}
+    times |= {e.time for e in events if since < e.time < now}
+    times = {t for t in times if t < now}
+    ordered = sorted(events, key=lambda e: e.time)
+    out: list[tuple[float, list[Sample]]] = []
+    counts: dict[Labels, int] = {}
+    i = 0
+    for t in sorted(times):
+        while i < len(ordered) and ordered[i].time <= t:
+            event = ordered[i]
+            code = event.data.get("xid")
+            if event.uuid and isinstance(code, int):
+                labels = (("gpu", str(event.gpu)), ("uuid", event.uuid), ("xid", str(code)))
+                counts[labels] = counts.get(labels, 0) + 1
+            i += 1
+        if counts:
+            out.append((t, [Sample(m.XID_ERRORS, labels, n) for labels, n in counts.items()]))
+    return out
