@@ -1,0 +1,151 @@
+"""Alerts reach people: the daemon posting to loopback receivers that behave like each service."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DaemonProcess, parse_metrics, start_daemon, stop_daemon, wait_for
+from tests.fake_services import FakeService
+
+V4_KEYS = {"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels",
+           "commonLabels", "commonAnnotations", "externalURL", "alerts"}  # fmt: skip
+V4_ALERT_KEYS = {"status", "labels", "annotations", "startsAt", "endsAt", "generatorURL",
+                 "fingerprint"}  # fmt: skip
+
+
+def epoch(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture
+def services() -> Any:
+    started: list[FakeService] = []
+
+    def make(kind: str = "webhook") -> FakeService:
+        service = FakeService(kind).up()
+        started.append(service)
+        return service
+
+    yield make
+    for service in started:
+        service.down()
+
+
+def outcome(daemon: DaemonProcess, receiver: str, what: str) -> float:
+    for labels, value in parse_metrics(daemon.metrics()).get("gpuwatch_notifications_total", []):
+        if labels == {"receiver": receiver, "outcome": what}:
+            return value
+    return 0.0
+
+
+def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
+    tmp_path: Path, services: Any
+) -> None:
+    hook = services("webhook")
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(  # the issue's minimal config, with the receiver's port
+        "notify:\n"
+        "  receivers:\n"
+        "    - name: ops\n"
+        "      type: webhook\n"
+        f"      url: {hook.url}\n"
+    )
+    daemon = start_daemon(tmp_path, "--simulate", "fall_off_bus", "-c", str(config))
+    try:
+        [payload] = wait_for(hook.bodies, timeout=30)
+        assert set(payload) == V4_KEYS
+        assert payload["version"] == "4" and payload["status"] == "firing"
+        assert payload["receiver"] == "ops"
+        [alert] = payload["alerts"]
+        assert set(alert) == V4_ALERT_KEYS
+        assert alert["labels"]["alertname"] == "GpuFellOffBus"
+        assert alert["labels"]["gpu"] == "1" and alert["status"] == "firing"
+        assert alert["endsAt"] == "0001-01-01T00:00:00Z"
+        assert alert["annotations"]["action"].startswith("Drain the node")
+        assert payload["externalURL"].startswith("http://")
+        events = daemon.json("/api/v1/events?kind=xid")["data"]["events"]
+        [xid79] = [e for e in events if e["xid"] == 79]
+        arrived = hook.received[0].time
+        assert 0 <= arrived - epoch(xid79["time"]) < 1.0
+        assert hook.received[0].headers["Idempotency-Key"].startswith("ops/")
+        wait_for(lambda: outcome(daemon, "ops", "sent") == 1)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+LONG = "The link carries gradient all-reduce traffic for the job on this GPU. " * 10
+BURST_RULES = f"""
+groups:
+  - name: burst
+    rules:
+      - alert: LinkBurst
+        expr: gpuwatch_gpu_nvlink_link_up == 1
+        labels: {{severity: warning}}
+        annotations:
+          summary: "NVLink {{{{ $labels.link }}}} on GPU {{{{ $labels.gpu }}}} is up"
+          description: "{LONG}"
+          action: "Nothing: this rule only makes a burst of 144 alerts."
+"""
+KINDS = ("webhook", "slack", "mattermost", "teams", "discord", "pagerduty")
+
+
+def test_every_service_accepts_a_burst_of_144_alerts_cut_to_its_limits(
+    tmp_path: Path, services: Any
+) -> None:
+    fakes = {kind: services(kind) for kind in KINDS}
+    # Each service first fails the way it does: 429 with Retry-After, Discord's retry_after,
+    # a 503 twice; the notification must still arrive, once.
+    fakes["slack"].respond(429, {"Retry-After": "1"})
+    fakes["discord"].respond(429, {"Content-Type": "application/json"}, b'{"retry_after": 0.5}')
+    fakes["webhook"].respond(503)
+    fakes["webhook"].respond(503)
+    rules = tmp_path / "burst.yaml"
+    rules.write_text(BURST_RULES)
+    receivers = "".join(
+        f"    - {{name: {kind}, type: {kind}, url: '{fake.url}'"
+        + (", routing_key: R0UT1NGKEYSECRET" if kind == "pagerduty" else "")
+        + "}\n"
+        for kind, fake in fakes.items()
+    )
+    routes = "".join(f"      - {{receiver: {kind}, continue: true}}\n" for kind in KINDS[1:])
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(
+        f"rules: {{files: [{rules}]}}\n"
+        "notify:\n"
+        "  receivers:\n" + receivers + "  route:\n"
+        "    receiver: webhook\n"
+        "    group_by: [node]\n"
+        "    group_wait: 0s\n"
+        "    routes:\n" + routes + "      - {receiver: webhook}\n"
+    )
+    daemon = start_daemon(tmp_path, "--simulate", "healthy", "-c", str(config))
+    try:
+        for kind, fake in fakes.items():
+            wait_for(lambda fake=fake: fake.received, timeout=30)
+        time_to = {k: f.received[0].time - f.requests[0].time for k, f in fakes.items()}
+        for kind, fake in fakes.items():
+            assert fake.refused == [], (kind, fake.refused[0][1])
+            assert len(fake.received) == 1, kind
+        assert time_to["slack"] >= 1.0  # Retry-After: 1 was honoured
+        assert time_to["discord"] >= 0.5
+        assert len(fakes["webhook"].requests) == 3
+        webhook = fakes["webhook"].received[0].json
+        assert len(webhook["alerts"]) == 144 and webhook["truncatedAlerts"] == 0
+        assert "and 96 more alerts" in str(fakes["slack"].received[0].json)
+        assert "more alerts, left out to fit Discord" in fakes["discord"].received[0].json["content"]
+        assert "more alerts, left out to fit 28 KB" in str(fakes["teams"].received[0].json)
+        assert "[truncated]" in fakes["mattermost"].received[0].json["attachments"][0]["text"]
+        page = fakes["pagerduty"].received[0].json
+        assert page["event_action"] == "trigger" and page["routing_key"] == "R0UT1NGKEYSECRET"
+        assert page["payload"]["summary"].startswith("[FIRING:144] LinkBurst on ")
+        wait_for(lambda: outcome(daemon, "webhook", "sent") == 1)
+        assert outcome(daemon, "webhook", "failed") == 2
+        assert outcome(daemon, "slack", "throttled") == 1
+        assert "R0UT1NGKEYSECRET" not in daemon.log()
+        assert "R0UT1NGKEYSECRET" not in str(daemon.json("/api/v1/node"))
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
