@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import urllib.error
@@ -83,6 +84,22 @@ def _parser() -> argparse.ArgumentParser:
     ack.add_argument("--note", default="", help="why, for the journal (a ticket, a name)")
     ack.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
     ack.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
+
+    silence = sub.add_parser("silence", help="silence notifications (on the daemon's socket)")
+    silence_sub = silence.add_subparsers(dest="silence_command", required=True, metavar="ACTION")
+    s_add = silence_sub.add_parser("add", help="silence alerts matching every matcher")
+    s_add.add_argument(
+        "matchers", nargs="+", metavar="MATCHER", help='e.g. gpu="3" alertname=~"Gpu.*"'
+    )
+    s_add.add_argument("--duration", default="2h", help="how long (default 2h)")
+    s_add.add_argument("--comment", default="", help="why, for whoever looks later")
+    s_add.add_argument("--author", default=os.environ.get("USER", ""), help="who (default $USER)")
+    silence_sub.add_parser("list", help="silences, active, pending and expired")
+    s_expire = silence_sub.add_parser("expire", help="end a silence now")
+    s_expire.add_argument("id")
+    for p_ in silence_sub.choices.values():
+        p_.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
+        p_.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
 
     rules = sub.add_parser("rules", help="check and unit-test Prometheus rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
@@ -309,17 +326,47 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
-    from gpuwatch.control_client import ControlError, default_socket, post
+    from gpuwatch.control_client import ControlError, default_socket, request
 
     path = Path(args.socket) if args.socket else default_socket(args.state_dir)
     body = {"gpu": args.gpu, "cause": args.cause, "note": args.note}
     try:
-        status, reply = post(path, "/api/v1/ack", body)
+        status, reply = request(path, "POST", "/api/v1/ack", body)
     except ControlError as exc:
         return _fail(str(exc), EXIT_UNREACHABLE)
     if status != 200:
         return _fail(str(reply.get("error", f"HTTP {status}")), 1)
     print(f"acknowledged: {reply['data']['reason']}")
+    return 0
+
+
+def cmd_silence(args: argparse.Namespace) -> int:
+    from gpuwatch.control_client import ControlError, default_socket, request
+
+    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
+    try:
+        if args.silence_command == "add":
+            body = {
+                "matchers": args.matchers,
+                "duration": args.duration,
+                "comment": args.comment,
+                "createdBy": args.author,
+            }
+            status, reply = request(path, "POST", "/api/v1/silences", body)
+        elif args.silence_command == "expire":
+            status, reply = request(path, "DELETE", f"/api/v1/silence/{args.id}")
+        else:
+            status, reply = request(path, "GET", "/api/v1/silences")
+    except ControlError as exc:
+        return _fail(str(exc), EXIT_UNREACHABLE)
+    if status != 200:
+        return _fail(str(reply.get("error", f"HTTP {status}")), 1)
+    data = reply["data"]
+    for s in data if isinstance(data, list) else [data]:
+        print(
+            f"{s['id']}  {s['status']['state']:<8} until {s['endsAt']}  {' '.join(s['matchers'])}"
+            f"  by {s['createdBy']}" + (f": {s['comment']}" if s["comment"] else "")
+        )
     return 0
 
 
@@ -365,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "health": cmd_health,
         "events": cmd_events,
         "ack": cmd_ack,
+        "silence": cmd_silence,
         "rules": cmd_rules,
         "xid": cmd_xid,
         "sim": cmd_sim_list,

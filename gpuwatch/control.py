@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gpuwatch.daemon import AckError, Daemon
+from gpuwatch.notify.silences import Silences, silence_json, silence_request
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,56 @@ class ControlApi:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/-/reload", self.reload)
         app.router.add_post("/api/v1/ack", self.ack)
+        app.router.add_get("/api/v1/silences", self.list_silences)
+        app.router.add_post("/api/v1/silences", self.add_silence)
+        app.router.add_delete("/api/v1/silence/{id}", self.expire_silence)
         return app
+
+    def _silences(self) -> Silences | None:
+        return self.daemon.notifier.silences if self.daemon.notifier is not None else None
+
+    async def list_silences(self, request: web.Request) -> web.Response:
+        silences = self._silences()
+        if silences is None:
+            return _error("this daemon sends no notifications", 404)
+        now = self.daemon.clock.now()
+        return web.json_response(
+            {"status": "success", "data": [silence_json(s, now) for s in silences.all()]}
+        )
+
+    async def add_silence(self, request: web.Request) -> web.Response:
+        """Body: {"matchers": ["alertname=\"X\"", ...], "duration": "2h" or "endsAt":
+        RFC 3339, "comment": TEXT, "createdBy": NAME}."""
+        silences = self._silences()
+        if silences is None:
+            return _error("this daemon sends no notifications", 404)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            now = self.daemon.clock.now()
+            silence = silences.add(*silence_request(body, now))
+        except ValueError as exc:
+            return _error(str(exc))
+        log.info(
+            "silence %s added by %s: %s",
+            silence.id,
+            silence.created_by,
+            " ".join(str(m) for m in silence.matchers),
+        )
+        return web.json_response({"status": "success", "data": silence_json(silence, now)})
+
+    async def expire_silence(self, request: web.Request) -> web.Response:
+        silences = self._silences()
+        if silences is None:
+            return _error("this daemon sends no notifications", 404)
+        now = self.daemon.clock.now()
+        try:
+            silence = silences.expire(request.match_info["id"], now)
+        except KeyError:
+            return _error(f"no silence {request.match_info['id']!r}", 404)
+        log.info("silence %s expired", silence.id)
+        return web.json_response({"status": "success", "data": silence_json(silence, now)})
 
     async def reload(self, request: web.Request) -> web.Response:
         rules = self.daemon.rules

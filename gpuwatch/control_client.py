@@ -42,13 +42,14 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def post(path: Path, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON reply) of a POST to the daemon's control socket."""
+def request(
+    path: Path, method: str, url: str, body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON reply) of one request to the daemon's control socket."""
     connection = _UnixConnection(path)
     try:
-        connection.request(
-            "POST", url, json.dumps(body), headers={"Content-Type": "application/json"}
-        )
+        payload = json.dumps(body) if body is not None else None
+        connection.request(method, url, payload, headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         reply = json.loads(response.read() or b"{}")
     except OSError as exc:

@@ -89,6 +89,7 @@ class Dispatcher:
         self.groups: dict[str, _Group] = {}
         self._log = db.log_entries()
         self._gpus: Mapping[str, GpuIdentity] = {}
+        self._silences_seen = silences.generation
 
     def update(
         self, now: float, alerts: list[NotifyAlert], gpus: Mapping[str, GpuIdentity]
@@ -112,8 +113,13 @@ class Dispatcher:
                     group = _Group(key, route, group_labels, now + route.group_wait)
                     self.groups[key] = group
                 group.alerts[alert.fingerprint] = alert
+        silences_changed = self.silences.generation != self._silences_seen
+        self._silences_seen = self.silences.generation
         for group in self.groups.values():
+            was_muted = group.muted
             group.muted = {fp for fp in group.alerts if fp in muted}
+            if silences_changed and was_muted - group.muted:
+                group.next_flush = now  # an expired silence: tell at once, not a group_interval on
             for fp, alert in list(group.alerts.items()):
                 if alert.firing and (group.key, fp) not in seen:
                     # Gone without resolving (its rule was removed): resolved as of now.

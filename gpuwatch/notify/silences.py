@@ -9,9 +9,13 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.matchers import Matcher, matches_all, parse_matcher
+from gpuwatch.timefmt import rfc3339
+from gpuwatch.units import parse_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class Silences:
     def __init__(self, db: NotifyDb) -> None:
         self._db = db.db
         self._all: dict[str, Silence] = {}
+        self.generation = 0  # changes whenever a silence is added or expired
         rows = self._db.execute(
             "SELECT id, matchers, starts_at, ends_at, created_by, comment FROM silences"
         )
@@ -59,6 +64,7 @@ class Silences:
             (silence.id, json.dumps([str(m) for m in matchers]), starts_at, ends_at, by, comment),
         )
         self._all[silence.id] = silence
+        self.generation += 1
         return silence
 
     def expire(self, silence_id: str, now: float) -> Silence:
@@ -78,7 +84,44 @@ class Silences:
                 (silence.starts_at, now, silence_id),
             )
             self._all[silence_id] = silence
+            self.generation += 1
         return silence
 
     def silenced(self, labels: Mapping[str, str], now: float) -> bool:
         return any(s.silences(labels, now) for s in self._all.values())
+
+
+def silence_json(silence: Silence, now: float) -> dict[str, Any]:
+    """Alertmanager's shape for a silence."""
+    return {
+        "id": silence.id,
+        "matchers": [str(m) for m in silence.matchers],
+        "startsAt": rfc3339(silence.starts_at),
+        "endsAt": rfc3339(silence.ends_at),
+        "createdBy": silence.created_by,
+        "comment": silence.comment,
+        "status": {"state": silence.state(now)},
+    }
+
+
+def silence_request(
+    body: dict[str, Any], now: float
+) -> tuple[tuple[Matcher, ...], float, float, str, str]:
+    """(matchers, starts_at, ends_at, created_by, comment) from an API request; ValueError
+    names the field that is wrong."""
+    raw = body.get("matchers")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError('matchers: expected a list such as ["alertname=\\"GpuXidCritical\\""]')
+    matchers = tuple(parse_matcher(m) for m in raw)
+    starts = now
+    if "endsAt" in body:
+        try:
+            ends = datetime.fromisoformat(str(body["endsAt"]).replace("Z", "+00:00")).timestamp()
+        except ValueError as exc:
+            raise ValueError(f"endsAt: expected an RFC 3339 time, got {body['endsAt']!r}") from exc
+    else:
+        ends = now + parse_duration(body.get("duration", "2h"))
+    by, comment = body.get("createdBy", ""), body.get("comment", "")
+    if not isinstance(by, str) or not isinstance(comment, str):
+        raise ValueError("createdBy and comment must be strings")
+    return matchers, starts, ends, by or "unknown", comment

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,11 +51,7 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
     hook = services("webhook")
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(  # the issue's minimal config, with the receiver's port
-        "notify:\n"
-        "  receivers:\n"
-        "    - name: ops\n"
-        "      type: webhook\n"
-        f"      url: {hook.url}\n"
+        f"notify:\n  receivers:\n    - name: ops\n      type: webhook\n      url: {hook.url}\n"
     )
     daemon = start_daemon(tmp_path, "--simulate", "fall_off_bus", "-c", str(config))
     try:
@@ -124,7 +123,7 @@ def test_every_service_accepts_a_burst_of_144_alerts_cut_to_its_limits(
     )
     daemon = start_daemon(tmp_path, "--simulate", "healthy", "-c", str(config))
     try:
-        for kind, fake in fakes.items():
+        for fake in fakes.values():
             wait_for(lambda fake=fake: fake.received, timeout=30)
         time_to = {k: f.received[0].time - f.requests[0].time for k, f in fakes.items()}
         for kind, fake in fakes.items():
@@ -136,7 +135,9 @@ def test_every_service_accepts_a_burst_of_144_alerts_cut_to_its_limits(
         webhook = fakes["webhook"].received[0].json
         assert len(webhook["alerts"]) == 144 and webhook["truncatedAlerts"] == 0
         assert "and 96 more alerts" in str(fakes["slack"].received[0].json)
-        assert "more alerts, left out to fit Discord" in fakes["discord"].received[0].json["content"]
+        assert (
+            "more alerts, left out to fit Discord" in fakes["discord"].received[0].json["content"]
+        )
         assert "more alerts, left out to fit 28 KB" in str(fakes["teams"].received[0].json)
         assert "[truncated]" in fakes["mattermost"].received[0].json["attachments"][0]["text"]
         page = fakes["pagerduty"].received[0].json
@@ -147,5 +148,66 @@ def test_every_service_accepts_a_burst_of_144_alerts_cut_to_its_limits(
         assert outcome(daemon, "slack", "throttled") == 1
         assert "R0UT1NGKEYSECRET" not in daemon.log()
         assert "R0UT1NGKEYSECRET" not in str(daemon.json("/api/v1/node"))
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def gpuwatch(*args: str) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+TWO_XIDS = """
+name: two-xids
+node: {gpus: 8, model: H100, workload: training, seed: 1}
+faults:
+  - {kind: xid, gpu: 1, at: 10s, code: 48}
+  - {kind: xid, gpu: 2, at: 10s, code: 48}
+"""
+
+
+def test_a_silence_stops_the_matching_notifications_and_nothing_else(
+    tmp_path: Path, services: Any
+) -> None:
+    hook = services("webhook")
+    scenario = tmp_path / "two-xids.yaml"
+    scenario.write_text(TWO_XIDS)
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(
+        f"notify:\n  receivers:\n    - {{name: ops, type: webhook, url: '{hook.url}'}}\n"
+    )
+    daemon = start_daemon(tmp_path, "--simulate", str(scenario), "--speed", "2", "-c", str(config))
+    state = str(tmp_path / "state")
+    try:
+        code, out, err = gpuwatch(
+            "silence", "add", 'gpu="1"', "alertname=~GpuXid.*", "--duration", "1h",
+            "--comment", "GPU 1 is being swapped", "--author", "alice", "--state-dir", state,
+        )  # fmt: skip
+        assert code == 0, err
+        silence_id = out.split()[0]
+        assert 'gpu="1" alertname=~"GpuXid.*"  by alice: GPU 1 is being swapped' in out
+
+        def notified() -> set[str]:
+            return {a["labels"]["gpu"] for body in hook.bodies() for a in body["alerts"]}
+
+        assert wait_for(notified) == {"2"}
+        time.sleep(2.0)  # 4 simulated seconds more: GPU 1's alert has long been firing
+        assert notified() == {"2"}
+        firing = daemon.json("/api/v1/alerts")["data"]["alerts"]
+        assert {a["labels"]["gpu"] for a in firing} == {"1", "2"}  # silenced, not resolved
+        code, out, _ = gpuwatch("silence", "list", "--state-dir", state)
+        assert code == 0 and f"{silence_id}  active" in out
+        code, out, err = gpuwatch("silence", "expire", silence_id, "--state-dir", state)
+        assert code == 0 and "expired" in out, err
+        assert wait_for(lambda: notified() == {"1", "2"})
+        code, _, err = gpuwatch("silence", "expire", "no-such-id", "--state-dir", state)
+        assert code == 1 and "no silence 'no-such-id'" in err
+        code, _, err = gpuwatch("silence", "add", "gpu=", "--state-dir", state)
+        assert code == 0  # an empty value is a valid matcher: gpu label absent or empty
+        code, _, err = gpuwatch("silence", "add", "gpu=~(", "--state-dir", state)
+        assert code == 1 and "bad regular expression" in err
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
