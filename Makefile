@@ -22,11 +22,13 @@ demo: $(STAMP)
 
 # Integration tests need promtool and prometheus (Debian's `prometheus` package); installed when root.
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null \
+			|| ! command -v prometheus-alertmanager >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				prometheus prometheus-alertmanager >/dev/null; \
 		else \
-			echo "promtool/prometheus missing: install Debian's 'prometheus' package (integration tests need them)" >&2; exit 1; \
+			echo "promtool, prometheus or alertmanager missing: install Debian's 'prometheus' and 'prometheus-alertmanager' packages (integration tests need them)" >&2; exit 1; \
 		fi; \
 	fi
 
