@@ -77,7 +77,11 @@ def test_alertmanager_lists_the_alerts_and_resolves_them_with_the_daemon(tmp_pat
     rules.write_text(RULES)
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(
-        f"node_name: gpu-node-7\nrules: {{files: [{rules}]}}\nnotify:\n  receivers:\n    - {{name: fleet, type: alertmanager, url: '{url}'}}\n"
+        "node_name: gpu-node-7\n"
+        f"rules: {{files: [{rules}]}}\n"
+        "notify:\n"
+        "  receivers:\n"
+        f"    - {{name: fleet, type: alertmanager, url: '{url}'}}\n"
     )
     daemon = None
     try:
