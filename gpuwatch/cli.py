@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gpuwatch import __version__, logs
-from gpuwatch.clock import Clock, ScaledClock, SystemClock
+from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
@@ -128,9 +128,11 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
     return code
 
 
-def _simulated(scenario_name: str, speed: float) -> tuple[NvmlModule, Clock]:
+def _simulated(
+    scenario_name: str, speed: float, state_dir: str | None = None
+) -> tuple[NvmlModule, Clock]:
     scenario = load_scenario(scenario_name)
-    clock: Clock = SystemClock() if speed == 1.0 else ScaledClock(speed)
+    clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
     return FakeNvml(scenario, clock), clock
 
 
@@ -144,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.speed != 1.0 and not args.simulate:
             raise ValueError("--speed only applies with --simulate")
         if args.simulate:
-            nvml, clock = _simulated(args.simulate, args.speed)
+            nvml, clock = _simulated(args.simulate, args.speed, config.state_dir)
         else:
             nvml, clock = real_nvml(), SystemClock()
     except FileError as exc:

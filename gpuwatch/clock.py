@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import threading
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -103,3 +106,26 @@ class ManualClock:
         with self._cond:
             while self._now < deadline:
                 self._cond.wait(0.05)
+
+
+SIM_CLOCK_FILE = "sim-clock.json"
+
+
+def sim_clock(speed: float, state_dir: str | None) -> ScaledClock:
+    """Scaled time that carries on across restarts of a simulated daemon on one state directory:
+    a restarted daemon finds its journal, alerts and outbox in its own past, as on a real node.
+    The epoch (the real time the simulation began) is kept in the state directory."""
+    if state_dir is None:
+        return ScaledClock(speed)
+    path = Path(state_dir) / SIM_CLOCK_FILE
+    wall = time.time()
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        epoch = float(saved["epoch"]) if float(saved["speed"]) == speed else wall
+    except (OSError, ValueError, KeyError, TypeError):
+        epoch = wall
+    if epoch == wall:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"epoch": wall, "speed": speed}), encoding="utf-8")
+    return ScaledClock(speed, start=epoch + (wall - epoch) * speed)

@@ -211,3 +211,82 @@ def test_a_silence_stops_the_matching_notifications_and_nothing_else(
         assert code == 1 and "bad regular expression" in err
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
+
+
+# Acceptance 2: 50 alerts fire and resolve while the receiver is down for 10 simulated minutes.
+SPEED = 20  # 10 simulated minutes = 30 s
+CODES = (13, 31, 43, 48, 62, 74, 94)
+OUTAGE_XIDS = [(5.0 + 5.0 * i, i % 8, CODES[i // 8]) for i in range(50)]  # at 5 s .. 250 s
+OUTAGE_SCENARIO = "name: outage\nnode: {gpus: 8, model: H100, workload: training, seed: 1}\n" + (
+    "faults:\n"
+    + "".join(f"  - {{kind: xid, gpu: {g}, at: {t:g}s, code: {c}}}\n" for t, g, c in OUTAGE_XIDS)
+)
+OUTAGE_RULES = """
+groups:
+  - name: xid-blips
+    rules:
+      - alert: XidSeen
+        expr: |
+          increase(gpuwatch_gpu_xid_errors_total[1m]) > 0
+            or (gpuwatch_gpu_xid_errors_total unless gpuwatch_gpu_xid_errors_total offset 1m)
+        labels: {severity: warning}
+        annotations: {summary: "XID {{ $labels.xid }} on GPU {{ $labels.gpu }}"}
+"""
+
+
+def outage_daemon(tmp_path: Path, hook: FakeService, scenario: str) -> DaemonProcess:
+    (tmp_path / "outage.yaml").write_text(OUTAGE_SCENARIO)
+    (tmp_path / "blips.yaml").write_text(OUTAGE_RULES)
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(
+        "sampling: {interval: 5s}\n"
+        f"rules: {{files: [{tmp_path / 'blips.yaml'}]}}\n"
+        "notify:\n"
+        f"  receivers: [{{name: ops, type: webhook, url: '{hook.url}'}}]\n"
+        "  route: {receiver: ops, group_by: ['...'], group_wait: 0s, group_interval: 1s}\n"
+    )
+    if scenario == "outage":
+        scenario = str(tmp_path / "outage.yaml")
+    return start_daemon(tmp_path, "--simulate", scenario, "--speed", str(SPEED), "-c", str(config))
+
+
+def check_every_alert_arrived_in_order(hook: FakeService) -> None:
+    seen: dict[tuple[str, str], list[str]] = {}
+    times: list[float] = []
+    for body in hook.bodies():
+        [alert] = body["alerts"]  # group_by ['...']: one alert per message
+        key = (alert["labels"]["gpu"], alert["labels"]["xid"])
+        seen.setdefault(key, []).append(alert["status"])
+        times.append(epoch(alert["startsAt" if alert["status"] == "firing" else "endsAt"]))
+    assert len(seen) == 50, f"{len(seen)} alerts arrived"
+    assert {k for k in seen} == {(str(g), str(c)) for _, g, c in OUTAGE_XIDS}
+    assert all(statuses == ["firing", "resolved"] for statuses in seen.values()), seen
+    assert times == sorted(times)  # delivered in the order they happened
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["steady", "killed-midway"])
+def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
+    tmp_path: Path, services: Any, kill: bool
+) -> None:
+    hook = services("webhook")
+    hook.down()
+    started = time.monotonic()
+    daemon = outage_daemon(tmp_path, hook, "outage")
+    try:
+        if kill:
+            # At about 270 simulated seconds every alert has fired and most have resolved.
+            time.sleep(max(0.0, 13.5 - (time.monotonic() - started)))
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=10)
+            assert hook.requests == []
+            daemon = outage_daemon(tmp_path, hook, "healthy")  # no new XIDs after the restart
+        time.sleep(max(0.0, 30.0 - (time.monotonic() - started)))
+        pending = parse_metrics(daemon.metrics())["gpuwatch_outbox_pending"]
+        assert pending[0][1] >= 50  # nothing was lost or sent while it was down
+        hook.up()
+        wait_for(lambda: len(hook.received) >= 100, timeout=40)
+        time.sleep(1.0)  # nothing more, and no duplicates, trails in
+        check_every_alert_arrived_in_order(hook)
+        assert len(hook.received) == 100
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
