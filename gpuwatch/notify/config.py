@@ -231,7 +231,7 @@ class _Parser:
         if kind == "pagerduty" and routing_key is None:
             r.require(data, path, "routing_key", "PagerDuty's integration key")
             ok = False
-        if not ok or url is None:
+        if not ok or url is None or kind not in DEFAULT_RATE_LIMITS:
             return None
         return ReceiverConfig(
             name=name,
