@@ -91,12 +91,17 @@ def test_bad_notify_config_is_reported_with_line_and_field(tmp_path: Path) -> No
     )
     with pytest.raises(FileError) as caught:
         load_config(path)
-    assert str(caught.value).splitlines() == [
-        f"{path}:3: notify.receivers[0].url: must be an http:// or https:// URL",
-        f"{path}:4: notify.receivers[1].url: environment variable GW_NOT_SET_ANYWHERE is not set or empty",
-        f"{path}:5: notify.receivers[2].type: expected one of webhook, slack, mattermost, teams, discord, pagerduty, alertmanager, got 'telegram'",
-        f"{path}:5: notify.receivers[2].name: receiver 'ops' defined twice",
-        f"{path}:7: notify.route.receiver: no receiver named 'nobody'",
-        f"{path}:8: notify.route.group_wait: expected a duration such as 1s, 500ms or 5m, got 'soon'",
-        f"{path}:10: notify.route.routes[0].matchers: 'severity=~\"(\"': bad regular expression: missing ), unterminated subpattern at position 0",
+    where = [line.split(": ", 1)[0] for line in str(caught.value).splitlines()]
+    assert where == [f"{path}:{n}" for n in (3, 4, 5, 5, 7, 8, 10)]
+    messages = [line.split(": ", 1)[1] for line in str(caught.value).splitlines()]
+    assert messages == [
+        "notify.receivers[0].url: must be an http:// or https:// URL",
+        "notify.receivers[1].url: environment variable GW_NOT_SET_ANYWHERE is not set or empty",
+        "notify.receivers[2].type: expected one of webhook, slack, mattermost, teams, discord, "
+        "pagerduty, alertmanager, got 'telegram'",
+        "notify.receivers[2].name: receiver 'ops' defined twice",
+        "notify.route.receiver: no receiver named 'nobody'",
+        "notify.route.group_wait: expected a duration such as 1s, 500ms or 5m, got 'soon'",
+        "notify.route.routes[0].matchers: 'severity=~\"(\"': bad regular expression: "
+        "missing ), unterminated subpattern at position 0",
     ]
