@@ -49,9 +49,16 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
     tmp_path: Path, services: Any
 ) -> None:
     hook = services("webhook")
+    dead = services("webhook")
+    dead.down()  # a second receiver that is down must not hold up the first
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(  # the minimal config, with the receiver's port
-        f"notify:\n  receivers:\n    - name: ops\n      type: webhook\n      url: {hook.url}\n"
+        "notify:\n"
+        "  receivers:\n"
+        "    - name: ops\n"
+        "      type: webhook\n"
+        f"      url: {hook.url}\n"
+        f"    - {{name: dead, type: webhook, url: '{dead.url}'}}\n"
     )
     daemon = start_daemon(tmp_path, "--simulate", "fall_off_bus", "-c", str(config))
     try:
@@ -72,6 +79,12 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
         assert 0 <= arrived - epoch(xid79["time"]) < 1.0
         assert hook.received[0].headers["Idempotency-Key"].startswith("ops/")
         wait_for(lambda: outcome(daemon, "ops", "sent") == 1)
+        wait_for(lambda: outcome(daemon, "dead", "failed") >= 1)
+        pending = {
+            labels["receiver"]: value
+            for labels, value in parse_metrics(daemon.metrics())["gpuwatch_outbox_pending"]
+        }
+        assert pending == {"ops": 0.0, "dead": 1.0}
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
 
