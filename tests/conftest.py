@@ -50,6 +50,15 @@ class DaemonProcess:
         return self.log_path.read_text()
 
 
+def gpuwatch(*args: str) -> tuple[int, str, str]:
+    """Run the `gpuwatch` command line: (exit status, stdout, stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
 def wait_for(check: Any, timeout: float = 30.0) -> Any:
     """Poll `check` every 0.1 s until it returns something truthy; return that."""
     deadline = time.monotonic() + timeout

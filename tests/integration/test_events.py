@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import parse_metrics, start_daemon, stop_daemon, wait_for
+from tests.conftest import gpuwatch, parse_metrics, start_daemon, stop_daemon, wait_for
 
 
 def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> None:
@@ -89,14 +89,6 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         assert status == 400 and b"expected a duration" in body
     finally:
         assert stop_daemon(again) == 0, again.log()
-
-
-def gpuwatch(*args: str) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    return done.returncode, done.stdout, done.stderr
 
 
 def test_gpuwatch_xid_explains_a_code() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProcess, parse_metrics, start_daemon, stop_daemon, wait_for
+from tests.conftest import (
+    DaemonProcess,
+    gpuwatch,
+    parse_metrics,
+    start_daemon,
+    stop_daemon,
+    wait_for,
+)
 from tests.fake_services import FakeService
 
 V4_KEYS = {"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels",
@@ -163,14 +168,6 @@ def test_every_service_accepts_a_burst_of_144_alerts_cut_to_its_limits(
         assert "R0UT1NGKEYSECRET" not in str(daemon.json("/api/v1/node"))
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
-
-
-def gpuwatch(*args: str) -> tuple[int, str, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", *args],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
-    return done.returncode, done.stdout, done.stderr
 
 
 TWO_XIDS = """
