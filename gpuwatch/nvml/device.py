@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -130,6 +132,15 @@ def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
     links = optional(link_count, 0)
     info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
     return DeviceReader(nvml, handle, info)
+
+
+_LINK_LABEL = re.compile(r"'link': '\d+', ")
+
+
+def _per_link_folded(items: list[str]) -> list[str]:
+    """The same value on 18 links is one entry with a count, not 18."""
+    counts = Counter(_LINK_LABEL.sub("", item) for item in items)
+    return [f"{item} on {n} links" if n > 1 else item for item, n in counts.items()]
 
 
 class DeviceReader:
@@ -319,7 +330,7 @@ class DeviceReader:
                 "gpu=%d uuid=%s not supported, left out: %s",
                 self.info.index,
                 self.info.uuid,
-                "; ".join(self._newly_unsupported),
+                "; ".join(_per_link_folded(self._newly_unsupported)),
             )
             self._newly_unsupported.clear()
         return out
