@@ -22,6 +22,8 @@ from gpuwatch.exporters.prometheus import (
 from gpuwatch.gofmt import non_finite
 from gpuwatch.health import with_sampling_problem
 from gpuwatch.journal import event_json
+from gpuwatch.push.http import authorized, error_response, handle_push
+from gpuwatch.push.parse import PushError
 from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.timefmt import parse_since
 from gpuwatch.units import format_duration, parse_duration
@@ -165,7 +167,16 @@ class Api:
         app.router.add_get("/api/v1/alerts", self.alerts)
         app.router.add_get("/api/v1/events", self.events)
         app.router.add_get("/api/v1/rules", self.rules)
+        app.router.add_post("/api/v1/push", self.push)
         return app
+
+    async def push(self, request: web.Request) -> web.Response:
+        """Job metrics over TCP: only with the configured bearer token."""
+        try:
+            authorized(request, self.daemon.config.push.token)
+        except PushError as exc:
+            return error_response(exc)
+        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:

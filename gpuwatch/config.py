@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.notify.config import NotifyConfig, parse_notify
+from gpuwatch.notify.secrets import Secret, parse_secret
+from gpuwatch.push.registry import PushLimits
 from gpuwatch.units import parse_duration, parse_listen
 from gpuwatch.yamlfile import Checker, YamlDoc, load, one_of, whole_number
 
@@ -61,6 +63,24 @@ class RulesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PushConfig:
+    """Job metrics pushed by training processes, or read from a textfile directory."""
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_series_per_job: int = 1000
+    max_series: int = 10000
+    stale_after: float = 300.0
+    token: Secret | None = None  # bearer token that opens /api/v1/push on the TCP listener
+    textfile_dir: str | None = None
+
+    @property
+    def limits(self) -> PushLimits:
+        return PushLimits(
+            self.max_body_bytes, self.max_series_per_job, self.max_series, self.stale_after
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: str = DEFAULT_LISTEN
     state_dir: str = field(default_factory=default_state_dir)
@@ -71,6 +91,7 @@ class Config:
     rules: RulesConfig = RulesConfig()
     journal: JournalConfig = JournalConfig()
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    push: PushConfig = PushConfig()
     source: str | None = None  # the file it was read from, None for defaults
 
     def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
@@ -81,9 +102,10 @@ class Config:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(replace(self, notify=NotifyConfig()))
+        out = asdict(replace(self, notify=NotifyConfig(), push=replace(self.push, token=None)))
         out.pop("source")
         out["notify"] = self.notify.as_dict()  # secrets say where they are from, not what
+        out["push"]["token"] = repr(self.push.token) if self.push.token else None
         return out
 
 
@@ -115,6 +137,15 @@ def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
             raise ValueError(f"expected a list of file paths or globs, got {value!r}")
         base = Path(config_file).parent
         return tuple(v if Path(v).is_absolute() else str(base / v) for v in value)
+
+    return convert
+
+
+def _paths_one(config_file: str) -> Callable[[Any], str]:
+    """One directory path; a relative one is relative to the config file."""
+
+    def convert(value: Any) -> str:
+        return _paths(config_file)([value])[0]
 
     return convert
 
@@ -166,6 +197,31 @@ def from_doc(doc: YamlDoc) -> Config:
     journal = JournalConfig(
         retention=r.value(jo, ("journal",), "retention", _positive_duration, 30 * 86400.0),
     )
+    pu = r.section(
+        top.get("push"),
+        ("push",),
+        (
+            "max_body_bytes",
+            "max_series_per_job",
+            "max_series",
+            "stale_after",
+            "token",
+            "textfile_dir",
+        ),
+    )
+    base_dir = Path(doc.file).parent
+    push = PushConfig(
+        max_body_bytes=r.value(
+            pu, ("push",), "max_body_bytes", whole_number(1024, 2**30), 4 * 1024 * 1024
+        ),
+        max_series_per_job=r.value(
+            pu, ("push",), "max_series_per_job", whole_number(1, 10**6), 1000
+        ),
+        max_series=r.value(pu, ("push",), "max_series", whole_number(1, 10**7), 10000),
+        stale_after=r.value(pu, ("push",), "stale_after", _positive_duration, 300.0),
+        token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
+        textfile_dir=r.value(pu, ("push",), "textfile_dir", _paths_one(doc.file), None),
+    )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", _text, base.state_dir),
@@ -176,6 +232,7 @@ def from_doc(doc: YamlDoc) -> Config:
         rules=rules,
         journal=journal,
         notify=parse_notify(r, doc, top.get("notify")),
+        push=push,
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
+from gpuwatch.push.http import handle_push
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,15 @@ class ControlApi:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/-/reload", self.reload)
         app.router.add_post("/api/v1/ack", self.ack)
+        app.router.add_post("/api/v1/push", self.push)
         app.router.add_get("/api/v1/silences", self.list_silences)
         app.router.add_post("/api/v1/silences", self.add_silence)
         app.router.add_delete("/api/v1/silence/{id}", self.expire_silence)
         return app
+
+    async def push(self, request: web.Request) -> web.Response:
+        """Job metrics; the socket's file permissions are the access control."""
+        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
 
     def _silences(self) -> Silences | None:
         return self.daemon.notifier.silences if self.daemon.notifier is not None else None

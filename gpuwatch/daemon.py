@@ -19,6 +19,7 @@ from gpuwatch.judge import HealthJudge
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
+from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
@@ -85,6 +86,7 @@ class Daemon:
         self.notifier = notifier
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
+        self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
         self.xids = XidCounter()
         self._urgent = asyncio.Event()
@@ -178,6 +180,7 @@ class Daemon:
         samples = [
             *batch.samples,
             *self.xids.samples(batch.gpus),
+            *self.jobs.collect(ended),
             *health_samples(batch.gpus, gpu_verdicts, verdict),
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
             Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),

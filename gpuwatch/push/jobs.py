@@ -1,0 +1,36 @@
+"""All job metrics the daemon samples each cycle: pushes and textfiles, under one set of limits."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from gpuwatch.model import Sample
+from gpuwatch.push.parse import PushError
+from gpuwatch.push.registry import JobMetrics, PushLimits
+from gpuwatch.push.textfile import TextfileDir
+
+log = logging.getLogger(__name__)
+
+
+class JobInputs:
+    def __init__(self, limits: PushLimits, textfile_dir: str | None) -> None:
+        self.pushed = JobMetrics(limits)
+        self.textfiles = (
+            TextfileDir(Path(textfile_dir), limits.max_body_bytes) if textfile_dir else None
+        )
+        self._over_limit: set[str] = set()
+
+    def collect(self, now: float) -> list[Sample]:
+        """The live job series, sampled into the store with this cycle's batch."""
+        if self.textfiles is not None:
+            for job, samples in self.textfiles.read().items():
+                try:
+                    self.pushed.apply(job, samples, now)  # refreshed while the file is there
+                except PushError as exc:
+                    if job not in self._over_limit:
+                        log.warning("textfile job %s left out: %s", job, exc)
+                    self._over_limit.add(job)
+                else:
+                    self._over_limit.discard(job)
+        return self.pushed.samples(now)

@@ -1,0 +1,120 @@
+"""Pushed bodies to samples, with every rule a user can break checked and named.
+
+Two forms: Prometheus's text exposition format (job from the URL), and a small JSON form:
+
+    {"job": "llama", "labels": {"rank": "0"}, "metrics": {"train_step": 1200, "train_loss": 2.31}}
+
+Values may be NaN or ±Inf (a NaN loss is what TrainingLossNaN looks for; in JSON write NaN,
+Infinity, or the strings "NaN", "+Inf", "-Inf"). Label values must be strings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.model import Labels, Sample
+
+METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$")
+RESERVED_PREFIX = "gpuwatch_"
+MAX_LABEL_VALUE = 1024
+SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
+
+
+class PushError(Exception):
+    """A push refused; `status` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_job(job: Any) -> str:
+    if not isinstance(job, str) or not JOB_NAME.match(job):
+        raise PushError(400, f"job: expected a name of letters, digits and ._:@/-, got {job!r}")
+    return job
+
+
+def _check_name(name: str) -> None:
+    if not METRIC_NAME.match(name):
+        raise PushError(400, f"metric name {name!r} is not a valid Prometheus name")
+    if name.startswith(RESERVED_PREFIX):
+        raise PushError(
+            400, f"metric name {name!r}: names starting with gpuwatch_ are the daemon's own"
+        )
+
+
+def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not LABEL_NAME.match(key) or key.startswith("__"):
+            raise PushError(
+                400, f"{where}: label name {key!r} is not a valid Prometheus label name"
+            )
+        if not isinstance(value, str):
+            raise PushError(400, f"{where}: label {key!r} must have a string value, got {value!r}")
+        if len(value) > MAX_LABEL_VALUE:
+            raise PushError(
+                400, f"{where}: label {key!r} is longer than {MAX_LABEL_VALUE} characters"
+            )
+        out[key] = value
+    out["job"] = job
+    return tuple(sorted(out.items()))
+
+
+def _value(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise PushError(400, f"{where}: expected a number, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value in SPECIAL_VALUES:
+        return SPECIAL_VALUES[value]
+    raise PushError(400, f"{where}: expected a number, NaN, +Inf or -Inf, got {value!r}")
+
+
+def parse_text(body: bytes, job: str) -> list[Sample]:
+    """Prometheus text format; every series gains (or has overridden) the label job."""
+    try:
+        text = body.decode("utf-8")
+        # TYPE lines are dropped: the parser would rename a counter's samples to *_total, and
+        # pushed series keep exactly the names they were pushed with.
+        text = "".join(
+            line for line in text.splitlines(keepends=True) if not line.startswith("# TYPE")
+        )
+        families = list(text_string_to_metric_families(text))
+    except (UnicodeDecodeError, ValueError, IndexError, KeyError, TypeError) as exc:
+        raise PushError(400, f"not valid Prometheus text format: {exc}") from exc
+    out: list[Sample] = []
+    for family in families:
+        for s in family.samples:
+            _check_name(s.name)
+            out.append(Sample(s.name, _labels(job, dict(s.labels), s.name), float(s.value)))
+    return out
+
+
+def parse_json(body: bytes) -> tuple[str, list[Sample]]:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise PushError(400, f"not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PushError(400, 'expected {"job": ..., "labels": {...}, "metrics": {name: value}}')
+    job = check_job(data.get("job"))
+    raw_labels = data.get("labels", {})
+    metrics = data.get("metrics")
+    if not isinstance(raw_labels, dict):
+        raise PushError(400, "labels: expected an object of label names to string values")
+    if not isinstance(metrics, dict) or not metrics:
+        raise PushError(400, "metrics: expected an object of metric names to values")
+    labels = _labels(job, raw_labels, "labels")
+    out = []
+    for name, value in metrics.items():
+        _check_name(name)
+        out.append(Sample(name, labels, _value(value, name)))
+    return job, out
