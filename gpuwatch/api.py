@@ -115,6 +115,8 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
                 "health_causes": [c.as_json() for c in verdict.causes] if verdict else [],
                 "acknowledged": [c.as_json() for c in verdict.acknowledged] if verdict else [],
                 "metrics": per_gpu.get(info.uuid, {}),
+                "processes": [p.as_json() for p in gpu.processes],
+                "jobs": gpu.jobs,
             }
         )
     return out

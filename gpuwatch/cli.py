@@ -11,7 +11,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +154,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     logs.setup(config.log.level, config.log.format)
+    alongside = None
+    if isinstance(nvml, FakeNvml) and nvml.node.scenario.workload == "training":
+        from gpuwatch.sim.jobrun import run_simulated_job
+
+        def alongside(running: Running) -> Coroutine[Any, Any, None]:
+            return run_simulated_job(running, nvml, args.simulate)
+
     try:
-        asyncio.run(serve(config, nvml, clock))
+        asyncio.run(serve(config, nvml, clock, alongside))
     except RulesError as exc:
         return _fail(str(exc))
     except StartupError as exc:

@@ -32,6 +32,8 @@ class SamplingConfig:
     timeout: float | None = None
     # Worker threads left stuck in NVML (uninterruptible) before a GPU is no longer retried.
     max_abandoned_workers: int = 16
+    # gpuwatch_process_gpu_memory_bytes per process: opt-in, its pid label is unbounded.
+    process_memory_metrics: bool = False
 
     @property
     def deadline(self) -> float:
@@ -116,6 +118,12 @@ def _positive_duration(value: Any) -> float:
     return seconds
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _listen(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
@@ -170,7 +178,9 @@ def from_doc(doc: YamlDoc) -> Config:
     )
 
     s = r.section(
-        top.get("sampling"), ("sampling",), ("interval", "timeout", "max_abandoned_workers")
+        top.get("sampling"),
+        ("sampling",),
+        ("interval", "timeout", "max_abandoned_workers", "process_memory_metrics"),
     )
     sampling = SamplingConfig(
         interval=r.value(s, ("sampling",), "interval", _positive_duration, 1.0),
@@ -178,6 +188,7 @@ def from_doc(doc: YamlDoc) -> Config:
         max_abandoned_workers=r.value(
             s, ("sampling",), "max_abandoned_workers", whole_number(1, 1024), 16
         ),
+        process_memory_metrics=r.value(s, ("sampling",), "process_memory_metrics", _bool, False),
     )
     st = r.section(top.get("store"), ("store",), ("retention",))
     store = StoreConfig(

@@ -195,7 +195,7 @@ class Daemon:
                 self.events.publish(transition.as_event())
             if self.notifier is not None:
                 identities = {
-                    str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid)
+                    str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)
                     for g in batch.gpus
                 }
                 self.notifier.update(self.clock.now(), self.rules.alerting_rules(), identities)

@@ -56,6 +56,8 @@ ALERTS = "gpuwatch_alerts"
 RULE_EVALUATION_DURATION = "gpuwatch_rule_evaluation_duration_seconds"
 RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
 RULES_LAST_RELOAD_SUCCESSFUL = "gpuwatch_rules_last_reload_successful"
+GPU_PROCESSES = "gpuwatch_gpu_processes"
+PROCESS_GPU_MEMORY = "gpuwatch_process_gpu_memory_bytes"
 NOTIFICATIONS = "gpuwatch_notifications_total"
 OUTBOX_PENDING = "gpuwatch_outbox_pending"
 
@@ -106,6 +108,12 @@ _DEFS = [
     MetricDef(RULE_EVALUATION_FAILURES, "counter", "Rule evaluations that failed, per group."),
     MetricDef(
         RULES_LAST_RELOAD_SUCCESSFUL, "gauge", "1 when the last load of the rule files worked."
+    ),
+    MetricDef(GPU_PROCESSES, "gauge", "Compute processes running on the GPU."),
+    MetricDef(
+        PROCESS_GPU_MEMORY,
+        "gauge",
+        "GPU memory of each compute process (opt-in: sampling.process_memory_metrics).",
     ),
     MetricDef(
         NOTIFICATIONS,

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from gpuwatch.processes import GpuProcess
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -45,6 +47,12 @@ class GpuState:
     info: GpuInfo
     status: GpuStatus
     reason: str = ""
+    processes: tuple[GpuProcess, ...] = ()  # as last read; kept while the GPU is lost
+
+    @property
+    def jobs(self) -> str:
+        """The jobs running on it, as a person reads them: `Slurm job 81234 of alice`."""
+        return "; ".join(sorted({p.job for p in self.processes if p.job}))
 
 
 @dataclass(frozen=True, slots=True)

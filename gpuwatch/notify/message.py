@@ -16,6 +16,7 @@ class GpuIdentity:
     model: str
     serial: str
     uuid: str
+    jobs: str = ""  # `Slurm job 81234 of alice`: whose work runs on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +78,11 @@ def alert_details(n: Notification, alert: NotifyAlert) -> list[tuple[str, str]]:
     xid = alert.label("xid")
     if xid.isdigit():
         out.append(("XID", f"{xid}: {lookup(int(xid)).meaning}"))
-    for key in ("job",):
-        if alert.label(key):
-            out.append((key.capitalize(), alert.label(key)))
+    identity = n.gpus.get(gpu) if gpu else None
+    if identity is not None and identity.jobs:
+        out.append(("Running", identity.jobs))
+    elif alert.label("job"):
+        out.append(("Job", alert.label("job")))
     if alert.annotation("action"):
         out.append(("Action", alert.annotation("action")))
     return out

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from gpuwatch import metrics as m
 from gpuwatch.model import GpuInfo, Labels, Sample
 from gpuwatch.nvml.fallbacks import Reader, fallback_reader
+from gpuwatch.processes import GpuProcess, ProcessLookup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -158,6 +159,8 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         self._fields = self._plan_fields(nvml, base, info.nvlink_count)
+        self._lookup = ProcessLookup()
+        self.processes: tuple[GpuProcess, ...] = ()
         self._fallbacks: list[tuple[_FieldPlan, Reader]] = []  # fields the driver refused
         self._requests = [f.request for f in self._fields]
         self._field_values = FieldValues(nvml)
@@ -325,6 +328,7 @@ class DeviceReader:
         )
         self._read_clock_events(out)
         self._read_fields(out)
+        self._read_processes(out)
         if self._newly_unsupported:
             log.info(
                 "gpu=%d uuid=%s not supported, left out: %s",
@@ -334,6 +338,15 @@ class DeviceReader:
             )
             self._newly_unsupported.clear()
         return out
+
+    def _read_processes(self, out: list[Sample]) -> None:
+        nvml, h = self.nvml, self.handle
+        found = self._try("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h))
+        if found is None:
+            return
+        described = (self._lookup.describe(int(p.pid), p.usedGpuMemory) for p in found)
+        self.processes = tuple(p for p in described if p is not None)
+        out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
 
     def _read_clock_events(self, out: list[Sample]) -> None:
         nvml, h = self.nvml, self.handle

@@ -15,6 +15,7 @@ from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuSta
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
+from gpuwatch.processes import GpuProcess
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ class _Gpu:
     status: GpuStatus
     reason: str = ""
     next_open: float = 0.0
+
+    @property
+    def processes(self) -> tuple[GpuProcess, ...]:
+        return self.reader.processes if self.reader is not None else ()
 
     @property
     def lane(self) -> str:
@@ -171,6 +176,9 @@ class NvmlSource:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
         kind, message, fields = describe(self._nvml, index, event_type, data)
+        jobs = GpuState(gpu.info, gpu.status, processes=gpu.processes).jobs if gpu else ""
+        if jobs:  # whose work this hit
+            message, fields = f"{message}, running {jobs}", {**fields, "job": jobs}
         log.warning("%s uuid=%s", message, uuid)
         self._on_event(Event(self._clock.now(), kind, index, uuid, message, fields))
 
@@ -187,6 +195,9 @@ class NvmlSource:
             GpuStatus.UNRESPONSIVE: "gpu_unresponsive",
         }[status]
         message = f"GPU {gpu.index} {status.value}" + (f": {reason}" if reason else "")
+        jobs = GpuState(gpu.info, status, processes=gpu.processes).jobs
+        if jobs and status != GpuStatus.OK:
+            message += f", running {jobs}"
         (log.info if status == GpuStatus.OK else log.error)("%s uuid=%s", message, gpu.info.uuid)
         self._on_event(Event(self._clock.now(), kind, gpu.index, gpu.info.uuid, message))
 
@@ -206,7 +217,7 @@ class NvmlSource:
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )
         samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
-        states = [GpuState(g.info, g.status, g.reason) for g in self._gpus]
+        states = [GpuState(g.info, g.status, g.reason, g.processes) for g in self._gpus]
         return Batch(self.name, self._clock.now(), samples, self._backend, states)
 
     async def _sample(self, gpu: _Gpu) -> list[Sample]:
@@ -239,6 +250,11 @@ class NvmlSource:
         ]
         if not info.uuid:
             return out
+        if self._sampling.process_memory_metrics:
+            for p in gpu.processes:
+                labels_p = (*labels, ("pid", str(p.pid)), ("process", p.name), ("user", p.user),
+                            ("job", p.job_id))  # fmt: skip
+                out.append(Sample(m.PROCESS_GPU_MEMORY, labels_p, p.gpu_memory_bytes or 0.0))
         out.append(
             Sample(
                 m.GPU_INFO,

@@ -333,6 +333,17 @@ class FakeNvml:
             return 0 if m.has_nvlink_crc_data else None
         return None
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """The simulated training job's process on every GPU of a training node, holding the
+        GPU's used memory, as pynvml returns them (friendly objects with pid, usedGpuMemory)."""
+        gpu = self._gpu(handle)
+        if self.node.job_pid is None:
+            return []
+        info = pynvml.c_nvmlProcessInfo_v3_t()
+        info.pid, info.usedGpuMemory = self.node.job_pid, gpu.reading().memory_used
+        info.gpuInstanceId = info.computeInstanceId = 0xFFFFFFFF
+        return [pynvml.nvmlStructToFriendlyObject(info)]
+
     # -- the per-purpose calls older drivers offer where they lack a field id ---------------
     def _by_field(self, handle: Any, field_id: int, scope: int = 0) -> int:
         gpu = self._gpu(handle)

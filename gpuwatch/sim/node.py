@@ -122,6 +122,10 @@ class SimGpu:
 
     # -- signals -------------------------------------------------------------------------
     def utilization(self, t: float) -> float:
+        if self.active("nccl_hang", t):
+            return 1.0  # spinning in a collective that never completes
+        if self.active("idle_with_memory", t):
+            return 0.0
         elapsed = t - self.node.start
         seed, i = self.node.scenario.seed, self.index
         workload = self.node.scenario.workload
@@ -157,9 +161,10 @@ class SimGpu:
         util = self.utilization(t)
         factor, reasons = self._clock_factor(t, temp)
         noise = smooth_noise(self.node.scenario.seed, self.index * 16 + 2, t - self.node.start, 2.0)
+        work = 0.05 if self.active("nccl_hang", t) else util  # busy-waiting draws little
         demand = (
             m.idle_power_w
-            + (m.power_limit_w - m.idle_power_w) * util * (0.86 + 0.12 * noise) * factor
+            + (m.power_limit_w - m.idle_power_w) * work * (0.86 + 0.12 * noise) * factor
         )
         if demand > m.power_limit_w:
             demand, reasons = m.power_limit_w, reasons | REASON_SW_POWER_CAP
@@ -183,7 +188,8 @@ class SimGpu:
         target = self._target_temp(t, power)
         self._temp = target + (self._temp - target) * math.exp(-dt / THERMAL_TAU_S)
         self._energy_mj += power * dt * 1000.0
-        rate_kib = self.utilization(t) * NVLINK_SHARE * self.model.nvlink_gbps_per_link * 1e9 / 1024
+        traffic = 0.0 if self.active("nccl_hang", t) else self.utilization(t)
+        rate_kib = traffic * NVLINK_SHARE * self.model.nvlink_gbps_per_link * 1e9 / 1024
         for link in range(self.model.nvlinks):
             self._tx[link] += rate_kib * dt
             self._rx[link] += rate_kib * dt * 0.98
@@ -283,6 +289,7 @@ class SimNode:
         self.clock = clock
         self.start = clock.now()
         self.gpus = [SimGpu(self, i) for i in range(scenario.gpus)]
+        self.job_pid: int | None = None  # the simulated training job's process, once started
         events = []
         for f in scenario.faults:
             if f.kind == "xid" and f.code is not None:

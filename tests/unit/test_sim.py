@@ -51,7 +51,7 @@ def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
         "node: {gpus: 2, model: B300}\n"
         "faults:\n"
         "  - {kind: xid, gpu: 5, at: soon}\n"
-        "  - {kind: nan_loss, gpu: 0}\n"
+        "  - {kind: nan_loss_soon, gpu: 0}\n"
         "  - {kind: hw_slowdown}\n"
     )
     with pytest.raises(FileError) as caught:
@@ -61,7 +61,7 @@ def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
     assert f"{path}:3: faults[0].gpu: expected a whole number from 0 to 1, got 5" in text
     assert f"{path}:3: faults[0].at: expected a duration" in text
     assert f"{path}:3: faults[0]: missing 'code' (the XID number)" in text
-    assert f"{path}:4: faults[1].kind: fault kind 'nan_loss' is not simulated yet" in text
+    assert f"{path}:4: faults[1].kind: unknown fault kind 'nan_loss_soon'" in text
     assert f"{path}:5: faults[2]: missing 'gpu'" in text
 
 

@@ -1,0 +1,144 @@
+"""Report training progress to the gpuwatch daemon on this node. Standard library only.
+
+    from gpuwatch.client import JobReporter
+
+    reporter = JobReporter(job="llama", rank=0)
+    for step, batch in enumerate(loader):
+        loss = train_step(batch)
+        reporter.report(step=step, loss=loss.item(), tokens_per_second=tps)
+
+`report()` only stores the newest values and returns (microseconds); a background thread
+sends them to the daemon's unix socket about once a second. When the daemon is away, or slow,
+or refuses a value, the training loop never notices: nothing raises, nothing blocks, and the
+next report tries again. Each keyword becomes a metric `train_<name>` with labels `job` and
+`rank`: `step=` is `train_step`, `loss=` is `train_loss` (NaN and Inf are sent as they are).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import os
+import socket
+import threading
+from pathlib import Path
+
+__all__ = ["JobReporter"]
+
+log = logging.getLogger(__name__)
+
+SOCKET_CANDIDATES = ("/run/gpuwatch/gpuwatch.sock", "/var/lib/gpuwatch/gpuwatch.sock")
+SEND_EVERY_S = 1.0
+TIMEOUT_S = 2.0
+
+
+def _default_socket() -> str:
+    """$GPUWATCH_SOCKET, else the systemd unit's socket, else the default state dir's."""
+    explicit = os.environ.get("GPUWATCH_SOCKET")
+    if explicit:
+        return explicit
+    for candidate in SOCKET_CANDIDATES:
+        if Path(candidate).exists():
+            return candidate
+    return SOCKET_CANDIDATES[0]
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=TIMEOUT_S)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(TIMEOUT_S)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _json_value(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+class JobReporter:
+    def __init__(
+        self,
+        job: str,
+        rank: int | str = 0,
+        *,
+        socket_path: str | None = None,
+        labels: dict[str, str] | None = None,
+        interval: float = SEND_EVERY_S,
+    ) -> None:
+        self.job = job
+        self.labels = {**(labels or {}), "rank": str(rank)}
+        self.socket_path = socket_path or _default_socket()
+        self.interval = interval
+        self.sent = 0  # pushes the daemon accepted
+        self.failed = 0  # pushes that did not get through (daemon away, refused)
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._delivered = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-reporter", daemon=True)
+        self._thread.start()
+
+    def report(self, **values: float) -> None:
+        """Record the newest values; they go out with the next send. Never raises."""
+        try:
+            update = {f"train_{k}": float(v) for k, v in values.items()}
+        except (TypeError, ValueError):
+            return  # a value that is not a number is dropped, not raised into the loop
+        with self._lock:
+            self._latest.update(update)
+
+    def flush(self, timeout: float = TIMEOUT_S) -> bool:
+        """Send now and wait for it (at the end of training, say). True when it got through."""
+        self._delivered.clear()
+        self._wake.set()
+        return self._delivered.wait(timeout)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(TIMEOUT_S * 2)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            with self._lock:
+                metrics = dict(self._latest)
+            if metrics:
+                self._send(metrics)
+
+    def _send(self, metrics: dict[str, float]) -> None:
+        body = json.dumps(
+            {
+                "job": self.job,
+                "labels": self.labels,
+                "metrics": {k: _json_value(v) for k, v in metrics.items()},
+            }
+        )
+        connection = _UnixConnection(self.socket_path)
+        try:
+            connection.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            reply = response.read()
+        except OSError:
+            self.failed += 1  # the daemon is away: try again with the next send
+            return
+        finally:
+            connection.close()
+        if response.status == 200:
+            self.sent += 1
+            self._delivered.set()
+        else:
+            self.failed += 1
+            log.debug("gpuwatch refused a report: %s", reply[:200])

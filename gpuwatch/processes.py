@@ -1,0 +1,113 @@
+"""Which processes use a GPU, whose they are, and which job they belong to.
+
+NVML gives the pids and their GPU memory; psutil gives each pid's name and user (NVML's pids are
+checked against psutil: a pid that does not exist is dropped, as binding and driver mismatches
+scramble them); the job comes from the process's cgroup (Slurm job, Kubernetes pod, Docker or
+containerd container) or, failing that, from its environment where it is readable (SLURM_JOB_ID).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+CGROUP_JOBS = (
+    ("slurm", re.compile(r"/job_(\d+)(?:/|$)")),
+    (
+        "kubernetes",
+        re.compile(
+            r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+        ),
+    ),
+    ("containerd", re.compile(r"cri-containerd-([0-9a-f]{64})")),
+    ("docker", re.compile(r"docker[-/]([0-9a-f]{64})")),
+)
+JOB_NOUNS = {
+    "slurm": "Slurm job",
+    "kubernetes": "Kubernetes pod",
+    "docker": "Docker container",
+    "containerd": "containerd container",
+}
+CACHE_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    name: str
+    user: str
+    gpu_memory_bytes: float | None
+    job_kind: str = ""  # slurm, kubernetes, docker, containerd, or "" when unknown
+    job_id: str = ""
+
+    @property
+    def job(self) -> str:
+        """`Slurm job 81234 of alice`, or "" when the process belongs to no known job."""
+        if not self.job_id:
+            return ""
+        ident = self.job_id[:12] if self.job_kind in ("docker", "containerd") else self.job_id
+        return f"{JOB_NOUNS.get(self.job_kind, self.job_kind)} {ident} of {self.user}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "user": self.user,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "job_kind": self.job_kind,
+            "job_id": self.job_id,
+            "job": self.job,
+        }
+
+
+def job_from_cgroup(text: str) -> tuple[str, str]:
+    for kind, pattern in CGROUP_JOBS:
+        found = pattern.search(text)
+        if found:
+            return kind, found.group(1).replace("_", "-")
+    return "", ""
+
+
+class ProcessLookup:
+    """pid -> (name, user, job), cached per process (pid and start time)."""
+
+    def __init__(self, proc: Path = Path("/proc")) -> None:
+        self.proc = proc
+        self._cache: dict[tuple[int, float], tuple[str, str, str, str]] = {}
+
+    def describe(self, pid: int, gpu_memory: float | None) -> GpuProcess | None:
+        try:
+            p = psutil.Process(pid)
+            key = (pid, p.create_time())
+        except (psutil.Error, OSError):
+            return None  # gone, or a pid NVML got wrong
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._look(p)
+            if len(self._cache) > CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = cached
+        name, user, kind, job_id = cached
+        return GpuProcess(pid, name, user, gpu_memory, kind, job_id)
+
+    def _look(self, p: psutil.Process) -> tuple[str, str, str, str]:
+        try:
+            name, user = p.name(), p.username()
+        except (psutil.Error, OSError):
+            name, user = "?", "?"
+        try:
+            kind, job_id = job_from_cgroup((self.proc / str(p.pid) / "cgroup").read_text())
+        except OSError:
+            kind, job_id = "", ""
+        if not job_id:
+            try:
+                env = p.environ()
+            except (psutil.Error, OSError):
+                env = {}
+            if env.get("SLURM_JOB_ID"):
+                kind, job_id = "slurm", env["SLURM_JOB_ID"]
+                user = env.get("SLURM_JOB_USER", user)
+        return name, user, kind, job_id

@@ -1,0 +1,84 @@
+"""A simulated training job: one process, one rank per GPU, reporting step, loss and throughput
+through gpuwatch.client to the daemon's control socket, the same path a real job's reports take.
+
+`gpuwatch run --simulate SCENARIO` starts it for a training workload with the environment a
+Slurm job has (SLURM_JOB_ID and friends), and the simulated NVML lists its pid as the compute
+process on every GPU, so the daemon attributes the GPUs to "Slurm job 81234". The scenario's job
+faults show in its reports: nan_loss makes a rank's loss NaN, step_stall and nccl_hang freeze a
+rank's step, and idle_with_memory makes a rank stop reporting (its GPU idles, memory held).
+The job follows the daemon's simulated clock and exits when the daemon does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+from gpuwatch.client import JobReporter
+from gpuwatch.sim.node import CHECKPOINT_EVERY_S, CHECKPOINT_LENGTH_S, hash01
+from gpuwatch.sim.scenario import JOB_FAULT_KINDS, Scenario, load_scenario
+
+SLURM_JOB_ID = "81234"
+JOB_NAME = "llama"
+
+
+def active_faults(scenario: Scenario, rank: int, elapsed: float) -> set[str]:
+    return {
+        f.kind
+        for f in scenario.faults
+        if f.kind in JOB_FAULT_KINDS and f.gpu == rank and f.active(elapsed)
+    }
+
+
+def in_checkpoint(elapsed: float) -> bool:
+    return elapsed > CHECKPOINT_EVERY_S and elapsed % CHECKPOINT_EVERY_S < CHECKPOINT_LENGTH_S
+
+
+def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -> None:
+    ranks = range(scenario.gpus)
+    interval = min(1.0, max(0.05, 1.0 / speed))
+    reporters = [
+        JobReporter(JOB_NAME, rank=r, socket_path=socket_path, interval=interval) for r in ranks
+    ]
+    steps = [0.0 for _ in ranks]
+    last = 0.0
+    parent = os.getppid()
+    while os.getppid() == parent:  # the daemon that started us is still there
+        elapsed = (time.time() - wall_start) * speed  # the scenario's time, as the daemon's
+        dt = max(0.0, elapsed - last)
+        last = elapsed
+        for r in ranks:
+            faults = active_faults(scenario, r, elapsed)
+            if "idle_with_memory" in faults:
+                continue  # the rank stopped working and reporting; its memory stays held
+            frozen = bool(faults & {"step_stall", "nccl_hang"}) or in_checkpoint(elapsed)
+            if not frozen:
+                steps[r] += dt * 2.0  # two steps a second
+            noise = hash01(scenario.seed, r, int(steps[r])) - 0.5
+            loss = (
+                math.nan
+                if "nan_loss" in faults
+                else 2.4 * math.exp(-steps[r] / 4000) + 0.6 + 0.02 * noise
+            )
+            reporters[r].report(
+                step=int(steps[r]),
+                loss=loss,
+                tokens_per_second=0.0 if frozen else 3.1e5 * (1 + 0.02 * noise),
+            )
+        time.sleep(interval)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m gpuwatch.sim.job")
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--wall-start", type=float, required=True, help="wall time at time 0")
+    parser.add_argument("--speed", type=float, default=1.0)
+    args = parser.parse_args()
+    run(load_scenario(args.scenario), args.socket, args.wall_start, args.speed)
+
+
+if __name__ == "__main__":
+    main()

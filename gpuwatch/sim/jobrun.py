@@ -1,0 +1,49 @@
+"""Starting the simulated training job next to a simulated daemon, and stopping it with it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import sys
+import time
+
+from gpuwatch.runner import Running
+from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.job import JOB_NAME, SLURM_JOB_ID
+
+log = logging.getLogger(__name__)
+
+
+async def run_simulated_job(running: Running, nvml: FakeNvml, scenario: str) -> None:
+    """Runs until cancelled (when the daemon stops); never returns on its own."""
+    node = nvml.node
+    speed = getattr(nvml.clock, "speed", 1.0)
+    wall_start = time.time() - (nvml.clock.now() - node.start) / speed
+    env = {
+        **os.environ,
+        "SLURM_JOB_ID": SLURM_JOB_ID,
+        "SLURM_JOB_NAME": JOB_NAME,
+        "SLURM_JOB_USER": getpass.getuser(),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuwatch.sim.job", "--scenario", scenario,
+        "--socket", str(running.control_path), "--wall-start", repr(wall_start),
+        "--speed", repr(speed), env=env,
+    )  # fmt: skip
+    node.job_pid = proc.pid
+    log.info(
+        "simulated training job %s (Slurm job %s) started, pid %d", JOB_NAME, SLURM_JOB_ID, proc.pid
+    )
+    try:
+        code = await proc.wait()
+        log.warning("simulated training job exited with %d", code)
+        await asyncio.Event().wait()
+    finally:
+        node.job_pid = None
+        if proc.returncode is None:
+            proc.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5.0)
