@@ -25,7 +25,7 @@ from gpuwatch.journal import event_json
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
 from gpuwatch.rules.views import alerts_payload, rules_payload
-from gpuwatch.timefmt import parse_since
+from gpuwatch.timefmt import parse_since, rfc3339
 from gpuwatch.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
     return {
         "node": daemon.config.node_name,
         "version": __version__,
+        "started_at": rfc3339(daemon.started_at),
         "verdict": verdict.state.value if verdict else "unknown",
         "reasons": verdict.reasons if verdict else ["no sample taken yet"],
         "actions": verdict.actions if verdict else [],

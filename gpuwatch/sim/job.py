@@ -38,7 +38,7 @@ def in_checkpoint(elapsed: float) -> bool:
 
 def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -> None:
     ranks = range(scenario.gpus)
-    interval = min(1.0, max(0.05, 1.0 / speed))
+    interval = min(1.0, max(0.25, 1.0 / speed))  # at most 4 reports a second per rank
     reporters = [
         JobReporter(JOB_NAME, rank=r, socket_path=socket_path, interval=interval) for r in ranks
     ]

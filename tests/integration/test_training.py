@@ -1,0 +1,104 @@
+"""Training jobs: the simulated job reports through the real push path; each job fault raises
+its alert in time, a healthy job raises none for 30 simulated minutes, and the GPUs show whose
+job runs on them."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
+
+SPEED = 60  # a simulated minute a second
+TRAINING_ALERTS = {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"}
+FAULT_AT = 60.0  # every job scenario's fault, on GPU (rank) 1
+
+
+def epoch(rfc3339: str) -> float:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+def run(tmp_path: Path, scenario: str) -> DaemonProcess:
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text("sampling: {interval: 5s}\n")  # 12 cycles a second at this speed
+    return start_daemon(tmp_path, "--simulate", scenario, "--speed", str(SPEED), "-c", str(config))
+
+
+def firing(daemon: DaemonProcess) -> dict[str, dict[str, Any]]:
+    alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+    return {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"}
+
+
+class Expect(NamedTuple):
+    alert: str
+    needs: float  # simulated seconds the rule's window needs to see the fault, plus its `for`
+    labels: dict[str, str]
+
+
+# Slack on top of `needs`: a report every 15 simulated seconds, trend groups every 15 s.
+SLACK = 45.0
+EXPECTED = {
+    "nan_loss": Expect("TrainingLossNaN", 0.0, {"job": "llama", "rank": "1"}),
+    "step_stall": Expect("TrainingStalled", 600.0, {"job": "llama", "rank": "1"}),  # changes[10m]
+    "nccl_hang": Expect("CollectiveHang", 120.0 + 300.0, {"gpu": "1"}),  # rate[2m], for 5m
+    "idle_with_memory": Expect("GpuIdleWithMemory", 900.0 + 300.0, {"gpu": "1"}),  # [15m], 5m
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_each_job_fault_raises_its_alert_in_time(scenario: str, tmp_path: Path) -> None:
+    expect = EXPECTED[scenario]
+    daemon = run(tmp_path, scenario)
+    try:
+        started = epoch(daemon.json("/api/v1/node")["data"]["started_at"])
+        wall_budget = (FAULT_AT + expect.needs + SLACK) / SPEED + 15
+        alert = wait_for(lambda: firing(daemon).get(expect.alert), timeout=wall_budget)
+        assert expect.labels.items() <= alert["labels"].items()
+        events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
+        [fired] = [e for e in events if e["alertname"] == expect.alert and e["state"] == "firing"]
+        after_fault = epoch(fired["time"]) - (started + FAULT_AT)
+        assert 0 <= after_fault <= expect.needs + SLACK, after_fault
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def test_nan_loss_fires_within_two_minutes_and_the_gpus_show_the_job(tmp_path: Path) -> None:
+    daemon = run(tmp_path, "nan_loss")
+    try:
+        started = epoch(daemon.json("/api/v1/node")["data"]["started_at"])
+        alert = wait_for(lambda: firing(daemon).get("TrainingLossNaN"), timeout=30)
+        assert epoch(alert["activeAt"]) - started < 120
+        assert alert["value"] == "NaN"
+        gpus = daemon.json("/api/v1/gpus")["data"]
+        assert len(gpus) == 8
+        for gpu in gpus:
+            [process] = gpu["processes"]
+            assert (process["job_kind"], process["job_id"]) == ("slurm", "81234")
+            assert process["name"].startswith("python") and process["gpu_memory_bytes"] > 1e9
+            assert gpu["jobs"].startswith("Slurm job 81234 of ")
+        metrics = daemon.metrics()
+        assert 'train_loss{job="llama",rank="1"} NaN' in metrics
+        assert 'gpuwatch_gpu_processes{gpu="1",' in metrics
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def test_a_healthy_job_raises_no_training_alert_in_30_simulated_minutes(tmp_path: Path) -> None:
+    daemon = run(tmp_path, "healthy")
+    try:
+        seen: set[str] = set()
+        deadline = time.monotonic() + 30 * 60 / SPEED + 2
+        while time.monotonic() < deadline:
+            alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+            seen |= {a["labels"]["alertname"] for a in alerts}  # pending counts too
+            time.sleep(0.5)
+        assert not seen & TRAINING_ALERTS, seen
+        steps = [v for line in daemon.metrics().splitlines() if line.startswith("train_step{")
+                 for v in [float(line.rsplit(" ", 1)[1])]]  # fmt: skip
+        assert len(steps) == 8 and min(steps) > 2 * 60 * 25  # all ranks stepped all along
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
