@@ -174,6 +174,7 @@ def from_doc(doc: YamlDoc) -> Config:
             "rules",
             "journal",
             "notify",
+            "push",
         ),
     )
 

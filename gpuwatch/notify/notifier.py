@@ -9,6 +9,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -112,7 +113,7 @@ class Notifier:
         self, now: float, rules: Iterable[AlertingRule], gpus: Mapping[str, GpuIdentity]
     ) -> None:
         """After each evaluation: route the alerts, flush what is due, wake the senders."""
-        alerts = snapshot(rules, self.node)
+        alerts = [_with_running_job(a, gpus) for a in snapshot(rules, self.node)]
         self.dispatcher.update(now, alerts, gpus)
         self._flush(now)
         self._forward(now, alerts)
@@ -170,3 +171,13 @@ class Notifier:
                 )
             out.append(Sample(m.OUTBOX_PENDING, labels, float(pending.get(r.name, 0))))
         return out
+
+
+def _with_running_job(alert: NotifyAlert, gpus: Mapping[str, GpuIdentity]) -> NotifyAlert:
+    """An alert about a GPU carries whose job runs there, as the annotation `running`
+    (an annotation, not a label: a job starting or ending must not make it a new alert)."""
+    identity = gpus.get(alert.label("gpu"))
+    if identity is None or not identity.jobs or alert.annotation("running"):
+        return alert
+    annotations = tuple(sorted((*alert.annotations, ("running", identity.jobs))))
+    return replace(alert, annotations=annotations)

@@ -77,9 +77,14 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
         assert alert["labels"]["gpu"] == "1" and alert["status"] == "firing"
         assert alert["endsAt"] == "0001-01-01T00:00:00Z"
         assert alert["annotations"]["action"].startswith("Drain the node")
+        # Whose work the fault hit: the simulated training job, from its process on the GPU.
+        assert alert["annotations"]["running"].startswith("Slurm job 81234 of ")
         assert payload["externalURL"].startswith("http://")
         events = daemon.json("/api/v1/events?kind=xid")["data"]["events"]
         [xid79] = [e for e in events if e["xid"] == 79]
+        assert xid79["message"].startswith(
+            "XID 79 on GPU 1: GPU has fallen off the bus, running Slurm job 81234 of "
+        )
         arrived = hook.received[0].time
         assert 0 <= arrived - epoch(xid79["time"]) < 1.0
         assert hook.received[0].headers["Idempotency-Key"].startswith("ops/")
