@@ -25,7 +25,10 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         assert event["class"] == "critical"
         assert event["meaning"] == "Double-bit ECC error"
         assert event["action"].startswith("Reset the GPU")
-        assert event["message"] == "XID 48 on GPU 1: Double-bit ECC error"
+        assert event["message"] == (
+            f"XID 48 on GPU 1: Double-bit ECC error, running {event['job']}"
+        )  # the simulated training job runs on every GPU
+        assert event["job"].startswith("Slurm job 81234 of ")
         assert event["time"].endswith("Z") and "." in event["time"]
         metrics = parse_metrics(daemon.metrics())
         assert [

@@ -9,7 +9,7 @@ import pytest
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.sim.fake_pynvml import FakeNvml
-from gpuwatch.sim.scenario import Fault, builtin_names, load_scenario
+from gpuwatch.sim.scenario import JOB_FAULT_KINDS, Fault, builtin_names, load_scenario
 from gpuwatch.yamlfile import FileError
 
 
@@ -38,7 +38,8 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
         assert scenario.faults[0] == Fault(
             kind=name,
             gpu=1,
-            at=10.0,
+            # Job faults come after a minute of normal training, so the job has a history.
+            at=60.0 if name in JOB_FAULT_KINDS else 10.0,
             duration=30.0 if name == "nvml_hang" else None,
             code=48 if name == "xid" else None,
         )
