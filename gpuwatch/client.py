@@ -25,7 +25,7 @@ import socket
 import threading
 from pathlib import Path
 
-__all__ = ["JobReporter"]
+__all__ = ["JobReporter", "UnixHTTPConnection"]
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,16 @@ def _default_socket() -> str:
     return SOCKET_CANDIDATES[0]
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=TIMEOUT_S)
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (the daemon's control socket)."""
+
+    def __init__(self, path: str, timeout: float = TIMEOUT_S) -> None:
+        super().__init__("localhost", timeout=timeout)
         self._path = path
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(TIMEOUT_S)
+        sock.settimeout(self.timeout)
         sock.connect(self._path)
         self.sock = sock
 
@@ -126,7 +128,7 @@ class JobReporter:
                 "metrics": {k: _json_value(v) for k, v in metrics.items()},
             }
         )
-        connection = _UnixConnection(self.socket_path)
+        connection = UnixHTTPConnection(self.socket_path)
         try:
             connection.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
             response = connection.getresponse()

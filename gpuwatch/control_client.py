@@ -1,14 +1,13 @@
 """The client side of the control socket, for commands that change a running daemon
-(`gpuwatch ack`, later `gpuwatch silence`)."""
+(`gpuwatch ack`, `gpuwatch silence`)."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.client import UnixHTTPConnection
 from gpuwatch.config import default_state_dir
 from gpuwatch.control import SOCKET_NAME, socket_path
 
@@ -30,23 +29,11 @@ def default_socket(state_dir: str | None) -> Path:
     return socket_path(default_state_dir())
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("localhost", timeout=TIMEOUT_S)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(TIMEOUT_S)
-        sock.connect(str(self._path))
-        self.sock = sock
-
-
 def request(
     path: Path, method: str, url: str, body: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON reply) of one request to the daemon's control socket."""
-    connection = _UnixConnection(path)
+    connection = UnixHTTPConnection(str(path), TIMEOUT_S)
     try:
         payload = json.dumps(body) if body is not None else None
         connection.request(method, url, payload, headers={"Content-Type": "application/json"})
