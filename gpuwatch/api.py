@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -22,6 +24,7 @@ from gpuwatch.exporters.prometheus import (
 from gpuwatch.gofmt import non_finite
 from gpuwatch.health import with_sampling_problem
 from gpuwatch.journal import event_json
+from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
 from gpuwatch.rules.views import alerts_payload, rules_payload
@@ -29,6 +32,9 @@ from gpuwatch.timefmt import parse_since, rfc3339
 from gpuwatch.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
+
+STREAM_BACKLOG = 1000
+STREAM_KEEPALIVE_S = 15.0
 
 GPU_PREFIX = "gpuwatch_gpu_"
 MAX_HISTORY_POINTS = 11_000  # Prometheus's own limit on points per series in a range query
@@ -171,6 +177,7 @@ class Api:
         app.router.add_get("/api/v1/events", self.events)
         app.router.add_get("/api/v1/rules", self.rules)
         app.router.add_post("/api/v1/push", self.push)
+        app.router.add_get("/api/v1/stream", self.stream)
         return app
 
     async def push(self, request: web.Request) -> web.Response:
@@ -245,6 +252,43 @@ class Api:
 
     async def gpus(self, request: web.Request) -> web.Response:
         return _success(gpus_payload(self.daemon))
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: `cycle` after every sample (data: its time), and every journal
+        event as it happens (event: its kind, data: the event's JSON)."""
+        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=STREAM_BACKLOG)
+
+        def put(kind: str, data: str) -> None:
+            if queue.full():  # a reader that does not keep up loses the oldest, not the daemon
+                queue.get_nowait()
+            queue.put_nowait((kind, data))
+
+        def on_event(event: Event) -> None:
+            put(event.kind, json.dumps(event_json(event)))
+
+        def on_cycle(t: float) -> None:
+            put("cycle", json.dumps({"time": rfc3339(t)}))
+
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        self.daemon.events.listeners.append(on_event)
+        self.daemon.cycle_listeners.append(on_cycle)
+        try:
+            while True:
+                try:
+                    kind, data = await asyncio.wait_for(queue.get(), STREAM_KEEPALIVE_S)
+                except TimeoutError:
+                    await response.write(b": keepalive\n\n")
+                    continue
+                await response.write(f"event: {kind}\ndata: {data}\n\n".encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.daemon.events.listeners.remove(on_event)
+            self.daemon.cycle_listeners.remove(on_cycle)
+        return response
 
     async def alerts(self, request: web.Request) -> web.Response:
         engine = self.daemon.rules

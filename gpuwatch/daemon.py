@@ -95,6 +95,7 @@ class Daemon:
         self.view = NodeView()
         self.events = events
         self.started_at = clock.now()
+        self.cycle_listeners: list[Callable[[float], None]] = []  # called after each cycle
         self.last_cycle_end: float | None = None
         self.last_cycle_duration = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -188,6 +189,8 @@ class Daemon:
             *(self.notifier.samples() if self.notifier is not None else ()),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
+        for listener in self.cycle_listeners:
+            listener(ended)
         if self.rules is not None:
             everything, self._evaluate_everything = self._evaluate_everything, False
             transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
