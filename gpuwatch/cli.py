@@ -62,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         "--once", action="store_true", help="print the table once after a few cycles and exit"
     )
 
+    tui = sub.add_parser("tui", help="the dashboard: one node in depth, or a fleet")
+    tui.add_argument("urls", nargs="*", metavar="URL", help=f"daemons (default {DEFAULT_URL})")
+    tui.add_argument("--hosts", help="a file of daemon URLs or host[:port], one per line")
+    tui.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
+
     status = sub.add_parser("status", help="one-shot table of a node")
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
     status.add_argument("--json", action="store_true", help="print the daemon's JSON")
@@ -223,6 +228,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _fetch_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.load(response)
+
+
+def read_hosts(path: str) -> list[str]:
+    """Daemon URLs from a hosts file: a URL, or host[:port] (port 10040 by default), per line;
+    blank lines and # comments ignored."""
+    urls = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        if "://" not in entry:
+            entry = f"http://{entry}" + ("" if ":" in entry.rsplit("]", 1)[-1] else ":10040")
+        urls.append(entry)
+    return urls
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from gpuwatch.tui.app import GpuwatchApp
+    from gpuwatch.tui.data import HttpSource
+
+    urls = list(args.urls)
+    if args.hosts:
+        try:
+            urls += read_hosts(args.hosts)
+        except OSError as exc:
+            return _fail(f"{args.hosts}: {exc.strerror}")
+    if args.refresh <= 0:
+        return _fail("--refresh must be greater than zero")
+    GpuwatchApp(HttpSource(), urls or [DEFAULT_URL], args.refresh).run()
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -418,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": cmd_run,
         "demo": cmd_demo,
         "status": cmd_status,
+        "tui": cmd_tui,
         "health": cmd_health,
         "events": cmd_events,
         "ack": cmd_ack,

@@ -1,0 +1,363 @@
+"""`gpuwatch tui`: one node in depth, or a fleet at a glance.
+
+Data comes from the daemons' JSON API through a Source, polled in workers (never on the UI's
+own path); table rows are keyed (GPU index, node URL) and updated in place."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from gpuwatch.tui.data import NodeSnapshot, Source
+from gpuwatch.tui.rows import FLEET_COLUMNS, GPU_COLUMNS, fleet_cells, gpu_cells, health
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+HELP = """\
+[b]gpuwatch tui[/b]
+
+  q          quit                    ?        this help
+  ↑ ↓ j k    move                    Tab      next pane
+  Enter      open the node (fleet)   Escape   back to the fleet
+  /          filter nodes (fleet)    s        change the sort (fleet)
+
+Data refreshes every second; a node that does not answer is marked
+UNREACHABLE and keeps its last good data, dimmed.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+
+def _table(id_: str, columns: Sequence[str]) -> DataTable[Any]:
+    table: DataTable[Any] = DataTable(id=id_, cursor_type="row", zebra_stripes=True)
+    for column in columns:
+        table.add_column(column, key=column)
+    return table
+
+
+def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> None:
+    """Rows keyed and updated in place: the cursor and scroll stay where the user left them."""
+    keys = [str(c.key.value) for c in table.columns.values()]
+    for key in [str(k.value) for k in table.rows]:
+        if key not in rows:
+            table.remove_row(key)
+    for key, cells in rows.items():
+        if key in {str(k.value) for k in table.rows}:
+            for column, cell in zip(keys, cells, strict=True):
+                if table.get_cell(key, column) != cell:
+                    table.update_cell(key, column, cell, update_width=True)
+        else:
+            table.add_row(*cells, key=key)
+
+
+class NodeView(Vertical):
+    """One node: verdict, GPUs, the selected GPU's processes, alerts and recent events."""
+
+    DEFAULT_CSS = """
+    NodeView #header { height: auto; padding: 0 1; }
+    NodeView #gpus { height: auto; max-height: 20; }
+    NodeView #lower { height: 1fr; }
+    NodeView #processes { width: 1fr; }
+    NodeView #alerts { width: 2fr; }
+    NodeView #events { height: 10; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshot: NodeSnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("connecting…", id="header")
+        gpus = _table("gpus", GPU_COLUMNS)
+        yield gpus
+        with Horizontal(id="lower"):
+            yield _table("processes", ("PID", "Process", "User", "GPU mem", "Job"))
+            yield _table("alerts", ("Severity", "Alert", "GPU", "Since", "Action"))
+        yield _table("events", ("Time", "Kind", "GPU", "What"))
+
+    def show(self, snap: NodeSnapshot) -> None:
+        if snap.error and self.snapshot is not None and not self.snapshot.error:
+            snap = NodeSnapshot(
+                snap.url,
+                self.snapshot.node,
+                self.snapshot.alerts,
+                self.snapshot.events,
+                self.snapshot.history,
+                snap.error,
+            )
+        self.snapshot = snap
+        node = snap.node
+        header = Text()
+        header.append(snap.name, style="bold")
+        if snap.error:
+            header.append("  UNREACHABLE: ", style="bold white on red")
+            header.append(snap.error, style="red")
+        backend = node.get("backend", {})
+        gpus = node.get("gpus", [])
+        header.append(f"   driver {backend.get('driver_version') or '?'}   {len(gpus)} GPUs   ")
+        header.append_text(health(str(node.get("verdict", "unknown"))))
+        for reason in node.get("reasons", [])[:4]:
+            header.append(f"\n  - {reason}", style="dim" if snap.error else "")
+        self.query_one("#header", Static).update(header)
+        table = self.query_one("#gpus", DataTable)
+        _keyed_update(
+            table,
+            {str(g["index"]): gpu_cells(g, snap.history.get(str(g["index"]), [])) for g in gpus},
+        )
+        self._show_processes()
+        alerts = self.query_one("#alerts", DataTable)
+        _keyed_update(
+            alerts,
+            {
+                f"{a['labels'].get('alertname')}/{a['labels'].get('gpu', '')}/{i}": (
+                    Text(
+                        a["labels"].get("severity", ""),
+                        style="red" if a["labels"].get("severity") == "critical" else "yellow",
+                    ),
+                    a["labels"].get("alertname", "")
+                    + ("" if a.get("state") == "firing" else " (pending)"),
+                    a["labels"].get("gpu", ""),
+                    str(a.get("activeAt", ""))[11:19],
+                    a.get("annotations", {}).get("action", ""),
+                )
+                for i, a in enumerate(snap.alerts)
+            },
+        )
+        events = self.query_one("#events", DataTable)
+        _keyed_update(
+            events,
+            {
+                f"{e['time']}/{i}": (
+                    e["time"][11:23],
+                    e["kind"],
+                    "" if e.get("gpu") is None else str(e["gpu"]),
+                    e["message"],
+                )
+                for i, e in enumerate(reversed(snap.events[-50:]))
+            },
+        )
+
+    def _show_processes(self) -> None:
+        if self.snapshot is None:
+            return
+        gpus = self.snapshot.node.get("gpus", [])
+        table = self.query_one("#gpus", DataTable)
+        row = table.cursor_row if gpus else -1
+        selected = gpus[row] if 0 <= row < len(gpus) else {}
+        _keyed_update(
+            self.query_one("#processes", DataTable),
+            {
+                str(p["pid"]): (
+                    str(p["pid"]),
+                    p["name"],
+                    p["user"],
+                    "-"
+                    if p.get("gpu_memory_bytes") is None
+                    else f"{p['gpu_memory_bytes'] / 2**30:.1f}G",
+                    p.get("job", ""),
+                )
+                for p in selected.get("processes", [])
+            },
+        )
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "gpus":
+            self._show_processes()
+
+
+class NodeScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "fleet", show=False)]
+
+    def __init__(
+        self, source: Source, url: str, refresh: float, *, from_fleet: bool = False
+    ) -> None:
+        super().__init__()
+        self.source, self.url, self.refresh_s, self.from_fleet = source, url, refresh, from_fleet
+
+    def compose(self) -> ComposeResult:
+        yield NodeView()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.poll()
+        self.set_interval(self.refresh_s, self.poll)
+
+    @work(exclusive=True, group="node")
+    async def poll(self) -> None:
+        snap = await self.source.fetch(self.url, detail=True)
+        self.query_one(NodeView).show(snap)
+
+    def action_back(self) -> None:
+        if self.from_fleet:
+            self.app.pop_screen()
+
+
+SORTS = ("verdict", "node", "hottest", "busiest")
+_SEVERITY = {"unhealthy": 0, "degraded": 1, "unknown": 2, "healthy": 3}
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "filter"),
+        Binding("s", "sort", "sort"),
+        Binding("enter", "open", "open node"),
+        Binding("escape", "clear_filter", "clear filter", show=False),
+    ]
+    DEFAULT_CSS = """
+    FleetScreen #summary { height: 1; padding: 0 1; }
+    FleetScreen #filter { display: none; }
+    FleetScreen #filter.shown { display: block; }
+    """
+
+    def __init__(self, source: Source, urls: Sequence[str], refresh: float) -> None:
+        super().__init__()
+        self.source, self.urls, self.refresh_s = source, list(urls), refresh
+        self.snapshots: dict[str, NodeSnapshot] = {}
+        self.sort = SORTS[0]
+        self.filter = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="summary")
+        yield Input(placeholder="filter: part of a node name, verdict or alert", id="filter")
+        yield _table("fleet", FLEET_COLUMNS)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.poll()
+        self.set_interval(self.refresh_s, self.poll)
+
+    @work(exclusive=True, group="fleet")
+    async def poll(self) -> None:
+        fetched = await asyncio.gather(*(self.source.fetch(u, detail=False) for u in self.urls))
+        for got in fetched:
+            last = self.snapshots.get(got.url)
+            if got.error and last is not None:  # keep the last good data, to show dimmed
+                got = replace(last, error=got.error, fetched_at=got.fetched_at)  # noqa: PLW2901
+            self.snapshots[got.url] = got
+        self.render_rows()
+
+    def render_rows(self) -> None:
+        snaps = list(self.snapshots.values())
+        if self.filter:
+            needle = self.filter.lower()
+            snaps = [
+                s
+                for s in snaps
+                if needle
+                in " ".join(
+                    [
+                        s.url,
+                        s.name,
+                        str(s.node.get("verdict", "")),
+                        *(a["labels"].get("alertname", "") for a in s.alerts),
+                    ]
+                ).lower()
+            ]
+        snaps.sort(key=self._sort_key)
+        rows = {s.url: fleet_cells(s.node or {"node": s.url}, s.alerts, s.error) for s in snaps}
+        table = self.query_one("#fleet", DataTable)
+        if [str(k.value) for k in table.rows] == list(rows):
+            _keyed_update(table, rows)  # same order: update in place
+        else:  # the sort order changed: lay the rows out again
+            table.clear()
+            for key, cells in rows.items():
+                table.add_row(*cells, key=key)
+        bad = sum(
+            1 for s in self.snapshots.values() if s.node.get("verdict") != "healthy" or s.error
+        )
+        down = sum(1 for s in self.snapshots.values() if s.error)
+        self.query_one("#summary", Static).update(
+            f"{len(self.snapshots)} nodes, {bad} not healthy, {down} unreachable   "
+            f"sort: {self.sort}" + (f"   filter: {self.filter}" if self.filter else "")
+        )
+
+    def _sort_key(self, s: NodeSnapshot) -> tuple[Any, ...]:
+        gpus = s.node.get("gpus", [])
+
+        def top(key: str) -> float:
+            values = [g.get("metrics", {}).get(key) for g in gpus]
+            return -max((v for v in values if isinstance(v, int | float)), default=0.0)
+
+        if self.sort == "node":
+            return (s.name,)
+        if self.sort == "hottest":
+            return (top("temperature_celsius"), s.name)
+        if self.sort == "busiest":
+            return (top("utilization_ratio"), s.name)
+        return (0 if s.error else 1, _SEVERITY.get(str(s.node.get("verdict")), 2), s.name)
+
+    def action_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self.render_rows()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value, self.filter = "", ""
+        box.remove_class("shown")
+        self.query_one("#fleet", DataTable).focus()
+        self.render_rows()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.filter = event.value
+        self.render_rows()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#fleet", DataTable).focus()
+
+    def action_open(self) -> None:
+        table = self.query_one("#fleet", DataTable)
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            if key is not None:
+                self.app.push_screen(
+                    NodeScreen(self.source, str(key), self.refresh_s, from_fleet=True)
+                )
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+
+class GpuwatchApp(App[None]):
+    TITLE = "gpuwatch"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("j", "cursor('down')", "down", show=False),
+        Binding("k", "cursor('up')", "up", show=False),
+        Binding("tab", "focus_next", "next pane", show=False),
+    ]
+
+    def __init__(self, source: Source, urls: Sequence[str], refresh: float = 1.0) -> None:
+        super().__init__()
+        self.source, self.urls, self.refresh_s = source, list(urls), refresh
+
+    def on_mount(self) -> None:
+        if len(self.urls) == 1:
+            self.push_screen(NodeScreen(self.source, self.urls[0], self.refresh_s))
+        else:
+            self.push_screen(FleetScreen(self.source, self.urls, self.refresh_s))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_cursor(self, direction: str) -> None:
+        focused = self.focused
+        if isinstance(focused, DataTable):
+            (focused.action_cursor_down if direction == "down" else focused.action_cursor_up)()

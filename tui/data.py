@@ -1,0 +1,89 @@
+"""What the dashboard shows, fetched from daemons' JSON API: one snapshot per node per refresh.
+
+Every request has a timeout, and a fleet's nodes are fetched concurrently, so one slow or dead
+node costs its own row a timeout and never holds up the screen."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+NODE_TIMEOUT_S = 2.0
+HISTORY = "/api/v1/history?metric=utilization_ratio&range=10m&step=15s"
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    url: str
+    node: dict[str, Any] = field(default_factory=dict)  # /api/v1/node's data
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # firing and pending
+    events: list[dict[str, Any]] = field(default_factory=list)  # newest last
+    history: dict[str, list[float]] = field(default_factory=dict)  # GPU index -> utilization
+    error: str = ""  # why this refresh failed; the last good data stays on screen, dimmed
+    fetched_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return str(self.node.get("node") or self.url)
+
+
+class Source(Protocol):
+    """Where snapshots come from: daemons over HTTP, or fixed data in tests."""
+
+    async def fetch(self, url: str, detail: bool) -> NodeSnapshot: ...
+
+
+class HttpSource:
+    def __init__(self, timeout: float = NODE_TIMEOUT_S) -> None:
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _get(self, url: str) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        async with self._session.get(url) as response:
+            response.raise_for_status()
+            return (await response.json())["data"]
+
+    async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
+        """The node and its alerts; with `detail`, its events and utilization history too."""
+        base = url.rstrip("/")
+        try:
+            parts = [self._get(f"{base}/api/v1/node"), self._get(f"{base}/api/v1/alerts")]
+            if detail:
+                parts += [
+                    self._get(f"{base}/api/v1/events?since=1h&limit=50"),
+                    self._get(base + HISTORY),
+                ]
+            got = await asyncio.gather(*parts)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError) as exc:
+            return NodeSnapshot(url, error=_reason(exc), fetched_at=time.time())
+        history: dict[str, list[float]] = {}
+        if detail:
+            for series in got[3]["result"]:
+                history[series["metric"].get("gpu", "")] = [float(v) for _, v in series["values"]]
+        return NodeSnapshot(
+            url,
+            node=got[0],
+            alerts=got[1]["alerts"],
+            events=got[2]["events"] if detail else [],
+            history=history,
+            fetched_at=time.time(),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"HTTP {exc.status}"
+    text = str(exc) or type(exc).__name__
+    return text.split(" [")[0]  # aiohttp appends the OS error in brackets

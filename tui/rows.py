@@ -1,0 +1,131 @@
+"""Snapshots into table cells: bars with threshold colours, fixed-scale sparklines, verdicts.
+Pure functions, so the views and their tests share them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red", "unknown": "dim"}
+SPARKS = " ▁▂▃▄▅▆▇█"
+GIB = 1024**3
+
+
+def bar(fraction: float | None, width: int = 10, warn: float = 0.8, crit: float = 0.95) -> Text:
+    """A bar for 0..1, green, then yellow from `warn`, red from `crit`."""
+    if fraction is None:
+        return Text("-" * width, style="dim")
+    f = max(0.0, min(1.0, fraction))
+    filled = round(f * width)
+    style = "red" if f >= crit else "yellow" if f >= warn else "green"
+    return Text("█" * filled, style=style) + Text("░" * (width - filled), style="dim")
+
+
+def sparkline(values: list[float], width: int = 20) -> str:
+    """Utilization history on a fixed 0..1 scale: a GPU pinned at 95% draws high, not flat."""
+    tail = values[-width:]
+    return "".join(SPARKS[round(max(0.0, min(1.0, v)) * (len(SPARKS) - 1))] for v in tail).rjust(
+        width
+    )
+
+
+def num(metrics: dict[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def health(state: str) -> Text:
+    return Text(state.upper() if state == "unhealthy" else state, style=HEALTH_STYLE.get(state, ""))
+
+
+GPU_COLUMNS = (
+    "GPU",
+    "Model",
+    "Health",
+    "Util",
+    "Util 10m",
+    "Memory",
+    "Temp",
+    "Power",
+    "Clock events",
+    "ECC/XID",
+)
+
+
+def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ...]:
+    mt = gpu.get("metrics", {})
+    status = gpu.get("status", "ok")
+    model = str(gpu.get("model", "")).replace("NVIDIA ", "")
+    if status != "ok":  # lost or unresponsive: unmistakable, whatever its last numbers were
+        loud = Text(f" {status.upper()} ", style="bold white on red")
+        why = Text(str(gpu.get("reason", "")), style="bold red")
+        return (str(gpu.get("index")), model, health("unhealthy"), loud, "", "", "", "", why, "")
+    util = num(mt, "utilization_ratio")
+    used, total = num(mt, "memory_used_bytes"), num(mt, "memory_total_bytes")
+    power, limit = num(mt, "power_watts"), num(mt, "power_limit_watts")
+    temp = num(mt, "temperature_celsius")
+    memory = bar(used / total if used is not None and total else None, 8) + Text(
+        f" {used / GIB:.0f}/{total / GIB:.0f}G" if used is not None and total else ""
+    )
+    watts = bar(power / limit if power is not None and limit else None, 8) + Text(
+        f" {power:.0f}/{limit:.0f}W" if power is not None and limit else ""
+    )
+    temp_text = Text(
+        "-" if temp is None else f"{temp:.0f}°C", style="red" if temp and temp >= 85 else ""
+    )
+    xids = ", ".join(f"{code} x{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
+    dbe = mt.get("ecc_errors", {}).get("uncorrected_volatile", 0)
+    faults = Text(
+        " ".join(p for p in (f"DBE {dbe}" if dbe else "", f"XID {xids}" if xids else "") if p),
+        style="red",
+    )
+    events = " ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle")
+    return (
+        str(gpu.get("index")),
+        model,
+        health(gpu.get("health", "unknown")),
+        bar(util, 8) + Text("" if util is None else f" {util * 100:3.0f}%"),
+        sparkline(history, 16),
+        memory,
+        temp_text,
+        watts,
+        events,
+        faults,
+    )
+
+
+FLEET_COLUMNS = ("Node", "Verdict", "GPUs ok", "Hottest", "Busiest", "Firing", "Why")
+
+
+def fleet_cells(
+    node: dict[str, Any], alerts: list[dict[str, Any]], error: str
+) -> tuple[Text | str, ...]:
+    gpus = node.get("gpus", [])
+    healthy = sum(1 for g in gpus if g.get("health") == "healthy")
+    temps = [(num(g.get("metrics", {}), "temperature_celsius"), g.get("index")) for g in gpus]
+    utils = [(num(g.get("metrics", {}), "utilization_ratio"), g.get("index")) for g in gpus]
+    hot = max(((t, i) for t, i in temps if t is not None), default=None)
+    busy = max(((u, i) for u, i in utils if u is not None), default=None)
+    firing = sorted(
+        {a["labels"].get("alertname", "") for a in alerts if a.get("state") == "firing"}
+    )
+    reasons = node.get("reasons", [])
+    cells: tuple[Text | str, ...] = (
+        str(node.get("node", "")),
+        health(str(node.get("verdict", "unknown"))),
+        f"{healthy}/{len(gpus)}",
+        "-" if hot is None else f"{hot[0]:.0f}°C (GPU {hot[1]})",
+        "-" if busy is None else f"{busy[0] * 100:.0f}% (GPU {busy[1]})",
+        Text(", ".join(firing), style="red" if firing else ""),
+        reasons[0] if reasons else "",
+    )
+    if not error:
+        return cells
+    dimmed = tuple(Text(c.plain if isinstance(c, Text) else c, style="dim") for c in cells)
+    return (
+        dimmed[0],
+        Text("UNREACHABLE", style="bold white on red"),
+        *dimmed[2:6],
+        Text(error, style="red"),
+    )
