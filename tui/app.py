@@ -178,6 +178,7 @@ class NodeView(Vertical):
 
 
 class NodeScreen(Screen[None]):
+    AUTO_FOCUS = "#gpus"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "fleet", show=False)]
 
     def __init__(
@@ -209,6 +210,7 @@ _SEVERITY = {"unhealthy": 0, "degraded": 1, "unknown": 2, "healthy": 3}
 
 
 class FleetScreen(Screen[None]):
+    AUTO_FOCUS = "#fleet"  # not the filter box, which shows only after `/`
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "filter"),
         Binding("s", "sort", "sort"),

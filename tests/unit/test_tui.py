@@ -1,0 +1,102 @@
+"""The dashboard driven as a user would (Textual's Pilot), on fixed data, and its SVG snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
+from textual.widgets import DataTable, Static
+
+from tests.tui_fixtures import FixedSource, healthy, snapshot
+
+SIZE = (160, 50)
+NODE = "http://node-a:10040"
+
+
+def cells(table: DataTable[Any], row: int) -> list[str]:
+    return [str(getattr(c, "plain", c)) for c in table.get_row_at(row)]
+
+
+async def test_the_node_view_shows_every_gpu_the_verdict_and_the_firing_alert() -> None:
+    app = GpuwatchApp(FixedSource({NODE: snapshot(NODE)}), [NODE], refresh=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, NodeScreen)
+        header = str(screen.query_one("#header", Static).render())
+        assert "UNHEALTHY" in header and "GPU 1 is lost" in header
+        gpus = screen.query_one("#gpus", DataTable)
+        assert gpus.row_count == 8
+        assert cells(gpus, 1)[2:4] == ["UNHEALTHY", " LOST "]
+        alerts = screen.query_one("#alerts", DataTable)
+        assert cells(alerts, 0)[:3] == ["critical", "GpuFellOffBus", "1"]
+        processes = screen.query_one("#processes", DataTable)
+        assert cells(processes, 0)[4].startswith("Slurm job 81234 of ")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_the_fleet_view_sorts_filters_and_drills_into_a_node() -> None:
+    urls = ["http://a:10040", "http://b:10040", "http://c:10040"]
+    source = FixedSource(
+        {
+            urls[0]: healthy(urls[0], "gpu-a", hottest=60),
+            urls[1]: snapshot(urls[1], "gpu-b"),
+            urls[2]: healthy(urls[2], "gpu-c", hottest=80),
+        }
+    )
+    app = GpuwatchApp(source, urls, refresh=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        table = screen.query_one("#fleet", DataTable)
+        assert [cells(table, i)[0] for i in range(3)] == ["gpu-b", "gpu-a", "gpu-c"]  # worst first
+        assert cells(table, 0)[1:3] == ["UNHEALTHY", "7/8"]
+        assert cells(table, 0)[5] == "GpuFellOffBus"
+        await pilot.press("s", "s")  # verdict -> node -> hottest
+        assert [cells(table, i)[0] for i in range(3)] == ["gpu-c", "gpu-b", "gpu-a"]
+        await pilot.press("slash", "g", "p", "u", "-", "a", "enter")
+        assert table.row_count == 1 and cells(table, 0)[0] == "gpu-a"
+        await pilot.press("escape")
+        assert table.row_count == 3
+        await pilot.press("enter")  # the row under the cursor: gpu-c
+        assert isinstance(app.screen, NodeScreen) and app.screen.url == urls[2]
+        await pilot.pause()
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+
+
+async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() -> None:
+    urls = ["http://a:10040", "http://b:10040"]
+    source = FixedSource({urls[0]: healthy(urls[0], "gpu-a"), urls[1]: healthy(urls[1], "gpu-b")})
+    app = GpuwatchApp(source, urls, refresh=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FleetScreen)
+        source.down[urls[1]] = "Cannot connect to host b:10040"
+        screen.poll()
+        await pilot.pause()
+        table = screen.query_one("#fleet", DataTable)
+        row = next(cells(table, i) for i in range(2) if cells(table, i)[0] == "gpu-b")
+        assert row[1] == "UNREACHABLE" and row[2] == "8/8"  # the last good data, kept
+        assert row[6] == "Cannot connect to host b:10040"
+
+
+def test_node_view_snapshot(snap_compare: Any) -> None:
+    app = GpuwatchApp(FixedSource({NODE: snapshot(NODE)}), [NODE], refresh=3600)
+    assert snap_compare(app, terminal_size=SIZE)
+
+
+def test_fleet_view_snapshot(snap_compare: Any) -> None:
+    urls = [f"http://gpu-{i:02d}:10040" for i in range(12)]
+    snaps = {u: healthy(u, f"gpu-{i:02d}", hottest=60 + i) for i, u in enumerate(urls)}
+    snaps[urls[3]] = snapshot(urls[3], "gpu-03")
+    source = FixedSource(snaps)
+    source.down[urls[7]] = "no answer in time"
+    app = GpuwatchApp(source, urls, refresh=3600)
+    assert snap_compare(app, terminal_size=SIZE)
