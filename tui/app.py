@@ -359,6 +359,11 @@ class GpuwatchApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    async def on_unmount(self) -> None:
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            await close()
+
     def action_cursor(self, direction: str) -> None:
         focused = self.focused
         if isinstance(focused, DataTable):

@@ -1,0 +1,93 @@
+"""The dashboard against real daemons: three of them, one stopped mid-run (acceptance 2), and
+a fleet of 500 simulated nodes served by a test server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from gpuwatch.tui.app import FleetScreen, GpuwatchApp
+from gpuwatch.tui.data import HttpSource
+from textual.widgets import DataTable
+
+from tests.conftest import start_daemon, stop_daemon
+from tests.tui_fixtures import captured
+
+REFRESH = 1.0
+
+
+def row_of(table: DataTable[Any], url: str) -> list[str]:
+    return [str(getattr(c, "plain", c)) for c in table.get_row(url)]
+
+
+async def test_a_stopped_daemon_is_marked_unreachable_within_two_refreshes(tmp_path: Path) -> None:
+    daemons = [start_daemon(tmp_path / f"d{i}", "--simulate", "healthy") for i in range(3)]
+    urls = [d.url for d in daemons]
+    app = GpuwatchApp(HttpSource(), urls, refresh=REFRESH)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, FleetScreen)
+            table = screen.query_one("#fleet", DataTable)
+            deadline = time.monotonic() + 20
+            while not all(screen.snapshots.get(u) and screen.snapshots[u].node for u in urls):
+                assert time.monotonic() < deadline, "the daemons never showed"
+                await pilot.pause(0.1)
+            before = {u: screen.snapshots[u].fetched_at for u in urls}
+            assert stop_daemon(daemons[2]) == 0
+            stopped = time.monotonic()
+            while row_of(table, urls[2])[1] != "UNREACHABLE":
+                await pilot.pause(0.05)
+                assert time.monotonic() - stopped < 2 * REFRESH + 0.5, "not marked in two refreshes"
+            assert row_of(table, urls[2])[2] == "8/8"  # its last good data, dimmed
+            await pilot.pause(2 * REFRESH)
+            for url in urls[:2]:
+                assert screen.snapshots[url].fetched_at > before[url] + REFRESH  # still updating
+                assert row_of(table, url)[1] == "healthy"
+    finally:
+        for daemon in daemons[:2]:
+            assert stop_daemon(daemon) == 0
+
+
+async def serve_fleet(nodes: int) -> tuple[web.AppRunner, list[str]]:
+    """A test server answering as `nodes` daemons, each at its own path, from the capture."""
+    data = captured()
+
+    async def node(request: web.Request) -> web.Response:
+        payload = dict(data["node"], node=f"gpu-{request.match_info['n']}")
+        return web.json_response({"status": "success", "data": payload})
+
+    async def alerts(request: web.Request) -> web.Response:
+        return web.json_response({"status": "success", "data": {"alerts": data["alerts"]}})
+
+    app = web.Application()
+    app.router.add_get("/n/{n}/api/v1/node", node)
+    app.router.add_get("/n/{n}/api/v1/alerts", alerts)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, [f"http://127.0.0.1:{port}/n/{i:03d}" for i in range(nodes)]
+
+
+async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
+    runner, urls = await serve_fleet(500)
+    app = GpuwatchApp(HttpSource(), urls, refresh=3600)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, FleetScreen)
+            table = screen.query_one("#fleet", DataTable)
+            deadline = time.monotonic() + 30
+            while table.row_count < 500:
+                assert time.monotonic() < deadline, f"{table.row_count} rows"
+                await pilot.pause(0.1)
+            assert all(not s.error for s in screen.snapshots.values())
+            assert row_of(table, urls[0])[1] == "UNHEALTHY"
+    finally:
+        await runner.cleanup()
+        await asyncio.sleep(0)
