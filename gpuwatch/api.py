@@ -27,6 +27,7 @@ from gpuwatch.journal import event_json
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
+from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.timefmt import parse_since, rfc3339
 from gpuwatch.units import format_duration, parse_duration
@@ -128,6 +129,35 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
     return out
 
 
+SUMMARY_METRICS = ("temperature_celsius", "utilization_ratio")
+
+
+def summarize_gpus(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each GPU as a fleet row needs it: identity, health, temperature and utilization."""
+    keep = ("index", "uuid", "model", "status", "reason", "health", "jobs")
+    return [
+        {
+            **{k: g[k] for k in keep if k in g},
+            "metrics": {k: g["metrics"][k] for k in SUMMARY_METRICS if k in g.get("metrics", {})},
+        }
+        for g in gpus
+    ]
+
+
+def firing_alert_names(daemon: Daemon) -> list[str]:
+    """What a fleet view shows per node, without fetching /api/v1/alerts too."""
+    if daemon.rules is None:
+        return []
+    return sorted(
+        {
+            a.name
+            for r in daemon.rules.alerting_rules()
+            for a in r.active.values()
+            if a.state == AlertState.FIRING
+        }
+    )
+
+
 def node_payload(daemon: Daemon) -> dict[str, Any]:
     view = daemon.view
     backend = daemon.source.backend
@@ -141,6 +171,7 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
         "reasons": verdict.reasons if verdict else ["no sample taken yet"],
         "actions": verdict.actions if verdict else [],
         "causes": [c.as_json() for c in verdict.causes] if verdict else [],
+        "firing_alerts": firing_alert_names(daemon),
         "acknowledged": [c.as_json() for c in verdict.acknowledged] if verdict else [],
         "backend": {
             "name": backend.name,
@@ -248,7 +279,11 @@ class Api:
         return web.json_response(body, status=503 if problem else 200)
 
     async def node(self, request: web.Request) -> web.Response:
-        return _success(node_payload(self.daemon))
+        """`?gpus=summary` trims each GPU to what a fleet view shows (a tenth of the bytes)."""
+        payload = node_payload(self.daemon)
+        if request.query.get("gpus") == "summary":
+            payload["gpus"] = summarize_gpus(payload["gpus"])
+        return _success(payload)
 
     async def gpus(self, request: web.Request) -> web.Response:
         return _success(gpus_payload(self.daemon))

@@ -50,11 +50,11 @@ def _table(id_: str, columns: Sequence[str]) -> DataTable[Any]:
 def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> None:
     """Rows keyed and updated in place: the cursor and scroll stay where the user left them."""
     keys = [str(c.key.value) for c in table.columns.values()]
-    for key in [str(k.value) for k in table.rows]:
-        if key not in rows:
-            table.remove_row(key)
+    present = {str(k.value) for k in table.rows}
+    for key in present - rows.keys():
+        table.remove_row(key)
     for key, cells in rows.items():
-        if key in {str(k.value) for k in table.rows}:
+        if key in present:
             for column, cell in zip(keys, cells, strict=True):
                 if table.get_cell(key, column) != cell:
                     table.update_cell(key, column, cell, update_width=True)
@@ -346,12 +346,15 @@ class GpuwatchApp(App[None]):
         Binding("tab", "focus_next", "next pane", show=False),
     ]
 
-    def __init__(self, source: Source, urls: Sequence[str], refresh: float = 1.0) -> None:
+    def __init__(
+        self, source: Source, urls: Sequence[str], refresh: float = 1.0, fleet: bool | None = None
+    ) -> None:
         super().__init__()
         self.source, self.urls, self.refresh_s = source, list(urls), refresh
+        self.fleet = len(self.urls) > 1 if fleet is None else fleet  # one URL: the node view
 
     def on_mount(self) -> None:
-        if len(self.urls) == 1:
+        if not self.fleet:
             self.push_screen(NodeScreen(self.source, self.urls[0], self.refresh_s))
         else:
             self.push_screen(FleetScreen(self.source, self.urls, self.refresh_s))

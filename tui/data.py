@@ -53,9 +53,11 @@ class HttpSource:
         """The node and its alerts; with `detail`, its events and utilization history too."""
         base = url.rstrip("/")
         try:
-            parts = [self._get(f"{base}/api/v1/node"), self._get(f"{base}/api/v1/alerts")]
+            # A fleet row needs only the node, and of its GPUs only a summary.
+            parts = [self._get(f"{base}/api/v1/node" + ("" if detail else "?gpus=summary"))]
             if detail:
                 parts += [
+                    self._get(f"{base}/api/v1/alerts"),
                     self._get(f"{base}/api/v1/events?since=1h&limit=50"),
                     self._get(base + HISTORY),
                 ]
@@ -69,7 +71,7 @@ class HttpSource:
         return NodeSnapshot(
             url,
             node=got[0],
-            alerts=got[1]["alerts"],
+            alerts=got[1]["alerts"] if detail else [],
             events=got[2]["events"] if detail else [],
             history=history,
             fetched_at=time.time(),

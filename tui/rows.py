@@ -107,7 +107,7 @@ def fleet_cells(
     utils = [(num(g.get("metrics", {}), "utilization_ratio"), g.get("index")) for g in gpus]
     hot = max(((t, i) for t, i in temps if t is not None), default=None)
     busy = max(((u, i) for u, i in utils if u is not None), default=None)
-    firing = sorted(
+    firing = node.get("firing_alerts") or sorted(
         {a["labels"].get("alertname", "") for a in alerts if a.get("state") == "firing"}
     )
     reasons = node.get("reasons", [])

@@ -13,6 +13,7 @@ from gpuwatch.tui.app import FleetScreen, GpuwatchApp
 from gpuwatch.tui.data import HttpSource
 from textual.widgets import DataTable
 
+from gpuwatch.api import summarize_gpus
 from tests.conftest import start_daemon, stop_daemon
 from tests.tui_fixtures import captured
 
@@ -58,6 +59,8 @@ async def serve_fleet(nodes: int) -> tuple[web.AppRunner, list[str]]:
 
     async def node(request: web.Request) -> web.Response:
         payload = dict(data["node"], node=f"gpu-{request.match_info['n']}")
+        if request.query.get("gpus") == "summary":  # as the daemon answers it
+            payload["gpus"] = summarize_gpus(payload["gpus"])
         return web.json_response({"status": "success", "data": payload})
 
     async def alerts(request: web.Request) -> web.Response:
