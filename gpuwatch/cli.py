@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --simulate: play the scenario this many times faster than real time",
     )
 
-    demo = sub.add_parser("demo", help="the daemon on a simulated node, with a live view")
+    demo = sub.add_parser("demo", help="the daemon on a simulated node, with the dashboard")
     demo.add_argument("scenario", nargs="?", default="demo")
     demo.add_argument("--listen", default=DEMO_LISTEN, help=f"HOST:PORT (default {DEMO_LISTEN})")
     demo.add_argument("--speed", type=float, default=1.0, help="play the scenario faster")
@@ -177,7 +178,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.live import Live
 
     from gpuwatch.api import node_payload
     from gpuwatch.status import render_node
@@ -195,19 +195,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
     async def show(running: Running) -> None:
         header = (
             f"gpuwatch demo: scenario '{args.scenario}', serving {running.url}/metrics "
-            f"(log: {log_path}); Ctrl-C to stop"
+            f"(log: {log_path})"
         )
         console.print(header, style="dim")
-        if args.once:
-            await asyncio.sleep(3)
-            console.print(render_node(node_payload(running.daemon)))
-            return
-        with Live(
-            render_node(node_payload(running.daemon)), console=console, refresh_per_second=2
-        ) as live:
-            while True:
-                await asyncio.sleep(1)
-                live.update(render_node(node_payload(running.daemon)))
+        job = None
+        if isinstance(nvml, FakeNvml) and nvml.node.scenario.workload == "training":
+            from gpuwatch.sim.jobrun import run_simulated_job
+
+            job = asyncio.create_task(run_simulated_job(running, nvml, args.scenario))
+        try:
+            if args.once:
+                await asyncio.sleep(3)
+                console.print(render_node(node_payload(running.daemon)))
+                return
+            from gpuwatch.tui.app import GpuwatchApp
+            from gpuwatch.tui.data import HttpSource
+
+            # The dashboard on the simulated node; quitting it stops the demo.
+            await GpuwatchApp(HttpSource(), [running.url]).run_async()
+        finally:
+            if job is not None:
+                job.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job
 
     with open(log_path, "a", encoding="utf-8") as log_file:
         logs.setup("info", "logfmt", log_file)
