@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     tui = sub.add_parser("tui", help="the dashboard: one node in depth, or a fleet")
     tui.add_argument("urls", nargs="*", metavar="URL", help=f"daemons (default {DEFAULT_URL})")
     tui.add_argument("--hosts", help="a file of daemon URLs or host[:port], one per line")
+    tui.add_argument("--prometheus", metavar="URL", help="the fleet as a Prometheus server sees it")
     tui.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
 
     status = sub.add_parser("status", help="one-shot table of a node")
@@ -266,6 +267,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
             return _fail(f"{args.hosts}: {exc.strerror}")
     if args.refresh <= 0:
         return _fail("--refresh must be greater than zero")
+    if args.prometheus:
+        from gpuwatch.tui.prometheus import PrometheusSource
+
+        fleet = PrometheusSource(args.prometheus)
+        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpSource()).run()
+        return 0
     GpuwatchApp(HttpSource(), urls or [DEFAULT_URL], args.refresh).run()
     return 0
 

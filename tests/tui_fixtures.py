@@ -49,6 +49,9 @@ class FixedSource:
         self.down: dict[str, str] = {}
         self.fetches = 0
 
+    async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
+        return [await self.fetch(u, detail=False) for u in urls]
+
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
         self.fetches += 1
         if url in self.down:

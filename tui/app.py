@@ -5,7 +5,6 @@ own path); table rows are keyed (GPU index, node URL) and updated in place."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -223,9 +222,12 @@ class FleetScreen(Screen[None]):
     FleetScreen #filter.shown { display: block; }
     """
 
-    def __init__(self, source: Source, urls: Sequence[str], refresh: float) -> None:
+    def __init__(
+        self, source: Source, urls: Sequence[str], refresh: float, detail: Source | None = None
+    ) -> None:
         super().__init__()
         self.source, self.urls, self.refresh_s = source, list(urls), refresh
+        self.detail = detail or source  # where the node view gets its data
         self.snapshots: dict[str, NodeSnapshot] = {}
         self.sort = SORTS[0]
         self.filter = ""
@@ -242,7 +244,7 @@ class FleetScreen(Screen[None]):
 
     @work(exclusive=True, group="fleet")
     async def poll(self) -> None:
-        fetched = await asyncio.gather(*(self.source.fetch(u, detail=False) for u in self.urls))
+        fetched = await self.source.fetch_fleet(self.urls)
         for got in fetched:
             last = self.snapshots.get(got.url)
             if got.error and last is not None:  # keep the last good data, to show dimmed
@@ -347,25 +349,32 @@ class GpuwatchApp(App[None]):
     ]
 
     def __init__(
-        self, source: Source, urls: Sequence[str], refresh: float = 1.0, fleet: bool | None = None
+        self,
+        source: Source,
+        urls: Sequence[str],
+        refresh: float = 1.0,
+        fleet: bool | None = None,
+        detail: Source | None = None,
     ) -> None:
         super().__init__()
         self.source, self.urls, self.refresh_s = source, list(urls), refresh
         self.fleet = len(self.urls) > 1 if fleet is None else fleet  # one URL: the node view
+        self.detail = detail  # the node view's source when the fleet's is not a daemon
 
     def on_mount(self) -> None:
         if not self.fleet:
             self.push_screen(NodeScreen(self.source, self.urls[0], self.refresh_s))
         else:
-            self.push_screen(FleetScreen(self.source, self.urls, self.refresh_s))
+            self.push_screen(FleetScreen(self.source, self.urls, self.refresh_s, self.detail))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     async def on_unmount(self) -> None:
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            await close()
+        for source in (self.source, self.detail):
+            close = getattr(source, "close", None)
+            if close is not None:
+                await close()
 
     def action_cursor(self, direction: str) -> None:
         focused = self.focused

@@ -32,9 +32,18 @@ class NodeSnapshot:
 
 
 class Source(Protocol):
-    """Where snapshots come from: daemons over HTTP, or fixed data in tests."""
+    """Where snapshots come from: daemons over HTTP, a Prometheus server, or fixed data."""
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot: ...
+
+    async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
+        """Every node's row; a source that sees the whole fleet may name nodes of its own."""
+        ...
+
+
+async def fetch_each(source: Source, urls: list[str]) -> list[NodeSnapshot]:
+    """A fleet as separate nodes, fetched concurrently, each with its own timeout."""
+    return list(await asyncio.gather(*(source.fetch(u, detail=False) for u in urls)))
 
 
 class HttpSource:
@@ -76,6 +85,9 @@ class HttpSource:
             history=history,
             fetched_at=time.time(),
         )
+
+    async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
+        return await fetch_each(self, urls)
 
     async def close(self) -> None:
         if self._session is not None:

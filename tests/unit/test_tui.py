@@ -87,9 +87,16 @@ async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() ->
         assert row[6] == "Cannot connect to host b:10040"
 
 
+async def settled(pilot: Any) -> None:
+    """Wait until the first refresh has filled the screen, and its layout has settled."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
 def test_node_view_snapshot(snap_compare: Any) -> None:
     app = GpuwatchApp(FixedSource({NODE: snapshot(NODE)}), [NODE], refresh=3600)
-    assert snap_compare(app, terminal_size=SIZE)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settled)
 
 
 def test_fleet_view_snapshot(snap_compare: Any) -> None:
@@ -99,4 +106,4 @@ def test_fleet_view_snapshot(snap_compare: Any) -> None:
     source = FixedSource(snaps)
     source.down[urls[7]] = "no answer in time"
     app = GpuwatchApp(source, urls, refresh=3600)
-    assert snap_compare(app, terminal_size=SIZE)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settled)
