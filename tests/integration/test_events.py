@@ -30,11 +30,13 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         )  # the simulated training job runs on every GPU
         assert event["job"].startswith("Slurm job 81234 of ")
         assert event["time"].endswith("Z") and "." in event["time"]
-        metrics = parse_metrics(daemon.metrics())
-        assert [
-            (labels["gpu"], labels["xid"], value)
-            for labels, value in metrics["gpuwatch_gpu_xid_errors_total"]
-        ] == [("1", "48", 1.0)]
+        # The counter is sampled with the cycle the XID triggers, a moment after the event.
+        counted = wait_for(
+            lambda: parse_metrics(daemon.metrics()).get("gpuwatch_gpu_xid_errors_total")
+        )
+        assert [(labels["gpu"], labels["xid"], value) for labels, value in counted] == [
+            ("1", "48", 1.0)
+        ]
 
         def alert_events() -> list[dict[str, Any]]:
             events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
