@@ -39,8 +39,9 @@ class Expect(NamedTuple):
     labels: dict[str, str]
 
 
-# Slack on top of `needs`: a report every 15 simulated seconds, trend groups every 15 s.
-SLACK = 45.0
+# Slack on top of `needs`: a report every 15 simulated seconds, trend groups every 15 s, and
+# a loaded CI machine skipping cycles at 60x.
+SLACK = 90.0
 EXPECTED = {
     "nan_loss": Expect("TrainingLossNaN", 0.0, {"job": "llama", "rank": "1"}),
     "step_stall": Expect("TrainingStalled", 600.0, {"job": "llama", "rank": "1"}),  # changes[10m]
