@@ -5,10 +5,12 @@ own path); table rows are keyed (GPU index, node URL) and updated in place."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+import aiohttp
 from gpuwatch.tui.data import NodeSnapshot, Source
 from gpuwatch.tui.rows import FLEET_COLUMNS, GPU_COLUMNS, fleet_cells, gpu_cells, health
 from rich.text import Text
@@ -193,6 +195,21 @@ class NodeScreen(Screen[None]):
     def on_mount(self) -> None:
         self.poll()
         self.set_interval(self.refresh_s, self.poll)
+        if hasattr(self.source, "watch"):
+            self.follow()
+
+    @work(group="stream")
+    async def follow(self) -> None:
+        """Refresh at once when the daemon reports an event (an XID, a lost GPU, an alert),
+        not at the next poll; reconnect after a pause when the stream breaks."""
+        while True:
+            try:
+                async for kind in self.source.watch(self.url):  # type: ignore[attr-defined]
+                    if kind != "cycle":
+                        self.poll()
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                pass
+            await asyncio.sleep(self.refresh_s * 5)
 
     @work(exclusive=True, group="node")
     async def poll(self) -> None:

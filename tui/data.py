@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
 NODE_TIMEOUT_S = 2.0
+STREAM_SILENCE_S = 60.0  # the daemon sends a keepalive every 15 s; silence this long is a hang
 HISTORY = "/api/v1/history?metric=utilization_ratio&range=10m&step=15s"
 
 
@@ -88,6 +90,20 @@ class HttpSource:
 
     async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
         return await fetch_each(self, urls)
+
+    async def watch(self, url: str) -> AsyncIterator[str]:
+        """The kinds of the events a daemon streams (`/api/v1/stream`), as they happen; ends
+        when the stream does (the caller reconnects)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
+        stream_timeout = aiohttp.ClientTimeout(total=None, sock_read=STREAM_SILENCE_S)
+        async with self._session.get(
+            f"{url.rstrip('/')}/api/v1/stream", timeout=stream_timeout
+        ) as r:
+            r.raise_for_status()
+            async for line in r.content:
+                if line.startswith(b"event:"):
+                    yield line[6:].strip().decode()
 
     async def close(self) -> None:
         if self._session is not None:

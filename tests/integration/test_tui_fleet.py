@@ -172,3 +172,22 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
         prom.wait(timeout=10)
         for daemon in daemons:
             assert stop_daemon(daemon) == 0
+
+
+async def test_the_node_view_updates_at_once_on_an_event_from_the_stream(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path, "--simulate", "fall_off_bus")  # GPU 1 at 10 s
+    app = GpuwatchApp(HttpSource(), [daemon.url], refresh=3600)  # no polling to speak of
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, NodeScreen)
+            gpus = screen.query_one("#gpus", DataTable)
+            deadline = time.monotonic() + 30
+            while gpus.row_count < 8 or row_of(gpus, "1")[3] != " LOST ":
+                assert time.monotonic() < deadline, "the stream never brought the fault"
+                await pilot.pause(0.2)
+            events = screen.query_one("#events", DataTable)
+            kinds = {str(events.get_row_at(i)[1]) for i in range(events.row_count)}
+            assert {"xid", "gpu_lost"} <= kinds
+    finally:
+        assert stop_daemon(daemon) == 0
