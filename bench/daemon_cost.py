@@ -31,10 +31,10 @@ import psutil
 SCRAPE_EVERY_S = 5.0
 
 
-def _scenario(directory: Path, gpus: int) -> Path:
+def _scenario(directory: Path, gpus: int, workload: str) -> Path:
     path = directory / f"bench-{gpus}.yaml"
     path.write_text(
-        f"name: bench-{gpus}\nnode: {{gpus: {gpus}, model: H100, workload: training, seed: 3}}\n"
+        f"name: bench-{gpus}\nnode: {{gpus: {gpus}, model: H100, workload: {workload}, seed: 3}}\n"
         "faults: []\n"
     )
     return path
@@ -47,7 +47,7 @@ def _get(url: str) -> tuple[float, bytes]:
     return time.perf_counter() - start, body
 
 
-def measure(gpus: int, window: float, warmup: float) -> dict[str, float]:
+def measure(gpus: int, window: float, warmup: float, workload: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         log = directory / "daemon.log"
@@ -59,7 +59,7 @@ def measure(gpus: int, window: float, warmup: float) -> dict[str, float]:
                     "gpuwatch",
                     "run",
                     "--simulate",
-                    str(_scenario(directory, gpus)),
+                    str(_scenario(directory, gpus, workload)),
                     "--listen",
                     "127.0.0.1:0",
                     "--state-dir",
@@ -113,6 +113,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 64, 256])
     parser.add_argument("--window", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument(
+        "--workload",
+        choices=("training", "inference"),
+        default="training",
+        help="training also runs the simulated job, which reports through the push API",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, {platform.processor() or '?'}, "
@@ -125,7 +131,7 @@ def main() -> None:
         f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
     )
     for gpus in args.gpus:
-        r = measure(gpus, args.window, args.warmup)
+        r = measure(gpus, args.window, args.warmup, args.workload)
         print(
             f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {r['rss_mib']:>8.1f} "
             f"{r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} {r['cached_p50_ms']:>14.1f}",
