@@ -169,8 +169,12 @@ class NvmlSource:
 
     # -- events ----------------------------------------------------------------------------
     def _event_from_thread(self, uuid: str, event_type: int, data: int) -> None:
-        if self._loop is not None:
+        if self._loop is None:
+            return
+        try:
             self._loop.call_soon_threadsafe(self._record_event, uuid, event_type, data)
+        except RuntimeError:  # the loop closed while the event thread was still stopping
+            log.debug("event after shutdown dropped: uuid=%s type=0x%x", uuid, event_type)
 
     def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)

@@ -62,7 +62,8 @@ def test_each_job_fault_raises_its_alert_in_time(scenario: str, tmp_path: Path) 
         events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
         [fired] = [e for e in events if e["alertname"] == expect.alert and e["state"] == "firing"]
         after_fault = epoch(fired["time"]) - (started + FAULT_AT)
-        assert 0 <= after_fault <= expect.needs + SLACK, after_fault
+        # The simulated node starts a moment before the daemon does: up to a simulated second.
+        assert -1.0 <= after_fault <= expect.needs + SLACK, after_fault
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
 
