@@ -47,13 +47,11 @@ class FixedSource:
     def __init__(self, snapshots: dict[str, NodeSnapshot]) -> None:
         self.snapshots = snapshots
         self.down: dict[str, str] = {}
-        self.fetches = 0
 
     async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
         return [await self.fetch(u, detail=False) for u in urls]
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
-        self.fetches += 1
         if url in self.down:
             return NodeSnapshot(url, error=self.down[url])
         return self.snapshots[url]

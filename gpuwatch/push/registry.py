@@ -28,7 +28,6 @@ class JobMetrics:
     def __init__(self, limits: PushLimits) -> None:
         self.limits = limits
         self._jobs: dict[str, dict[SeriesKey, tuple[float, float]]] = {}  # -> (value, time)
-        self.refused = 0
 
     def apply(self, job: str, samples: list[Sample], now: float) -> int:
         """Take one push; returns how many series it carried. PushError when over a limit."""
@@ -37,7 +36,6 @@ class JobMetrics:
         new_keys = {(s.name, s.labels) for s in samples}
         job_total = len(current.keys() | new_keys)
         if job_total > self.limits.max_series_per_job:
-            self.refused += 1
             raise PushError(
                 422,
                 f"too many series: job {job!r} would have {job_total}, the limit per job is "
@@ -45,7 +43,6 @@ class JobMetrics:
             )
         others = sum(len(series) for name, series in self._jobs.items() if name != job)
         if others + job_total > self.limits.max_series:
-            self.refused += 1
             raise PushError(
                 422,
                 f"too many series: the node would hold {others + job_total} pushed series, the "
@@ -72,6 +69,3 @@ class JobMetrics:
             for series in self._jobs.values()
             for (name, labels), (value, _) in series.items()
         ]
-
-    def jobs(self) -> dict[str, int]:
-        return {job: len(series) for job, series in self._jobs.items()}
