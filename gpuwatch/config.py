@@ -13,7 +13,7 @@ from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.push.registry import PushLimits
 from gpuwatch.units import parse_duration, parse_listen
-from gpuwatch.yamlfile import Checker, YamlDoc, load, one_of, whole_number
+from gpuwatch.yamlfile import Checker, YamlDoc, boolean, load, one_of, text, whole_number
 
 DEFAULT_LISTEN = "0.0.0.0:10040"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -118,12 +118,6 @@ def _positive_duration(value: Any) -> float:
     return seconds
 
 
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
 def _listen(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
@@ -131,10 +125,8 @@ def _listen(value: Any) -> str:
     return value
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value
+def _relative_to(config_file: str, path: str) -> str:
+    return path if Path(path).is_absolute() else str(Path(config_file).parent / path)
 
 
 def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
@@ -143,17 +135,18 @@ def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
     def convert(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ValueError(f"expected a list of file paths or globs, got {value!r}")
-        base = Path(config_file).parent
-        return tuple(v if Path(v).is_absolute() else str(base / v) for v in value)
+        return tuple(_relative_to(config_file, v) for v in value)
 
     return convert
 
 
-def _paths_one(config_file: str) -> Callable[[Any], str]:
-    """One directory path; a relative one is relative to the config file."""
+def _directory(config_file: str) -> Callable[[Any], str]:
+    """One directory; a relative one is relative to the config file."""
 
     def convert(value: Any) -> str:
-        return _paths(config_file)([value])[0]
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"expected a directory path, got {value!r}")
+        return _relative_to(config_file, value)
 
     return convert
 
@@ -189,7 +182,7 @@ def from_doc(doc: YamlDoc) -> Config:
         max_abandoned_workers=r.value(
             s, ("sampling",), "max_abandoned_workers", whole_number(1, 1024), 16
         ),
-        process_memory_metrics=r.value(s, ("sampling",), "process_memory_metrics", _bool, False),
+        process_memory_metrics=r.value(s, ("sampling",), "process_memory_metrics", boolean, False),
     )
     st = r.section(top.get("store"), ("store",), ("retention",))
     store = StoreConfig(
@@ -232,12 +225,12 @@ def from_doc(doc: YamlDoc) -> Config:
         max_series=r.value(pu, ("push",), "max_series", whole_number(1, 10**7), 10000),
         stale_after=r.value(pu, ("push",), "stale_after", _positive_duration, 300.0),
         token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
-        textfile_dir=r.value(pu, ("push",), "textfile_dir", _paths_one(doc.file), None),
+        textfile_dir=r.value(pu, ("push",), "textfile_dir", _directory(doc.file), None),
     )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
-        state_dir=r.value(top, (), "state_dir", _text, base.state_dir),
-        node_name=r.value(top, (), "node_name", _text, base.node_name),
+        state_dir=r.value(top, (), "state_dir", text, base.state_dir),
+        node_name=r.value(top, (), "node_name", text, base.node_name),
         sampling=sampling,
         store=store,
         log=log,

@@ -15,7 +15,7 @@ from typing import Any
 from gpuwatch.notify.matchers import Matcher, parse_matcher
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, one_of
+from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, boolean, one_of, text
 
 RECEIVER_TYPES = ("webhook", "slack", "mattermost", "teams", "discord", "pagerduty", "alertmanager")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
@@ -174,12 +174,6 @@ def _positive(value: Any) -> float:
     return float(value)
 
 
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
 def _labels(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of label names (or ['...']), got {value!r}")
@@ -192,10 +186,10 @@ def _matchers(value: Any) -> tuple[Matcher, ...]:
     return tuple(parse_matcher(v) for v in value)
 
 
-def _url(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+def _url(value: Any) -> str:
+    if not text(value).startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
-    return value
+    return str(value)
 
 
 class _Parser:
@@ -212,7 +206,7 @@ class _Parser:
         data = r.section(raw, path, RECEIVER_KEYS)
         ok = r.require(data, path, "name", "the name routes refer to")
         ok = r.require(data, path, "type", f"one of {', '.join(RECEIVER_TYPES)}") and ok
-        name = r.value(data, path, "name", _text, "")
+        name = r.value(data, path, "name", text, "")
         kind = r.value(data, path, "type", one_of(RECEIVER_TYPES), "")
         if name in seen:
             r.problems.append(self.doc.problem((*path, "name"), f"receiver {name!r} defined twice"))
@@ -223,10 +217,11 @@ class _Parser:
         elif url is None:
             r.require(data, path, "url", "where to POST")
             ok = False
-        elif not url.reveal().startswith(("http://", "https://")):
-            r.problems.append(
-                self.doc.problem((*path, "url"), "must be an http:// or https:// URL")
-            )
+        else:
+            try:
+                _url(url.reveal())
+            except ValueError as exc:
+                r.problems.append(self.doc.problem((*path, "url"), str(exc)))
         routing_key = self.secret(data, path, "routing_key")
         if kind == "pagerduty" and routing_key is None:
             r.require(data, path, "routing_key", "PagerDuty's integration key")
@@ -237,7 +232,7 @@ class _Parser:
             name=name,
             type=kind,
             url=url,
-            send_resolved=r.value(data, path, "send_resolved", _bool, True),
+            send_resolved=r.value(data, path, "send_resolved", boolean, True),
             rate_limit=r.value(data, path, "rate_limit", _positive, DEFAULT_RATE_LIMITS[kind]),
             timeout=r.value(data, path, "timeout", _duration, 10.0) or 10.0,
             routing_key=routing_key,
@@ -246,7 +241,7 @@ class _Parser:
     def route(self, raw: Any, path: PathKey, parent: Route | None, names: set[str]) -> Route:
         r = self.r
         data = r.section(raw, path, ROUTE_KEYS)
-        receiver = r.value(data, path, "receiver", _text, "")
+        receiver = r.value(data, path, "receiver", text, "")
         if receiver and receiver not in names:
             r.problems.append(
                 self.doc.problem((*path, "receiver"), f"no receiver named {receiver!r}")
@@ -265,7 +260,7 @@ class _Parser:
             repeat_interval=r.value(
                 data, path, "repeat_interval", _duration, inherited.repeat_interval
             ),
-            continue_=r.value(data, path, "continue", _bool, False),
+            continue_=r.value(data, path, "continue", boolean, False),
             name="/".join(str(p) for p in path) or "root",
         )
         if route.group_interval <= 0:
@@ -301,12 +296,6 @@ class _Parser:
         )
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value
-
-
 def parse_notify(r: Checker, doc: YamlDoc, raw: Any) -> NotifyConfig:
     if raw is None:
         return NotifyConfig()
@@ -337,6 +326,6 @@ def parse_notify(r: Checker, doc: YamlDoc, raw: Any) -> NotifyConfig:
         receivers=receivers,
         route=route,
         inhibit_rules=inhibit,
-        external_url=r.value(data, path, "external_url", lambda v: _url(_text(v)), ""),
-        runbook_url=r.value(data, path, "runbook_url", lambda v: _url(_text(v)), ""),
+        external_url=r.value(data, path, "external_url", _url, ""),
+        runbook_url=r.value(data, path, "runbook_url", _url, ""),
     )
