@@ -89,8 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     ack.add_argument("gpu", help='the GPU: its index or UUID, or "node" for a missing GPU')
     ack.add_argument("cause", help="the cause's key, e.g. xid-48 or nvlink-crc")
     ack.add_argument("--note", default="", help="why, for the journal (a ticket, a name)")
-    ack.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
-    ack.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
+    _socket_arguments(ack)
 
     silence = sub.add_parser("silence", help="silence notifications (on the daemon's socket)")
     silence_sub = silence.add_subparsers(dest="silence_command", required=True, metavar="ACTION")
@@ -104,9 +103,8 @@ def _parser() -> argparse.ArgumentParser:
     silence_sub.add_parser("list", help="silences, active, pending and expired")
     s_expire = silence_sub.add_parser("expire", help="end a silence now")
     s_expire.add_argument("id")
-    for p_ in silence_sub.choices.values():
-        p_.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
-        p_.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
+    for action in silence_sub.choices.values():
+        _socket_arguments(action)
 
     rules = sub.add_parser("rules", help="check and unit-test Prometheus rule files")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True, metavar="SUBCOMMAND")
@@ -128,6 +126,29 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("-c", "--config", help="YAML config file")
     check.add_argument("file", nargs="?", help="YAML config file (same as -c)")
     return p
+
+
+def _socket_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a command that changes a running daemon finds its control socket."""
+    parser.add_argument("--state-dir", help="the daemon's state dir, to find its socket")
+    parser.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
+
+
+def _control(
+    args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """(exit status, the reply's data) of one request on the daemon's control socket; the
+    exit status is 3 when the daemon cannot be reached and 1 when it refuses, said on stderr."""
+    from gpuwatch.control_client import ControlError, default_socket, request
+
+    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
+    try:
+        status, reply = request(path, method, url, body)
+    except ControlError as exc:
+        return _fail(str(exc), EXIT_UNREACHABLE), None
+    if status != 200:
+        return _fail(str(reply.get("error", f"HTTP {status}")), 1), None
+    return 0, reply["data"]
 
 
 def _fail(message: str, code: int = EXIT_CONFIG) -> int:
@@ -387,48 +408,32 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_ack(args: argparse.Namespace) -> int:
-    from gpuwatch.control_client import ControlError, default_socket, request
-
-    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
     body = {"gpu": args.gpu, "cause": args.cause, "note": args.note}
-    try:
-        status, reply = request(path, "POST", "/api/v1/ack", body)
-    except ControlError as exc:
-        return _fail(str(exc), EXIT_UNREACHABLE)
-    if status != 200:
-        return _fail(str(reply.get("error", f"HTTP {status}")), 1)
-    print(f"acknowledged: {reply['data']['reason']}")
-    return 0
+    code, data = _control(args, "POST", "/api/v1/ack", body)
+    if code == 0:
+        print(f"acknowledged: {data['reason']}")
+    return code
 
 
 def cmd_silence(args: argparse.Namespace) -> int:
-    from gpuwatch.control_client import ControlError, default_socket, request
-
-    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
-    try:
-        if args.silence_command == "add":
-            body = {
-                "matchers": args.matchers,
-                "duration": args.duration,
-                "comment": args.comment,
-                "createdBy": args.author,
-            }
-            status, reply = request(path, "POST", "/api/v1/silences", body)
-        elif args.silence_command == "expire":
-            status, reply = request(path, "DELETE", f"/api/v1/silence/{args.id}")
-        else:
-            status, reply = request(path, "GET", "/api/v1/silences")
-    except ControlError as exc:
-        return _fail(str(exc), EXIT_UNREACHABLE)
-    if status != 200:
-        return _fail(str(reply.get("error", f"HTTP {status}")), 1)
-    data = reply["data"]
-    for s in data if isinstance(data, list) else [data]:
+    if args.silence_command == "add":
+        body = {
+            "matchers": args.matchers,
+            "duration": args.duration,
+            "comment": args.comment,
+            "createdBy": args.author,
+        }
+        code, data = _control(args, "POST", "/api/v1/silences", body)
+    elif args.silence_command == "expire":
+        code, data = _control(args, "DELETE", f"/api/v1/silence/{args.id}")
+    else:
+        code, data = _control(args, "GET", "/api/v1/silences")
+    for s in data if isinstance(data, list) else [data] if data else []:
         print(
             f"{s['id']}  {s['status']['state']:<8} until {s['endsAt']}  {' '.join(s['matchers'])}"
             f"  by {s['createdBy']}" + (f": {s['comment']}" if s["comment"] else "")
         )
-    return 0
+    return code
 
 
 def cmd_xid(args: argparse.Namespace) -> int:
