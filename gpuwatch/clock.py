@@ -28,6 +28,19 @@ class Clock(Protocol):
         ...
 
 
+async def wait_event(clock: Clock, event: asyncio.Event, seconds: float | None) -> bool:
+    """Wait for `event`, at most `seconds` of the clock's time (None: no limit). True when
+    the event was set, False when the time ran out."""
+    if seconds is None:
+        await event.wait()
+        return True
+    try:
+        await clock.wait_for(event.wait(), max(seconds, 0.0))
+    except TimeoutError:
+        return False
+    return True
+
+
 class SystemClock:
     """Real time."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
 from gpuwatch.acks import AckStore
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, wait_event
 from gpuwatch.config import Config
 from gpuwatch.health import Cause, Verdict, health_samples
 from gpuwatch.journal import Journal
@@ -143,11 +143,7 @@ class Daemon:
         """Sleep until the next tick; True when an urgent event cut the sleep short."""
         if self._urgent.is_set():
             return True
-        try:
-            await self.clock.wait_for(self._urgent.wait(), max(seconds, 0.0))
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self.clock, self._urgent, seconds)
 
     # -- sampling -------------------------------------------------------------------------
     async def _loop(self) -> None:

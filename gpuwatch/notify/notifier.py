@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 
 from gpuwatch import metrics as m
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, wait_event
 from gpuwatch.model import Sample
 from gpuwatch.notify import formats
 from gpuwatch.notify.alerts import NotifyAlert, snapshot
@@ -149,12 +149,7 @@ class Notifier:
             if due is not None and due <= now:
                 self._flush(now)
                 continue
-            timeout = None if due is None else due - now
-            if timeout is None:
-                await self._wake.wait()
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await self.clock.wait_for(self._wake.wait(), timeout)
+            await wait_event(self.clock, self._wake, None if due is None else due - now)
 
     def samples(self) -> list[Sample]:
         pending = self.db.pending()

@@ -12,7 +12,6 @@ never logged: it often carries the credential.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import email.utils
 import json
 import logging
@@ -22,7 +21,7 @@ from collections import Counter
 
 import aiohttp
 
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, wait_event
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Pending
 
@@ -98,11 +97,7 @@ class ReceiverSender:
 
     async def _sleep(self, seconds: float | None) -> None:
         self.wake.clear()
-        if seconds is None:
-            await self.wake.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            await self.clock.wait_for(self.wake.wait(), seconds)
+        await wait_event(self.clock, self.wake, seconds)
 
     async def _deliver(self, session: aiohttp.ClientSession, item: Pending) -> None:
         name = self.receiver.name
