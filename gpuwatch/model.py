@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from gpuwatch.processes import GpuProcess
+from gpuwatch.processes import GpuProcess, jobs_text
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -52,7 +52,7 @@ class GpuState:
     @property
     def jobs(self) -> str:
         """The jobs running on it, as a person reads them: `Slurm job 81234 of alice`."""
-        return "; ".join(sorted({p.job for p in self.processes if p.job}))
+        return jobs_text(self.processes)
 
 
 @dataclass(frozen=True, slots=True)

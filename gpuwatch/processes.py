@@ -9,6 +9,7 @@ containerd container) or, failing that, from its environment where it is readabl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,11 @@ class GpuProcess:
             "job_id": self.job_id,
             "job": self.job,
         }
+
+
+def jobs_text(processes: Iterable[GpuProcess]) -> str:
+    """The jobs these processes belong to, as a person reads them: `Slurm job 81234 of alice`."""
+    return "; ".join(sorted({p.job for p in processes if p.job}))
 
 
 def job_from_cgroup(text: str) -> tuple[str, str]:

@@ -108,7 +108,7 @@ class Dispatcher:
                 seen.add((key, alert.fingerprint))
                 group = self.groups.get(key)
                 if group is None:
-                    if not alert.firing and not self._told_firing(key, alert.fingerprint):
+                    if not alert.firing and not self._told_firing(key, route, alert.fingerprint):
                         continue  # nobody was told it fired: its resolution is no news
                     group = _Group(key, route, group_labels, now + route.group_wait)
                     self.groups[key] = group
@@ -125,8 +125,11 @@ class Dispatcher:
                     # Gone without resolving (its rule was removed): resolved as of now.
                     group.alerts[fp] = _resolved(alert, now)
 
-    def _told_firing(self, key: str, fp: str) -> bool:
-        return any(fp in entry.firing for (g, _), entry in self._log.items() if g == key)
+    def _told_firing(self, key: str, route: Route, fp: str) -> bool:
+        """Was a receiver of this group told the alert fired? (A lookup per receiver, not a
+        scan of the whole log for every resolved alert on every evaluation.)"""
+        entries = (self._log.get((key, receiver)) for receiver in route.receivers)
+        return any(entry is not None and fp in entry.firing for entry in entries)
 
     def next_due(self) -> float | None:
         return min((g.next_flush for g in self.groups.values()), default=None)

@@ -15,7 +15,7 @@ from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuSta
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
-from gpuwatch.processes import GpuProcess
+from gpuwatch.processes import GpuProcess, jobs_text
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class NvmlSource:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
         kind, message, fields = describe(self._nvml, index, event_type, data)
-        jobs = GpuState(gpu.info, gpu.status, processes=gpu.processes).jobs if gpu else ""
+        jobs = jobs_text(gpu.processes) if gpu else ""
         if jobs:  # whose work this hit
             message, fields = f"{message}, running {jobs}", {**fields, "job": jobs}
         log.warning("%s uuid=%s", message, uuid)
@@ -199,7 +199,7 @@ class NvmlSource:
             GpuStatus.UNRESPONSIVE: "gpu_unresponsive",
         }[status]
         message = f"GPU {gpu.index} {status.value}" + (f": {reason}" if reason else "")
-        jobs = GpuState(gpu.info, status, processes=gpu.processes).jobs
+        jobs = jobs_text(gpu.processes)
         if jobs and status != GpuStatus.OK:
             message += f", running {jobs}"
         (log.info if status == GpuStatus.OK else log.error)("%s uuid=%s", message, gpu.info.uuid)
