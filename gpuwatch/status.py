@@ -12,7 +12,8 @@ HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red
 GIB = 1024**3
 
 
-def _num(metrics: dict[str, Any], key: str) -> float | None:
+def num(metrics: dict[str, Any], key: str) -> float | None:
+    """A number from a GPU's `metrics` in the API's payload; None when absent or not a number."""
     value = metrics.get(key)
     return float(value) if isinstance(value, int | float) else None
 
@@ -53,10 +54,10 @@ def render_node(node: dict[str, Any]) -> Group:
         mt = gpu.get("metrics", {})
         health = gpu.get("health", "unknown")
         status = gpu.get("status", "ok")
-        util = _num(mt, "utilization_ratio")
-        used, total = _num(mt, "memory_used_bytes"), _num(mt, "memory_total_bytes")
-        power, limit = _num(mt, "power_watts"), _num(mt, "power_limit_watts")
-        clock = _num(mt, "sm_clock_hertz")
+        util = num(mt, "utilization_ratio")
+        used, total = num(mt, "memory_used_bytes"), num(mt, "memory_total_bytes")
+        power, limit = num(mt, "power_watts"), num(mt, "power_limit_watts")
+        clock = num(mt, "sm_clock_hertz")
         xids = ", ".join(f"{code} x{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
         table.add_row(
             str(gpu.get("index")),
@@ -66,7 +67,7 @@ def render_node(node: dict[str, Any]) -> Group:
             ),
             _fmt(util * 100 if util is not None else None, "{:.0f}%"),
             "-" if used is None or total is None else f"{used / GIB:.0f}/{total / GIB:.0f}G",
-            _fmt(_num(mt, "temperature_celsius"), "{:.0f}°C"),
+            _fmt(num(mt, "temperature_celsius"), "{:.0f}°C"),
             "-" if power is None else f"{power:.0f}/{_fmt(limit, '{:.0f}')}W",
             _fmt(clock / 1e6 if clock is not None else None, "{:.0f} MHz"),
             " ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle"),

@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import aiohttp
-from gpuwatch.tui.data import NodeSnapshot, Source
-from gpuwatch.tui.rows import FLEET_COLUMNS, GPU_COLUMNS, fleet_cells, gpu_cells, health
+from gpuwatch.tui.data import NodeSnapshot, Source, keep_last_good
+from gpuwatch.tui.rows import (
+    ALERT_COLUMNS,
+    EVENT_COLUMNS,
+    FLEET_COLUMNS,
+    GPU_COLUMNS,
+    PROCESS_COLUMNS,
+    alert_cells,
+    event_cells,
+    fleet_cells,
+    gpu_cells,
+    health,
+    process_cells,
+)
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -84,20 +95,12 @@ class NodeView(Vertical):
         gpus = _table("gpus", GPU_COLUMNS)
         yield gpus
         with Horizontal(id="lower"):
-            yield _table("processes", ("PID", "Process", "User", "GPU mem", "Job"))
-            yield _table("alerts", ("Severity", "Alert", "GPU", "Since", "Action"))
-        yield _table("events", ("Time", "Kind", "GPU", "What"))
+            yield _table("processes", PROCESS_COLUMNS)
+            yield _table("alerts", ALERT_COLUMNS)
+        yield _table("events", EVENT_COLUMNS)
 
     def show(self, snap: NodeSnapshot) -> None:
-        if snap.error and self.snapshot is not None and not self.snapshot.error:
-            snap = NodeSnapshot(
-                snap.url,
-                self.snapshot.node,
-                self.snapshot.alerts,
-                self.snapshot.events,
-                self.snapshot.history,
-                snap.error,
-            )
+        snap = keep_last_good(self.snapshot, snap)
         self.snapshot = snap
         node = snap.node
         header = Text()
@@ -118,36 +121,16 @@ class NodeView(Vertical):
             {str(g["index"]): gpu_cells(g, snap.history.get(str(g["index"]), [])) for g in gpus},
         )
         self._show_processes()
-        alerts = self.query_one("#alerts", DataTable)
         _keyed_update(
-            alerts,
+            self.query_one("#alerts", DataTable),
             {
-                f"{a['labels'].get('alertname')}/{a['labels'].get('gpu', '')}/{i}": (
-                    Text(
-                        a["labels"].get("severity", ""),
-                        style="red" if a["labels"].get("severity") == "critical" else "yellow",
-                    ),
-                    a["labels"].get("alertname", "")
-                    + ("" if a.get("state") == "firing" else " (pending)"),
-                    a["labels"].get("gpu", ""),
-                    str(a.get("activeAt", ""))[11:19],
-                    a.get("annotations", {}).get("action", ""),
-                )
+                f"{a['labels'].get('alertname')}/{a['labels'].get('gpu', '')}/{i}": alert_cells(a)
                 for i, a in enumerate(snap.alerts)
             },
         )
-        events = self.query_one("#events", DataTable)
         _keyed_update(
-            events,
-            {
-                f"{e['time']}/{i}": (
-                    e["time"][11:23],
-                    e["kind"],
-                    "" if e.get("gpu") is None else str(e["gpu"]),
-                    e["message"],
-                )
-                for i, e in enumerate(reversed(snap.events[-50:]))
-            },
+            self.query_one("#events", DataTable),
+            {f"{e['time']}/{i}": event_cells(e) for i, e in enumerate(reversed(snap.events[-50:]))},
         )
 
     def _show_processes(self) -> None:
@@ -159,18 +142,7 @@ class NodeView(Vertical):
         selected = gpus[row] if 0 <= row < len(gpus) else {}
         _keyed_update(
             self.query_one("#processes", DataTable),
-            {
-                str(p["pid"]): (
-                    str(p["pid"]),
-                    p["name"],
-                    p["user"],
-                    "-"
-                    if p.get("gpu_memory_bytes") is None
-                    else f"{p['gpu_memory_bytes'] / 2**30:.1f}G",
-                    p.get("job", ""),
-                )
-                for p in selected.get("processes", [])
-            },
+            {str(p["pid"]): process_cells(p) for p in selected.get("processes", [])},
         )
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -263,10 +235,7 @@ class FleetScreen(Screen[None]):
     async def poll(self) -> None:
         fetched = await self.source.fetch_fleet(self.urls)
         for got in fetched:
-            last = self.snapshots.get(got.url)
-            if got.error and last is not None:  # keep the last good data, to show dimmed
-                got = replace(last, error=got.error, fetched_at=got.fetched_at)  # noqa: PLW2901
-            self.snapshots[got.url] = got
+            self.snapshots[got.url] = keep_last_good(self.snapshots.get(got.url), got)
         self.render_rows()
 
     def render_rows(self) -> None:

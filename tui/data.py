@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -31,6 +31,13 @@ class NodeSnapshot:
     @property
     def name(self) -> str:
         return str(self.node.get("node") or self.url)
+
+
+def keep_last_good(last: NodeSnapshot | None, got: NodeSnapshot) -> NodeSnapshot:
+    """A failed refresh keeps the last good data, to show dimmed, with the new error."""
+    if got.error and last is not None and last.node:
+        return replace(last, error=got.error, fetched_at=got.fetched_at)
+    return got
 
 
 class Source(Protocol):

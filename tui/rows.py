@@ -7,9 +7,9 @@ from typing import Any
 
 from rich.text import Text
 
-HEALTH_STYLE = {"healthy": "green", "degraded": "yellow", "unhealthy": "bold red", "unknown": "dim"}
+from gpuwatch.status import GIB, HEALTH_STYLE, num
+
 SPARKS = " ▁▂▃▄▅▆▇█"
-GIB = 1024**3
 
 
 def bar(fraction: float | None, width: int = 10, warn: float = 0.8, crit: float = 0.95) -> Text:
@@ -30,13 +30,10 @@ def sparkline(values: list[float], width: int = 20) -> str:
     )
 
 
-def num(metrics: dict[str, Any], key: str) -> float | None:
-    value = metrics.get(key)
-    return float(value) if isinstance(value, int | float) else None
-
-
 def health(state: str) -> Text:
-    return Text(state.upper() if state == "unhealthy" else state, style=HEALTH_STYLE.get(state, ""))
+    return Text(
+        state.upper() if state == "unhealthy" else state, style=HEALTH_STYLE.get(state, "dim")
+    )
 
 
 GPU_COLUMNS = (
@@ -128,4 +125,42 @@ def fleet_cells(
         Text("UNREACHABLE", style="bold white on red"),
         *dimmed[2:6],
         Text(error, style="red"),
+    )
+
+
+PROCESS_COLUMNS = ("PID", "Process", "User", "GPU mem", "Job")
+ALERT_COLUMNS = ("Severity", "Alert", "GPU", "Since", "Action")
+EVENT_COLUMNS = ("Time", "Kind", "GPU", "What")
+
+
+def process_cells(p: dict[str, Any]) -> tuple[str, ...]:
+    memory = p.get("gpu_memory_bytes")
+    return (
+        str(p["pid"]),
+        p["name"],
+        p["user"],
+        "-" if memory is None else f"{memory / GIB:.1f}G",
+        p.get("job", ""),
+    )
+
+
+def alert_cells(a: dict[str, Any]) -> tuple[Text | str, ...]:
+    labels = a["labels"]
+    severity = labels.get("severity", "")
+    pending = "" if a.get("state") == "firing" else " (pending)"
+    return (
+        Text(severity, style="red" if severity == "critical" else "yellow"),
+        labels.get("alertname", "") + pending,
+        labels.get("gpu", ""),
+        str(a.get("activeAt", ""))[11:19],
+        a.get("annotations", {}).get("action", ""),
+    )
+
+
+def event_cells(e: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        e["time"][11:23],
+        e["kind"],
+        "" if e.get("gpu") is None else str(e["gpu"]),
+        e["message"],
     )
