@@ -183,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     logs.setup(config.log.level, config.log.format)
     alongside = None
-    if isinstance(nvml, FakeNvml) and nvml.node.scenario.workload == "training":
+    if isinstance(nvml, FakeNvml):  # a simulated node, with its training job if it has one
         from gpuwatch.sim.jobrun import run_simulated_job
 
         def alongside(running: Running) -> Coroutine[Any, Any, None]:
@@ -220,11 +220,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"(log: {log_path})"
         )
         console.print(header, style="dim")
-        job = None
-        if isinstance(nvml, FakeNvml) and nvml.node.scenario.workload == "training":
-            from gpuwatch.sim.jobrun import run_simulated_job
+        from gpuwatch.sim.jobrun import run_simulated_job
 
-            job = asyncio.create_task(run_simulated_job(running, nvml, args.scenario))
+        assert isinstance(nvml, FakeNvml)  # the demo is always simulated
+        job = asyncio.create_task(run_simulated_job(running, nvml, args.scenario))
         try:
             if args.once:
                 await asyncio.sleep(3)
@@ -236,10 +235,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             # The dashboard on the simulated node; quitting it stops the demo.
             await GpuwatchApp(HttpSource(), [running.url]).run_async()
         finally:
-            if job is not None:
-                job.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job
+            job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
 
     with open(log_path, "a", encoding="utf-8") as log_file:
         logs.setup("info", "logfmt", log_file)

@@ -54,13 +54,7 @@ class Notifier:
         grouped = [r for r in config.receivers if r.type != "alertmanager"]
         self.forwarded = [r for r in config.receivers if r.type == "alertmanager"]
         self.dispatcher = Dispatcher(
-            NotifyConfig(
-                tuple(grouped),
-                config.route,
-                config.inhibit_rules,
-                config.external_url,
-                config.runbook_url,
-            ),
+            replace(config, receivers=tuple(grouped)),
             self.db,
             self.silences,
             formats.render,

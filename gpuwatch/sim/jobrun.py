@@ -18,8 +18,11 @@ log = logging.getLogger(__name__)
 
 
 async def run_simulated_job(running: Running, nvml: FakeNvml, scenario: str) -> None:
-    """Runs until cancelled (when the daemon stops); never returns on its own."""
+    """Runs until cancelled (when the daemon stops); never returns on its own. Only a training
+    workload has a job; for any other this just waits."""
     node = nvml.node
+    if node.scenario.workload != "training":
+        await asyncio.Event().wait()
     speed = getattr(nvml.clock, "speed", 1.0)
     wall_start = time.time() - (nvml.clock.now() - node.start) / speed
     env = {
