@@ -11,8 +11,9 @@ import logging
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from gpuwatch.atomicfile import read_json, write_json
+from gpuwatch.atomicfile import read_json_records, write_json
 from gpuwatch.health import Cause
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,16 @@ class Ack:
     note: str = ""
 
 
+def _ack_from_json(item: Any) -> Ack:
+    return Ack(
+        str(item["uuid"]),
+        str(item["key"]),
+        str(item["fingerprint"]),
+        float(item["time"]),
+        str(item.get("note", "")),
+    )
+
+
 class AckStore:
     def __init__(self, state_dir: Path | None) -> None:
         self.path = state_dir / FILE_NAME if state_dir is not None else None
@@ -37,19 +48,7 @@ class AckStore:
             self._load(self.path)
 
     def _load(self, path: Path) -> None:
-        data = read_json(path, "acknowledgements")
-        for item in data if isinstance(data, list) else []:
-            try:
-                ack = Ack(
-                    str(item["uuid"]),
-                    str(item["key"]),
-                    str(item["fingerprint"]),
-                    float(item["time"]),
-                    str(item.get("note", "")),
-                )
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("acknowledgements %s: skipping an entry: %s", path, exc)
-                continue
+        for ack in read_json_records(path, "acknowledgements", _ack_from_json):
             self._acks[(ack.uuid, ack.key)] = ack
 
     def _save(self) -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -30,3 +33,16 @@ def read_json(path: Path, what: str) -> Any:
     except (OSError, ValueError) as exc:
         log.warning("%s %s unreadable, starting without it: %s", what, path, exc)
         return None
+
+
+def read_json_records(path: Path, what: str, build: Callable[[Any], T]) -> list[T]:
+    """The entries of a JSON list file, each built by `build`; an entry that does not build
+    (a missing or mistyped field) is logged and skipped, the others kept."""
+    data = read_json(path, what)
+    out: list[T] = []
+    for item in data if isinstance(data, list) else []:
+        try:
+            out.append(build(item))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("%s %s: skipping an entry: %s", what, path, exc)
+    return out

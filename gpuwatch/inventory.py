@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
-from gpuwatch.atomicfile import read_json, write_json
+from gpuwatch.atomicfile import read_json_records, write_json
 from gpuwatch.model import GpuInfo, MissingGpu
 
 log = logging.getLogger(__name__)
@@ -15,24 +16,23 @@ log = logging.getLogger(__name__)
 FILE_NAME = "gpus.json"
 
 
+def _gpu_from_json(item: Any) -> MissingGpu:
+    return MissingGpu(
+        str(item["uuid"]),
+        int(item["index"]),
+        str(item["model"]),
+        str(item["serial"]),
+        str(item["pci_bus_id"]),
+    )
+
+
 class Inventory:
     def __init__(self, state_dir: Path | None) -> None:
         self.path = state_dir / FILE_NAME if state_dir is not None else None
         self.known: dict[str, MissingGpu] = {}
-        data = read_json(self.path, "GPU inventory") if self.path is not None else None
-        for item in data if isinstance(data, list) else []:
-            try:
-                gpu = MissingGpu(
-                    str(item["uuid"]),
-                    int(item["index"]),
-                    str(item["model"]),
-                    str(item["serial"]),
-                    str(item["pci_bus_id"]),
-                )
-            except (KeyError, TypeError, ValueError) as exc:
-                log.warning("GPU inventory %s: skipping an entry: %s", self.path, exc)
-                continue
-            self.known[gpu.uuid] = gpu
+        if self.path is not None:
+            for gpu in read_json_records(self.path, "GPU inventory", _gpu_from_json):
+                self.known[gpu.uuid] = gpu
 
     def update(self, present: list[GpuInfo]) -> tuple[MissingGpu, ...]:
         """Record the GPUs present now; return the known ones that are not."""
