@@ -275,9 +275,10 @@ def read_hosts(path: str) -> list[str]:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from gpuwatch.tui.app import GpuwatchApp
+    from gpuwatch.tui.app import GpuwatchApp, tune_gc
     from gpuwatch.tui.data import HttpSource
 
+    tune_gc()
     urls = list(args.urls)
     if args.hosts:
         try:

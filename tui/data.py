@@ -5,13 +5,14 @@ node costs its own row a timeout and never holds up the screen."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
+from gpuwatch.tui.http import HttpError, JsonClient
 
 NODE_TIMEOUT_S = 2.0
 STREAM_SILENCE_S = 60.0  # the daemon sends a keepalive every 15 s; silence this long is a hang
@@ -50,59 +51,56 @@ class Source(Protocol):
         ...
 
 
-async def fetch_each(source: Source, urls: list[str]) -> list[NodeSnapshot]:
-    """A fleet as separate nodes, fetched concurrently, each with its own timeout."""
-    return list(await asyncio.gather(*(source.fetch(u, detail=False) for u in urls)))
-
-
 class HttpSource:
     def __init__(self, timeout: float = NODE_TIMEOUT_S) -> None:
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def _get(self, url: str) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        async with self._session.get(url) as response:
-            response.raise_for_status()
-            return (await response.json())["data"]
+        self.client = JsonClient(timeout)
+        self._session: aiohttp.ClientSession | None = None  # for the event stream only
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
-        """The node and its alerts; with `detail`, its events and utilization history too."""
+        """The node; with `detail`, also its alerts, events and utilization history."""
+        if not detail:
+            return (await self.fetch_fleet([url]))[0]
         base = url.rstrip("/")
-        try:
-            # A fleet row needs only the node, and of its GPUs only a summary.
-            parts = [self._get(f"{base}/api/v1/node" + ("" if detail else "?gpus=summary"))]
-            if detail:
-                parts += [
-                    self._get(f"{base}/api/v1/alerts"),
-                    self._get(f"{base}/api/v1/events?since=1h&limit=50"),
-                    self._get(base + HISTORY),
-                ]
-            got = await asyncio.gather(*parts)
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError) as exc:
-            return NodeSnapshot(url, error=_reason(exc), fetched_at=time.time())
-        history: dict[str, list[float]] = {}
-        if detail:
-            for series in got[3]["result"]:
-                history[series["metric"].get("gpu", "")] = [float(v) for _, v in series["values"]]
-        return NodeSnapshot(
-            url,
-            node=got[0],
-            alerts=got[1]["alerts"] if detail else [],
-            events=got[2]["events"] if detail else [],
-            history=history,
-            fetched_at=time.time(),
+        answers = await self.client.get_many(
+            [
+                f"{base}/api/v1/node",
+                f"{base}/api/v1/alerts",
+                f"{base}/api/v1/events?since=1h&limit=50",
+                base + HISTORY,
+            ]
         )
+        try:
+            node, alerts, events, history = (_data(a) for a in answers)
+            utilization = {
+                series["metric"].get("gpu", ""): [float(v) for _, v in series["values"]]
+                for series in history["result"]
+            }
+            return NodeSnapshot(
+                url, node, alerts["alerts"], events["events"], utilization, fetched_at=time.time()
+            )
+        except _FAILURES as exc:
+            return NodeSnapshot(url, error=_reason(exc), fetched_at=time.time())
 
     async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
-        return await fetch_each(self, urls)
+        """Every node's row, from one request each (its GPUs summarized), all at once: each
+        waits at most the timeout, and a dead node costs only its own row."""
+        answers = await self.client.get_many(
+            [f"{u.rstrip('/')}/api/v1/node?gpus=summary" for u in urls]
+        )
+        now = time.time()
+        snapshots = []
+        for url, answer in zip(urls, answers, strict=True):
+            try:
+                snapshots.append(NodeSnapshot(url, node=_data(answer), fetched_at=now))
+            except _FAILURES as exc:
+                snapshots.append(NodeSnapshot(url, error=_reason(exc), fetched_at=now))
+        return snapshots
 
     async def watch(self, url: str) -> AsyncIterator[str]:
         """The kinds of the events a daemon streams (`/api/v1/stream`), as they happen; ends
         when the stream does (the caller reconnects)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            self._session = aiohttp.ClientSession()
         stream_timeout = aiohttp.ClientTimeout(total=None, sock_read=STREAM_SILENCE_S)
         async with self._session.get(
             f"{url.rstrip('/')}/api/v1/stream", timeout=stream_timeout
@@ -113,14 +111,26 @@ class HttpSource:
                     yield line[6:].strip().decode()
 
     async def close(self) -> None:
+        await self.client.close()
         if self._session is not None:
             await self._session.close()
+
+
+_FAILURES = (HttpError, TimeoutError, OSError, ValueError, KeyError, TypeError)
+
+
+def _data(answer: Any) -> Any:
+    """An API answer's `data`; a request that failed raises what stopped it."""
+    if isinstance(answer, Exception):
+        raise answer
+    return answer["data"]
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"HTTP {exc.status}"
-    text = str(exc) or type(exc).__name__
-    return text.split(" [")[0]  # aiohttp appends the OS error in brackets
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, json.JSONDecodeError):
+        return "the answer is not JSON"
+    return str(exc) or type(exc).__name__

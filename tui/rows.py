@@ -99,11 +99,19 @@ def fleet_cells(
     node: dict[str, Any], alerts: list[dict[str, Any]], error: str
 ) -> tuple[Text | str, ...]:
     gpus = node.get("gpus", [])
-    healthy = sum(1 for g in gpus if g.get("health") == "healthy")
-    temps = [(num(g.get("metrics", {}), "temperature_celsius"), g.get("index")) for g in gpus]
-    utils = [(num(g.get("metrics", {}), "utilization_ratio"), g.get("index")) for g in gpus]
-    hot = max(((t, i) for t, i in temps if t is not None), default=None)
-    busy = max(((u, i) for u, i in utils if u is not None), default=None)
+    # One pass, no intermediate lists: this runs for every node on every fleet refresh.
+    healthy = 0
+    hot: tuple[float, Any] | None = None  # (°C, GPU index); on a tie, the higher index
+    busy: tuple[float, Any] | None = None
+    for g in gpus:
+        if g.get("health") == "healthy":
+            healthy += 1
+        metrics = g.get("metrics") or {}
+        temp, util = metrics.get("temperature_celsius"), metrics.get("utilization_ratio")
+        if isinstance(temp, int | float) and (hot is None or temp >= hot[0]):
+            hot = (temp, g.get("index"))
+        if isinstance(util, int | float) and (busy is None or util >= busy[0]):
+            busy = (util, g.get("index"))
     firing = node.get("firing_alerts") or sorted(
         {a["labels"].get("alertname", "") for a in alerts if a.get("state") == "firing"}
     )

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp, NodeScreen
 from gpuwatch.tui.data import HttpSource
+from gpuwatch.tui.fleet_table import FleetTable
 from gpuwatch.tui.prometheus import PrometheusSource
 from textual.widgets import DataTable
 
@@ -26,7 +27,7 @@ from tests.tui_fixtures import captured
 REFRESH = 1.0
 
 
-def row_of(table: DataTable[Any], url: str) -> list[str]:
+def row_of(table: DataTable[Any] | FleetTable, url: str) -> list[str]:
     return [str(getattr(c, "plain", c)) for c in table.get_row(url)]
 
 
@@ -38,7 +39,7 @@ async def test_a_stopped_daemon_is_marked_unreachable_within_two_refreshes(tmp_p
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
             assert isinstance(screen, FleetScreen)
-            table = screen.query_one("#fleet", DataTable)
+            table = screen.query_one(FleetTable)
             deadline = time.monotonic() + 20
             while not all(screen.snapshots.get(u) and screen.snapshots[u].node for u in urls):
                 assert time.monotonic() < deadline, "the daemons never showed"
@@ -90,7 +91,7 @@ async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
             assert isinstance(screen, FleetScreen)
-            table = screen.query_one("#fleet", DataTable)
+            table = screen.query_one(FleetTable)
             deadline = time.monotonic() + 30
             while table.row_count < 500:
                 assert time.monotonic() < deadline, f"{table.row_count} rows"
@@ -142,7 +143,7 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
             assert isinstance(screen, FleetScreen)
-            table = screen.query_one("#fleet", DataTable)
+            table = screen.query_one(FleetTable)
             lost = daemons[1].url
 
             def shown() -> bool:
@@ -164,8 +165,12 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
             await pilot.press("enter")  # the node view talks to the daemon itself
             node_screen = app.screen
             assert isinstance(node_screen, NodeScreen) and node_screen.url == lost
-            await node_screen.workers.wait_for_complete()
-            await pilot.pause()
+            events = node_screen.query_one("#events", DataTable)
+            deadline = time.monotonic() + 10
+            while events.row_count == 0:  # what only the daemon has: its journal
+                assert time.monotonic() < deadline
+                await pilot.pause(0.1)
+            assert "xid" in {str(events.get_row_at(i)[1]) for i in range(events.row_count)}
             assert node_screen.query_one("#gpus", DataTable).row_count == 8
     finally:
         prom.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
+from gpuwatch.tui.fleet_table import FleetTable
 from textual.widgets import DataTable, Static
 
 from tests.tui_fixtures import FixedSource, healthy, snapshot
@@ -13,7 +14,7 @@ SIZE = (160, 50)
 NODE = "http://node-a:10040"
 
 
-def cells(table: DataTable[Any], row: int) -> list[str]:
+def cells(table: DataTable[Any] | FleetTable, row: int) -> list[str]:
     return [str(getattr(c, "plain", c)) for c in table.get_row_at(row)]
 
 
@@ -53,7 +54,7 @@ async def test_the_fleet_view_sorts_filters_and_drills_into_a_node() -> None:
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, FleetScreen)
-        table = screen.query_one("#fleet", DataTable)
+        table = screen.query_one(FleetTable)
         assert [cells(table, i)[0] for i in range(3)] == ["gpu-b", "gpu-a", "gpu-c"]  # worst first
         assert cells(table, 0)[1:3] == ["UNHEALTHY", "7/8"]
         assert cells(table, 0)[5] == "GpuFellOffBus"
@@ -63,8 +64,17 @@ async def test_the_fleet_view_sorts_filters_and_drills_into_a_node() -> None:
         assert table.row_count == 1 and cells(table, 0)[0] == "gpu-a"
         await pilot.press("escape")
         assert table.row_count == 3
-        await pilot.press("enter")  # the row under the cursor: gpu-c
-        assert isinstance(app.screen, NodeScreen) and app.screen.url == urls[2]
+        assert table.cursor_key == urls[0]  # the cursor stays on the node the filter found
+        await pilot.press("k", "enter")  # up to gpu-b, and open it
+        assert isinstance(app.screen, NodeScreen) and app.screen.url == urls[1]
+        await pilot.pause()
+        await pilot.press("escape")
+        assert isinstance(app.screen, FleetScreen)
+        # The mouse: a click moves the cursor to the row, a second click opens it.
+        await pilot.click(FleetTable, offset=(3, 3))  # line 0 is the header: row 2, gpu-a
+        assert table.cursor_key == urls[0]
+        await pilot.click(FleetTable, offset=(3, 3))
+        assert isinstance(app.screen, NodeScreen) and app.screen.url == urls[0]
         await pilot.pause()
         await pilot.press("escape")
         assert isinstance(app.screen, FleetScreen)
@@ -81,7 +91,7 @@ async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() ->
         source.down[urls[1]] = "Cannot connect to host b:10040"
         screen.poll()
         await pilot.pause()
-        table = screen.query_one("#fleet", DataTable)
+        table = screen.query_one(FleetTable)
         row = next(cells(table, i) for i in range(2) if cells(table, i)[0] == "gpu-b")
         assert row[1] == "UNREACHABLE" and row[2] == "8/8"  # the last good data, kept
         assert row[6] == "Cannot connect to host b:10040"
