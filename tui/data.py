@@ -51,6 +51,26 @@ class Source(Protocol):
         ...
 
 
+FAILURES = (HttpError, TimeoutError, OSError, ValueError, KeyError, TypeError)
+
+
+def api_data(answer: Any) -> Any:
+    """An API answer's `data`; a request that failed raises what stopped it."""
+    if isinstance(answer, Exception):
+        raise answer
+    return answer["data"]
+
+
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, json.JSONDecodeError):
+        return "the answer is not JSON"
+    return str(exc) or type(exc).__name__
+
+
 class HttpSource:
     def __init__(self, timeout: float = NODE_TIMEOUT_S) -> None:
         self.client = JsonClient(timeout)
@@ -70,7 +90,7 @@ class HttpSource:
             ]
         )
         try:
-            node, alerts, events, history = (_data(a) for a in answers)
+            node, alerts, events, history = (api_data(a) for a in answers)
             utilization = {
                 series["metric"].get("gpu", ""): [float(v) for _, v in series["values"]]
                 for series in history["result"]
@@ -78,8 +98,8 @@ class HttpSource:
             return NodeSnapshot(
                 url, node, alerts["alerts"], events["events"], utilization, fetched_at=time.time()
             )
-        except _FAILURES as exc:
-            return NodeSnapshot(url, error=_reason(exc), fetched_at=time.time())
+        except FAILURES as exc:
+            return NodeSnapshot(url, error=failure_reason(exc), fetched_at=time.time())
 
     async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
         """Every node's row, from one request each (its GPUs summarized), all at once: each
@@ -91,9 +111,9 @@ class HttpSource:
         snapshots = []
         for url, answer in zip(urls, answers, strict=True):
             try:
-                snapshots.append(NodeSnapshot(url, node=_data(answer), fetched_at=now))
-            except _FAILURES as exc:
-                snapshots.append(NodeSnapshot(url, error=_reason(exc), fetched_at=now))
+                snapshots.append(NodeSnapshot(url, node=api_data(answer), fetched_at=now))
+            except FAILURES as exc:
+                snapshots.append(NodeSnapshot(url, error=failure_reason(exc), fetched_at=now))
         return snapshots
 
     async def watch(self, url: str) -> AsyncIterator[str]:
@@ -114,23 +134,3 @@ class HttpSource:
         await self.client.close()
         if self._session is not None:
             await self._session.close()
-
-
-_FAILURES = (HttpError, TimeoutError, OSError, ValueError, KeyError, TypeError)
-
-
-def _data(answer: Any) -> Any:
-    """An API answer's `data`; a request that failed raises what stopped it."""
-    if isinstance(answer, Exception):
-        raise answer
-    return answer["data"]
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, json.JSONDecodeError):
-        return "the answer is not JSON"
-    return str(exc) or type(exc).__name__

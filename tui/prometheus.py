@@ -4,12 +4,12 @@ opening it in the node view talks to the daemon itself at http://INSTANCE."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
+from urllib.parse import urlencode
 
-import aiohttp
-from gpuwatch.tui.data import NODE_TIMEOUT_S, NodeSnapshot
+from gpuwatch.tui.data import FAILURES, NODE_TIMEOUT_S, NodeSnapshot, api_data, failure_reason
+from gpuwatch.tui.http import JsonClient
 
 QUERIES = {
     # Targets that are gpuwatch daemons, including one that went down within the hour.
@@ -25,15 +25,7 @@ QUERIES = {
 class PrometheusSource:
     def __init__(self, url: str, timeout: float = NODE_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    async def _query(self, promql: str) -> list[dict[str, Any]]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        async with self._session.get(f"{self.url}/api/v1/query", params={"query": promql}) as r:
-            r.raise_for_status()
-            return (await r.json())["data"]["result"]  # type: ignore[no-any-return]
+        self.client = JsonClient(timeout)
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
         """One node, from the fleet's answer (the node view goes to the daemon instead)."""
@@ -44,21 +36,14 @@ class PrometheusSource:
 
     async def fetch_fleet(self, urls: list[str]) -> list[NodeSnapshot]:
         now = time.time()
+        got = await self.client.get_many(
+            [f"{self.url}/api/v1/query?{urlencode({'query': q})}" for q in QUERIES.values()]
+        )
         try:
-            answers = dict(
-                zip(
-                    QUERIES,
-                    await asyncio.gather(*(self._query(q) for q in QUERIES.values())),
-                    strict=True,
-                )
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError) as exc:
-            return [
-                NodeSnapshot(
-                    u, error=f"Prometheus {self.url}: {exc or type(exc).__name__}", fetched_at=now
-                )
-                for u in urls
-            ]
+            answers = {key: api_data(a)["result"] for key, a in zip(QUERIES, got, strict=True)}
+        except FAILURES as exc:
+            reason = f"Prometheus {self.url}: {failure_reason(exc)}"
+            return [NodeSnapshot(u, error=reason, fetched_at=now) for u in urls]
         nodes: dict[str, dict[str, Any]] = {}
         down: dict[str, str] = {}
 
@@ -106,5 +91,4 @@ class PrometheusSource:
         return out
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.client.close()
