@@ -109,11 +109,22 @@ def test_node_view_snapshot(snap_compare: Any) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=settled)
 
 
-def test_fleet_view_snapshot(snap_compare: Any) -> None:
+def fleet_of_twelve() -> GpuwatchApp:
     urls = [f"http://gpu-{i:02d}:10040" for i in range(12)]
     snaps = {u: healthy(u, f"gpu-{i:02d}", hottest=60 + i) for i, u in enumerate(urls)}
     snaps[urls[3]] = snapshot(urls[3], "gpu-03")
     source = FixedSource(snaps)
     source.down[urls[7]] = "no answer in time"
-    app = GpuwatchApp(source, urls, refresh=3600)
-    assert snap_compare(app, terminal_size=SIZE, run_before=settled)
+    return GpuwatchApp(source, urls, refresh=3600)
+
+
+def test_fleet_view_snapshot(snap_compare: Any) -> None:
+    assert snap_compare(fleet_of_twelve(), terminal_size=SIZE, run_before=settled)
+
+
+def test_fleet_view_in_the_light_theme_snapshot(snap_compare: Any) -> None:
+    async def light(pilot: Any) -> None:
+        pilot.app.theme = "textual-light"
+        await settled(pilot)
+
+    assert snap_compare(fleet_of_twelve(), terminal_size=SIZE, run_before=light)
