@@ -5,8 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LISTEN ?= 0.0.0.0:10040
 STATE_DIR ?= .state
+# `make install` on a GPU host: gpuwatch in a virtualenv at PREFIX, its config in CONFDIR.
+PREFIX ?= /opt/gpuwatch
+CONFDIR ?= /etc/gpuwatch
+UNITDIR ?= /etc/systemd/system
 
-.PHONY: run demo test unit integration lint typecheck format bench system-deps clean
+.PHONY: run demo test unit integration lint typecheck format bench system-deps install wheel clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,17 +24,34 @@ run: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpuwatch demo
 
-# Integration tests need promtool and prometheus (Debian's `prometheus` package); installed when root.
+# Integration tests need promtool, prometheus and alertmanager (Debian's `prometheus` and
+# `prometheus-alertmanager`) and systemd-analyze (`systemd`); installed when root.
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null \
-			|| ! command -v prometheus-alertmanager >/dev/null; then \
+			|| ! command -v prometheus-alertmanager >/dev/null \
+			|| ! command -v systemd-analyze >/dev/null; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-				prometheus prometheus-alertmanager >/dev/null; \
+				prometheus prometheus-alertmanager systemd >/dev/null; \
 		else \
-			echo "promtool, prometheus or alertmanager missing: install Debian's 'prometheus' and 'prometheus-alertmanager' packages (integration tests need them)" >&2; exit 1; \
+			echo "promtool, prometheus, alertmanager or systemd-analyze missing: install Debian's 'prometheus', 'prometheus-alertmanager' and 'systemd' packages (integration tests need them)" >&2; exit 1; \
 		fi; \
 	fi
+
+# On a GPU host, as root (docs/install.md). Keeps an existing config; run it again to upgrade.
+install:
+	$(PYTHON) -m venv $(PREFIX)
+	$(PREFIX)/bin/pip install --quiet --upgrade pip
+	$(PREFIX)/bin/pip install --quiet .
+	install -d -m 0755 $(CONFDIR)
+	test -e $(CONFDIR)/gpuwatch.yaml || install -m 0644 systemd/gpuwatch.yaml $(CONFDIR)/gpuwatch.yaml
+	install -D -m 0644 systemd/gpuwatch.service $(UNITDIR)/gpuwatch.service
+	-systemctl daemon-reload
+	@echo "installed; start it with: systemctl enable --now gpuwatch"
+
+# A wheel for hosts without PyPI: pip wheel fetches the dependencies' wheels too, into dist/.
+wheel: $(STAMP)
+	$(BIN)/pip wheel --quiet --wheel-dir dist .
 
 lint: $(STAMP) typecheck
 	$(BIN)/ruff check .
@@ -62,4 +83,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py
 
 clean:
-	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

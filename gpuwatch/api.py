@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STREAM_BACKLOG = 1000
 STREAM_KEEPALIVE_S = 15.0
+SHUTDOWN_S = 1.0  # how long open requests (event streams) may finish when the daemon stops
 
 GPU_PREFIX = "gpuwatch_gpu_"
 MAX_HISTORY_POINTS = 11_000  # Prometheus's own limit on points per series in a range query
@@ -414,7 +415,10 @@ def _downsample(
 
 async def start_http(api: Api, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve the API; returns the runner and the port bound (useful when port is 0)."""
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    # Open event streams are cut after a second at shutdown, not waited on for a minute.
+    runner = web.AppRunner(
+        api.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()

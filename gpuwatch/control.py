@@ -14,6 +14,7 @@ from aiohttp import web
 from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
 from gpuwatch.push.http import handle_push
+from gpuwatch.reload import reload_daemon
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +101,12 @@ class ControlApi:
         return web.json_response({"status": "success", "data": silence_json(silence, now)})
 
     async def reload(self, request: web.Request) -> web.Response:
-        rules = self.daemon.rules
-        if rules is None:
-            return _error("this daemon runs no rules", 404)
-        error = rules.reload()
+        """The config file and the rule files, as SIGHUP reloads them."""
+        error = await reload_daemon(self.daemon)
         if error:
             return _error(error)
-        return web.json_response({"status": "success", "data": {"groups": len(rules.groups)}})
+        groups = len(self.daemon.rules.groups) if self.daemon.rules is not None else 0
+        return web.json_response({"status": "success", "data": {"groups": groups}})
 
     async def ack(self, request: web.Request) -> web.Response:
         """Body: {"gpu": "3" | UUID | "node", "cause": KEY, "note": TEXT}."""
@@ -143,7 +143,7 @@ def clear_stale_socket(path: Path) -> None:
 
 async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
     clear_stale_socket(path)
-    runner = web.AppRunner(api.app(), access_log=None)
+    runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.UnixSite(runner, str(path))
     await site.start()

@@ -99,6 +99,7 @@ class Daemon:
         self.last_cycle_end: float | None = None
         self.last_cycle_duration = 0.0
         self._task: asyncio.Task[None] | None = None
+        self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

@@ -25,7 +25,9 @@ from gpuwatch.journal import Journal
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.reload import reload_daemon
 from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.sdnotify import SystemdNotifier
 from gpuwatch.store import Store
 from gpuwatch.units import parse_listen
 from gpuwatch.yamlfile import FileError
@@ -144,27 +146,57 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
     return Running(daemon, runner, bound, control, control_path)
 
 
+STOP_WITHIN_S = 8.0  # systemd's TimeoutStopSec is 15 s; the issue asks for 10
+
+
 async def serve(
     config: Config,
     nvml: NvmlModule,
     clock: Clock,
     alongside: Callable[[Running], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or until `alongside` returns)."""
+    """Run until SIGTERM/SIGINT (or until `alongside` returns); SIGHUP reloads. Under systemd,
+    say READY=1 once sampling and serving, and keep its watchdog fed while samples are current."""
+    systemd = SystemdNotifier()
     running = await start(config, nvml, clock)
+    systemd.ready(_status(running))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if running.daemon.rules is not None:
-        loop.add_signal_handler(signal.SIGHUP, running.daemon.rules.reload)
+    background: set[asyncio.Task[Any]] = set()
+
+    async def reload() -> None:
+        systemd.reloading()
+        await reload_daemon(running.daemon)  # logs what it did, or why it did nothing
+        systemd.ready(_status(running))
+
+    def on_hangup() -> None:
+        task = asyncio.create_task(reload(), name="reload")
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    watchdog = asyncio.create_task(systemd.keep_watchdog(running.daemon.sampling_problem))
+    background.add(watchdog)
     waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
     if alongside is not None:
         waiters.append(asyncio.create_task(alongside(running)))
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in waiters:
+        systemd.stopping()
+        for task in [*waiters, *background]:
             task.cancel()
         log.info("gpuwatch stopping")
-        await running.stop()
+        try:
+            await asyncio.wait_for(running.stop(), STOP_WITHIN_S)
+        except TimeoutError:
+            log.error("not stopped cleanly within %.0f s; exiting anyway", STOP_WITHIN_S)
+        log.info("gpuwatch stopped")
+
+
+def _status(running: Running) -> str:
+    gpus = len(running.daemon.view.batch.gpus) if running.daemon.view.batch else 0
+    interval = running.daemon.config.sampling.interval
+    return f"sampling {gpus} GPUs every {interval:g}s; serving on port {running.port}"

@@ -70,7 +70,9 @@ def wait_for(check: Any, timeout: float = 30.0) -> Any:
     raise AssertionError("condition not met in time")
 
 
-def start_daemon(tmp_path: Path, *args: str, timeout: float = 15.0) -> DaemonProcess:
+def start_daemon(
+    tmp_path: Path, *args: str, timeout: float = 15.0, env: dict[str, str] | None = None
+) -> DaemonProcess:
     tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / "daemon.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 (kept open for the process's lifetime)
@@ -86,7 +88,10 @@ def start_daemon(tmp_path: Path, *args: str, timeout: float = 15.0) -> DaemonPro
         *args,
     ]
     proc = subprocess.Popen(
-        cmd, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

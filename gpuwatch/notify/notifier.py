@@ -45,8 +45,10 @@ class Notifier:
         interval: float,
     ) -> None:
         self.config = config
+        self.state_dir = state_dir
         self.clock = clock
         self.node = node
+        self.default_external_url = external_url  # the daemon's own, when the config has none
         self.external_url = config.external_url or external_url
         self.interval = interval
         self.db = NotifyDb(state_dir)

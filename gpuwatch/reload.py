@@ -1,0 +1,75 @@
+"""Reloading a running daemon (SIGHUP, `systemctl reload`, or POST /-/reload on the control
+socket): the config file and the rule files are read again and applied only when all of them
+are good; otherwise everything keeps running as it was and the error is logged and returned."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from gpuwatch import logs
+from gpuwatch.config import load_config
+from gpuwatch.daemon import Daemon
+from gpuwatch.notify.notifier import Notifier
+from gpuwatch.yamlfile import FileError
+
+log = logging.getLogger(__name__)
+
+# What a reload cannot change under a running daemon: listeners, files held open, the loop.
+RESTART_ONLY = ("listen", "state_dir", "node_name", "sampling", "store", "journal")
+RESTART_ONLY_PUSH = ("max_body_bytes", "max_series_per_job", "max_series", "textfile_dir")
+
+
+async def reload_daemon(daemon: Daemon) -> str:
+    """ "" when the new config and rules run now; otherwise why not (nothing changed)."""
+    old = daemon.config
+    try:
+        new = load_config(old.source).with_overrides(old.listen, old.state_dir)
+    except (FileError, ValueError) as exc:
+        return _refused(f"config {old.source}: {exc}")
+    rules = daemon.rules
+    if rules is not None:
+        previous = (rules.patterns, rules.default_interval)
+        rules.patterns = list(new.rules.files) if new.rules.files is not None else None
+        rules.default_interval = new.rules.interval or old.sampling.interval
+        error = rules.reload()  # logs why it refused
+        if error:
+            rules.patterns, rules.default_interval = previous
+            return error
+    later = [f for f in RESTART_ONLY if getattr(new, f) != getattr(old, f)]
+    later += [
+        f"push.{f}" for f in RESTART_ONLY_PUSH if getattr(new.push, f) != getattr(old.push, f)
+    ]
+    if later:
+        log.warning("reload: %s changed; that takes a restart", ", ".join(later))
+    kept = {f: getattr(old, f) for f in RESTART_ONLY}
+    push = replace(old.push, token=new.push.token)
+    daemon.config = replace(new, push=push, **kept)
+    if new.log != old.log:
+        logs.setup(new.log.level, new.log.format)
+    if new.notify != old.notify and daemon.notifier is not None:
+        await _restart_notifier(daemon, daemon.notifier)
+    log.info("reloaded %s", old.source or "the defaults")
+    return ""
+
+
+async def _restart_notifier(daemon: Daemon, old: Notifier) -> None:
+    """A new notifier on the same outbox: what was queued or told survives, as across a
+    restart of the daemon."""
+    await old.stop()
+    notifier = Notifier(
+        daemon.config.notify,
+        old.state_dir,
+        daemon.clock,
+        node=old.node,
+        external_url=old.default_external_url,
+        interval=old.interval,
+    )
+    await notifier.start()
+    daemon.notifier = notifier
+    log.info("notifications reconfigured: %d receivers", len(daemon.config.notify.receivers))
+
+
+def _refused(error: str) -> str:
+    log.error("reload failed, everything keeps running as it was: %s", error)
+    return error
