@@ -135,7 +135,7 @@ def test_ready_watchdog_reload_and_stopping_reach_systemd(tmp_path: Path) -> Non
 
 def test_sigterm_stops_within_10_s_with_nvml_hung_and_a_stream_open(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path, "--simulate", "nvml_hang", "--speed", "10")
-    stream = urllib.request.urlopen(daemon.url + "/api/v1/stream", timeout=30)  # noqa: S310
+    stream = urllib.request.urlopen(daemon.url + "/api/v1/stream", timeout=30)
     try:
         wait_for(lambda: "unresponsive" in json.dumps(daemon.json("/api/v1/gpus")), timeout=20)
         started = time.monotonic()
