@@ -31,6 +31,7 @@ from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.timefmt import parse_since, rfc3339
 from gpuwatch.units import format_duration, parse_duration
+from gpuwatch.webconfig import WebGuard
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +198,10 @@ class Api:
         self.daemon = daemon
         self.renderer = MetricsRenderer(daemon.store, daemon.clock)
 
-    def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024)
+    def app(self, guard: WebGuard | None = None) -> web.Application:
+        """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""
+        middlewares = [self._errors] if guard is None else [guard.middleware, self._errors]
+        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
         app.router.add_get("/", self.landing)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
@@ -413,14 +416,18 @@ def _downsample(
     return out
 
 
-async def start_http(api: Api, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve the API; returns the runner and the port bound (useful when port is 0)."""
+async def start_http(
+    api: Api, host: str, port: int, guard: WebGuard | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve the API (over TLS when the guard's web config has it); returns the runner and
+    the port bound (useful when port is 0)."""
     # Open event streams are cut after a second at shutdown, not waited on for a minute.
     runner = web.AppRunner(
-        api.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        api.app(guard), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    tls = guard.config.tls if guard is not None else None
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls)
     await site.start()
     server = site._server
     sockets = getattr(server, "sockets", None) or []

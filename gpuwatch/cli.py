@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="HOST:PORT to serve on (default 0.0.0.0:10040)")
     run.add_argument("--state-dir", help="where state is kept (default /var/lib/gpuwatch)")
     run.add_argument(
+        "--web-config",
+        metavar="FILE",
+        help="TLS and basic auth for the listener: a Prometheus exporter-toolkit web-config file",
+    )
+    run.add_argument(
         "--simulate",
         metavar="SCENARIO",
         help="sample a simulated node instead of NVML: a built-in scenario or a YAML file",
@@ -166,7 +171,9 @@ def _simulated(
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config).with_overrides(args.listen, args.state_dir)
+        config = load_config(args.config).with_overrides(
+            args.listen, args.state_dir, args.web_config
+        )
         if args.listen is not None:
             parse_listen(args.listen)
         if args.speed <= 0:

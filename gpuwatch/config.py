@@ -94,13 +94,17 @@ class Config:
     journal: JournalConfig = JournalConfig()
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     push: PushConfig = PushConfig()
+    web_config: str | None = None  # exporter-toolkit web-config file: TLS, basic auth
     source: str | None = None  # the file it was read from, None for defaults
 
-    def with_overrides(self, listen: str | None, state_dir: str | None) -> Config:
+    def with_overrides(
+        self, listen: str | None, state_dir: str | None, web_config: str | None = None
+    ) -> Config:
         return replace(
             self,
             listen=listen if listen is not None else self.listen,
             state_dir=state_dir if state_dir is not None else self.state_dir,
+            web_config=web_config if web_config is not None else self.web_config,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -151,6 +155,17 @@ def _directory(config_file: str) -> Callable[[Any], str]:
     return convert
 
 
+def _file(config_file: str) -> Callable[[Any], str]:
+    """One file; a relative path is relative to the config file."""
+
+    def convert(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"expected a file path, got {value!r}")
+        return _relative_to(config_file, value)
+
+    return convert
+
+
 def from_doc(doc: YamlDoc) -> Config:
     r = Checker(doc)
     base = Config()
@@ -168,6 +183,7 @@ def from_doc(doc: YamlDoc) -> Config:
             "journal",
             "notify",
             "push",
+            "web_config",
         ),
     )
 
@@ -238,6 +254,7 @@ def from_doc(doc: YamlDoc) -> Config:
         journal=journal,
         notify=parse_notify(r, doc, top.get("notify")),
         push=push,
+        web_config=r.value(top, (), "web_config", _file(doc.file), None),
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

@@ -23,6 +23,7 @@ from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
 from gpuwatch.store import Store
+from gpuwatch.webconfig import WebGuard
 from gpuwatch.xid_counter import XidCounter, xid_history
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Daemon:
         self.last_cycle_duration = 0.0
         self._task: asyncio.Task[None] | None = None
         self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
+        self.web_guard: WebGuard | None = None  # the listener's auth, when it has a web config
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

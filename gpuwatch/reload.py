@@ -11,12 +11,15 @@ from gpuwatch import logs
 from gpuwatch.config import load_config
 from gpuwatch.daemon import Daemon
 from gpuwatch.notify.notifier import Notifier
+from gpuwatch.webconfig import load_web_config
 from gpuwatch.yamlfile import FileError
 
 log = logging.getLogger(__name__)
 
 # What a reload cannot change under a running daemon: listeners, files held open, the loop.
-RESTART_ONLY = ("listen", "state_dir", "node_name", "sampling", "store", "journal")
+RESTART_ONLY = (
+    "listen", "state_dir", "node_name", "sampling", "store", "journal", "web_config"
+)  # fmt: skip
 RESTART_ONLY_PUSH = ("max_body_bytes", "max_series_per_job", "max_series", "textfile_dir")
 
 
@@ -27,6 +30,12 @@ async def reload_daemon(daemon: Daemon) -> str:
         new = load_config(old.source).with_overrides(old.listen, old.state_dir)
     except (FileError, ValueError) as exc:
         return _refused(f"config {old.source}: {exc}")
+    web = None
+    if daemon.web_guard is not None and old.web_config is not None:
+        try:
+            web = load_web_config(old.web_config)  # the file the listener was started with
+        except FileError as exc:
+            return _refused(f"web config {old.web_config}: {exc}")
     rules = daemon.rules
     if rules is not None:
         previous = (rules.patterns, rules.default_interval)
@@ -45,6 +54,8 @@ async def reload_daemon(daemon: Daemon) -> str:
     kept = {f: getattr(old, f) for f in RESTART_ONLY}
     push = replace(old.push, token=new.push.token)
     daemon.config = replace(new, push=push, **kept)
+    if web is not None and daemon.web_guard is not None:
+        daemon.web_guard.reload(web)
     if new.log != old.log:
         logs.setup(new.log.level, new.log.format)
     if new.notify != old.notify and daemon.notifier is not None:

@@ -30,6 +30,7 @@ from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.sdnotify import SystemdNotifier
 from gpuwatch.store import Store
 from gpuwatch.units import parse_listen
+from gpuwatch.webconfig import WebGuard, load_web_config
 from gpuwatch.yamlfile import FileError
 
 log = logging.getLogger(__name__)
@@ -73,13 +74,14 @@ class Running:
     port: int
     control: web.AppRunner
     control_path: Path
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host, _ = parse_listen(self.daemon.config.listen)
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"http://{host if ':' not in host else f'[{host}]'}:{self.port}"
+        return f"{self.scheme}://{host if ':' not in host else f'[{host}]'}:{self.port}"
 
     async def stop(self) -> None:
         await self.runner.cleanup()
@@ -117,9 +119,15 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
     daemon = Daemon(
         config, clock, source, events, rules=rules, journal=journal, acks=AckStore(state_dir)
     )
+    guard = None
+    if config.web_config is not None:
+        try:
+            guard = WebGuard(load_web_config(config.web_config))
+        except FileError as exc:
+            raise StartupError(f"web config:\n{exc}") from exc
     host, port = parse_listen(config.listen)
     try:
-        runner, bound = await start_http(Api(daemon), host, port)
+        runner, bound = await start_http(Api(daemon), host, port, guard)
     except OSError as exc:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
     try:
@@ -142,8 +150,10 @@ async def start(config: Config, nvml: NvmlModule, clock: Clock) -> Running:
         await runner.cleanup()
         raise StartupError(f"cannot create the control socket {control_path}: {exc}") from exc
     await daemon.start()
-    log.info("gpuwatch serving on %s:%d", host, bound)
-    return Running(daemon, runner, bound, control, control_path)
+    scheme = "https" if guard is not None and guard.config.tls is not None else "http"
+    log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)
+    daemon.web_guard = guard
+    return Running(daemon, runner, bound, control, control_path, scheme)
 
 
 STOP_WITHIN_S = 8.0  # systemd's TimeoutStopSec is 15 s; the issue asks for 10

@@ -4,15 +4,10 @@ a fleet of 500 simulated nodes served by a test server."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp, NodeScreen
 from gpuwatch.tui.data import HttpSource
@@ -22,6 +17,7 @@ from textual.widgets import DataTable
 
 from gpuwatch.api import summarize_gpus
 from tests.conftest import start_daemon, stop_daemon
+from tests.prometheus_server import needs_prometheus, start_prometheus
 from tests.tui_fixtures import captured
 
 REFRESH = 1.0
@@ -103,42 +99,14 @@ async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
         await asyncio.sleep(0)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_prometheus(tmp_path: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], int]:
-    config = tmp_path / "prometheus.yml"
-    listed = ", ".join(f"'{t}'" for t in targets)
-    config.write_text(
-        "global: {scrape_interval: 1s}\n"
-        f"scrape_configs:\n  - job_name: gpuwatch\n    static_configs: [{{targets: [{listed}]}}]\n"
-    )
-    port = free_port()
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 (kept open for the process)
-    prom = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    return prom, port
-
-
-@pytest.mark.skipif(
-    shutil.which("prometheus") is None and not os.environ.get("GPUWATCH_REQUIRE_TOOLS"),
-    reason="prometheus not installed (Debian package 'prometheus')",
-)
+@needs_prometheus
 async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
     daemons = [
         start_daemon(tmp_path / "ok", "--simulate", "healthy"),
         start_daemon(tmp_path / "lost", "--simulate", "fall_off_bus"),  # GPU 1 at 10 s
     ]
-    prom, port = start_prometheus(tmp_path, [d.url.removeprefix("http://") for d in daemons])
-    app = GpuwatchApp(
-        PrometheusSource(f"http://127.0.0.1:{port}"), [], REFRESH, fleet=True, detail=HttpSource()
-    )
+    prom = start_prometheus(tmp_path, [d.url.removeprefix("http://") for d in daemons])
+    app = GpuwatchApp(PrometheusSource(prom.url), [], REFRESH, fleet=True, detail=HttpSource())
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
@@ -155,9 +123,7 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
 
             deadline = time.monotonic() + 60
             while not shown():
-                assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()[
-                    -1500:
-                ]
+                assert time.monotonic() < deadline, prom.log()
                 await pilot.pause(0.2)
             assert row_of(table, lost)[1:3] == ["UNHEALTHY", "7/8"]
             assert row_of(table, daemons[0].url)[1:3] == ["healthy", "8/8"]
@@ -173,8 +139,7 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
             assert "xid" in {str(events.get_row_at(i)[1]) for i in range(events.row_count)}
             assert node_screen.query_one("#gpus", DataTable).row_count == 8
     finally:
-        prom.terminate()
-        prom.wait(timeout=10)
+        prom.stop()
         for daemon in daemons:
             assert stop_daemon(daemon) == 0
 

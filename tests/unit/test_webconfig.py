@@ -1,0 +1,86 @@
+"""Reading exporter-toolkit web-config files: what works, and every mistake named with its line."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import trustme
+
+from gpuwatch.webconfig import load_web_config
+from gpuwatch.yamlfile import FileError
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    ca = trustme.CA()
+    cert = ca.issue_cert("gpu-node-01")
+    cert.private_key_pem.write_to_path(str(tmp_path / "node.key"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "node.crt"))
+    ca.cert_pem.write_to_path(str(tmp_path / "clients-ca.crt"))
+    return tmp_path
+
+
+def write(directory: Path, text: str) -> Path:
+    path = directory / "web.yml"
+    path.write_text(text)
+    return path
+
+
+def test_a_full_file_as_prometheus_documents_it(certs: Path) -> None:
+    path = write(
+        certs,
+        "tls_server_config:\n"
+        "  cert_file: node.crt\n  key_file: node.key\n"  # relative to the file
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: clients-ca.crt\n"
+        "  client_allowed_sans: [prometheus.example]\n"
+        "  min_version: TLS13\n"
+        "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n"
+        "http_server_config:\n  http2: true\n  headers: {Strict-Transport-Security: max-age=3600}\n"
+        "basic_auth_users:\n"
+        "  alice: $2y$10$mDwo.lAisC94iLAyP81MCesa29IzH37oigHC/42V2pdJlUprsJPze\n",
+    )
+    web = load_web_config(path)
+    assert web.tls is not None
+    assert web.tls.verify_mode == ssl.CERT_REQUIRED
+    assert web.tls.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert web.allowed_sans == ("prometheus.example",)
+    assert web.headers == {"Strict-Transport-Security": "max-age=3600"}
+    assert set(web.users) == {"alice"}
+    assert web.certificate == (certs / "node.crt", certs / "node.key")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("tls_server_config:\n  cert_file: node.crt\n  keyfile: node.key\n", 3,
+         "tls_server_config.keyfile: unknown key"),
+        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+         "  curve_preferences: [X25519]\n", 4, "curve_preferences: not supported"),
+        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+         "  client_auth_type: RequestClientCert\n", 4,
+         "RequestClientCert is not supported: gpuwatch only takes client certificates it"),
+        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+         "  client_auth_type: VerifyClientCertIfGiven\n", 4,
+         "client_auth_type: VerifyClientCertIfGiven needs client_ca_file"),
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: node.key\n", 2,
+         "cert_file: cannot load missing.crt and node.key"),
+        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+         "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n", 4, "unknown cipher suites"),
+        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+         "  min_version: TLS14\n", 4, "min_version: expected one of"),
+        ("basic_auth_users:\n  alice: hunter2\n", 2,
+         "basic_auth_users.alice: must be a bcrypt hash"),
+        ("http_server_config:\n  headers: {Server: gpuwatch}\n", 2,
+         "http_server_config.headers.Server: unknown key"),
+    ],
+)  # fmt: skip
+def test_each_mistake_is_named_with_its_line(
+    certs: Path, text: str, line: int, message: str
+) -> None:
+    path = write(certs, text)
+    with pytest.raises(FileError) as caught:
+        load_web_config(path)
+    assert f"{path}:{line}: " in str(caught.value)
+    assert message in str(caught.value)
