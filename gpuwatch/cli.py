@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import sys
 import tempfile
 import urllib.error
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuwatch import __version__, logs
+from gpuwatch.client_tls import open_url, redact, tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
 from gpuwatch.nvml.device import NvmlModule
@@ -73,20 +75,24 @@ def _parser() -> argparse.ArgumentParser:
     tui.add_argument("--hosts", help="a file of daemon URLs or host[:port], one per line")
     tui.add_argument("--prometheus", metavar="URL", help="the fleet as a Prometheus server sees it")
     tui.add_argument("--refresh", type=float, default=1.0, help="seconds between refreshes")
+    _ca_argument(tui)
 
     status = sub.add_parser("status", help="one-shot table of a node")
     status.add_argument("url", nargs="?", default=DEFAULT_URL)
     status.add_argument("--json", action="store_true", help="print the daemon's JSON")
+    _ca_argument(status)
 
     health = sub.add_parser(
         "health", help="the node's verdict as an exit status: 0 healthy, 1 degraded, 2 unhealthy"
     )
     health.add_argument("url", nargs="?", default=DEFAULT_URL)
+    _ca_argument(health)
 
     events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")
     events.add_argument("url", nargs="?", default=DEFAULT_URL)
     events.add_argument("--since", default="1h", help="a duration (1h), RFC 3339 time or Unix time")
     events.add_argument("--json", action="store_true", help="print the events as JSON lines")
+    _ca_argument(events)
 
     ack = sub.add_parser(
         "ack", help="acknowledge a cause of a GPU's verdict (the keys are in `gpuwatch status`)"
@@ -131,6 +137,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("-c", "--config", help="YAML config file")
     check.add_argument("file", nargs="?", help="YAML config file (same as -c)")
     return p
+
+
+def _ca_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="trust this CA for https URLs (a daemon with a web config); user:password@ in "
+        "a URL is sent as basic auth",
+    )
 
 
 def _socket_arguments(parser: argparse.ArgumentParser) -> None:
@@ -262,8 +277,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fetch_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def _fetch_json(url: str, ca_file: str | None) -> Any:
+    with open_url(url, ca_file, timeout=5) as response:
         return json.load(response)
 
 
@@ -294,13 +309,17 @@ def cmd_tui(args: argparse.Namespace) -> int:
             return _fail(f"{args.hosts}: {exc.strerror}")
     if args.refresh <= 0:
         return _fail("--refresh must be greater than zero")
+    try:
+        tls = tls_context(args.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        return _fail(f"--ca-file {args.ca_file}: {exc}")
     if args.prometheus:
         from gpuwatch.tui.prometheus import PrometheusSource
 
-        fleet = PrometheusSource(args.prometheus)
-        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpSource()).run()
+        fleet = PrometheusSource(args.prometheus, tls=tls)
+        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpSource(tls=tls)).run()
         return 0
-    GpuwatchApp(HttpSource(), urls or [DEFAULT_URL], args.refresh).run()
+    GpuwatchApp(HttpSource(tls=tls), urls or [DEFAULT_URL], args.refresh).run()
     return 0
 
 
@@ -311,10 +330,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     base = args.url.rstrip("/")
     try:
-        payload = _fetch_json(f"{base}/api/v1/node")
+        payload = _fetch_json(f"{base}/api/v1/node", args.ca_file)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return _fail(f"{base} unreachable: {reason}", EXIT_UNREACHABLE)
+        return _fail(f"{redact(base)} unreachable: {reason}", EXIT_UNREACHABLE)
     node = payload.get("data", {})
     if args.json:
         print(json.dumps(node, indent=2))
@@ -330,14 +349,14 @@ def cmd_health(args: argparse.Namespace) -> int:
     """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
     base = args.url.rstrip("/")
     try:
-        node = _fetch_json(f"{base}/api/v1/node").get("data", {})
+        node = _fetch_json(f"{base}/api/v1/node", args.ca_file).get("data", {})
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"unreachable: {base}: {getattr(exc, 'reason', exc)}")
+        print(f"unreachable: {redact(base)}: {getattr(exc, 'reason', exc)}")
         return EXIT_UNREACHABLE
     verdict = str(node.get("verdict", "unknown"))
     reasons = [str(r) for r in node.get("reasons", []) if r]
     if verdict not in HEALTH_EXIT:
-        print(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
+        print(f"unknown: {redact(base)}: {'; '.join(reasons) or 'no verdict yet'}")
         return EXIT_UNREACHABLE
     actions = [str(a) for a in node.get("actions", [])]
     if reasons:
@@ -354,12 +373,16 @@ def cmd_events(args: argparse.Namespace) -> int:
     base = args.url.rstrip("/")
     query = urllib.parse.urlencode({"since": args.since})
     try:
-        payload = _fetch_json(f"{base}/api/v1/events?{query}")
+        payload = _fetch_json(f"{base}/api/v1/events?{query}", args.ca_file)
     except urllib.error.HTTPError as exc:
-        return _fail(f"{base}: {json.load(exc).get('error', exc.reason)}")
+        try:
+            why = json.load(exc).get("error", exc.reason)
+        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
+            why = f"HTTP {exc.code} {exc.reason}"
+        return _fail(f"{redact(base)}: {why}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return _fail(f"{base} unreachable: {reason}", EXIT_UNREACHABLE)
+        return _fail(f"{redact(base)} unreachable: {reason}", EXIT_UNREACHABLE)
     events = payload.get("data", {}).get("events", [])
     for event in events:
         if args.json:

@@ -6,6 +6,7 @@ node costs its own row a timeout and never holds up the screen."""
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -72,8 +73,9 @@ def failure_reason(exc: BaseException) -> str:
 
 
 class HttpSource:
-    def __init__(self, timeout: float = NODE_TIMEOUT_S) -> None:
-        self.client = JsonClient(timeout)
+    def __init__(self, timeout: float = NODE_TIMEOUT_S, tls: ssl.SSLContext | None = None) -> None:
+        self.client = JsonClient(timeout, tls)
+        self.tls = tls
         self._session: aiohttp.ClientSession | None = None  # for the event stream only
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
@@ -120,7 +122,8 @@ class HttpSource:
         """The kinds of the events a daemon streams (`/api/v1/stream`), as they happen; ends
         when the stream does (the caller reconnects)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(ssl=self.tls if self.tls is not None else True)
+            self._session = aiohttp.ClientSession(connector=connector)
         stream_timeout = aiohttp.ClientTimeout(total=None, sock_read=STREAM_SILENCE_S)
         async with self._session.get(
             f"{url.rstrip('/')}/api/v1/stream", timeout=stream_timeout

@@ -4,6 +4,7 @@ opening it in the node view talks to the daemon itself at http://INSTANCE."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 from urllib.parse import urlencode
@@ -23,9 +24,11 @@ QUERIES = {
 
 
 class PrometheusSource:
-    def __init__(self, url: str, timeout: float = NODE_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, timeout: float = NODE_TIMEOUT_S, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.url = url.rstrip("/")
-        self.client = JsonClient(timeout)
+        self.client = JsonClient(timeout, tls)
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot:
         """One node, from the fleet's answer (the node view goes to the daemon instead)."""

@@ -3,6 +3,7 @@ with real TLS clients: Python's, and a real Prometheus scraping with a CA file a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import http.client
@@ -12,12 +13,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import bcrypt
 import pytest
 import trustme
+from gpuwatch.tui.data import HttpSource, NodeSnapshot
 
-from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
+from tests.conftest import DaemonProcess, gpuwatch, start_daemon, stop_daemon, wait_for
 from tests.prometheus_server import needs_prometheus, start_prometheus
 
 PASSWORD = "correct horse battery staple"
@@ -92,6 +95,21 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert "basic auth refused for user 'prometheus'" in daemon.log()
         assert PASSWORD not in daemon.log()
 
+        # The command-line clients and the dashboard: the fleet's CA, the password in the URL.
+        with_password = https(daemon).replace("://", f"://prometheus:{quote(PASSWORD)}@")
+        ca_file = str(tmp_path / "ca.crt")
+        assert gpuwatch("health", with_password, "--ca-file", ca_file)[:2] == (
+            0,
+            "healthy: 8 GPUs, nothing wrong\n",
+        )
+        code, out, _ = gpuwatch("health", with_password)  # the system's CAs do not know it
+        assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in out
+        assert quote(PASSWORD) not in out and "prometheus:***@" in out
+        assert gpuwatch("status", https(daemon), "--ca-file", ca_file)[0] == 3  # no password
+        source = HttpSource(tls=ssl.create_default_context(cafile=ca_file))
+        snapshot = asyncio.run(fetch_and_close(source, with_password))
+        assert snapshot.error == "" and len(snapshot.node["gpus"]) == 8
+
         # The write endpoint keeps its own bearer token, not the scrape password.
         assert push_over_https(daemon, ca, "push-token") == 200
         assert push_over_https(daemon, ca, "nope") == 401
@@ -105,6 +123,13 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert get(metrics, ca, "prometheus", PASSWORD)[0] == 401
     finally:
         assert stop_daemon(daemon) == 0
+
+
+async def fetch_and_close(source: HttpSource, url: str) -> NodeSnapshot:
+    try:
+        return await source.fetch(url, detail=True)
+    finally:
+        await source.close()
 
 
 def push_over_https(daemon: DaemonProcess, ca: trustme.CA, token: str) -> int:
