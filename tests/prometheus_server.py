@@ -52,13 +52,17 @@ class PrometheusServer:
         self.proc.wait(timeout=20)
 
 
-def start_prometheus(directory: Path, targets: list[str], job: str = "") -> PrometheusServer:
+def start_prometheus(
+    directory: Path, targets: list[str], job: str = "", rule_files: tuple[Path, ...] = ()
+) -> PrometheusServer:
     """Prometheus scraping `targets` (host:port) every second, as job "gpuwatch"; `job` adds
     lines to that job's scrape config (indented by 4), e.g. TLS and basic auth."""
     config = directory / "prometheus.yml"
     listed = ", ".join(f"'{t}'" for t in targets)
+    rules = ", ".join(f"'{r}'" for r in rule_files)
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: [{rules}]\n"
         "scrape_configs:\n  - job_name: gpuwatch\n"
         f"    static_configs: [{{targets: [{listed}]}}]\n{job}"
     )

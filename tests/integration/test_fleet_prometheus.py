@@ -1,0 +1,122 @@
+"""The fleet side as an operator sets it up: the example Prometheus config passes promtool, the
+recording rules run in a real Prometheus scraping a real daemon, and every query of the Grafana
+dashboard runs there, using only metric names gpuwatch serves or the recording rules define."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import promql_parser as pp
+import pytest
+import yaml
+
+from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
+from tests.prometheus_server import needs_prometheus, start_prometheus
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "docs" / "grafana" / "gpuwatch.json"
+RECORDING = ROOT / "rules" / "fleet" / "recording.yaml"
+EXAMPLE = ROOT / "docs" / "prometheus" / "prometheus.yml"
+
+
+def dashboard_queries(instance: str = ".*") -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    exprs += [
+        v["definition"]
+        .replace("label_values(", "group by (instance) (")
+        .replace(", instance)", ")")
+        for v in dashboard["templating"]["list"]
+        if v["type"] == "query"
+    ]
+    return [e.replace("$instance", instance).replace("$__rate_interval", "1m") for e in exprs]
+
+
+def recording_rules() -> dict[str, str]:
+    groups = yaml.safe_load(RECORDING.read_text())["groups"]
+    return {r["record"]: r["expr"] for g in groups for r in g["rules"]}
+
+
+def metric_names(node: Any) -> set[str]:
+    """Every metric an expression selects."""
+    if isinstance(node, pp.VectorSelector):
+        return {node.name} if node.name else set()
+    if isinstance(node, pp.MatrixSelector):
+        return metric_names(node.vector_selector)
+    if isinstance(node, pp.BinaryExpr):
+        return metric_names(node.lhs) | metric_names(node.rhs)
+    if isinstance(node, pp.Call):
+        return set().union(*(metric_names(a) for a in node.args))
+    if isinstance(node, pp.AggregateExpr):
+        return metric_names(node.expr) | (metric_names(node.param) if node.param else set())
+    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        return metric_names(node.expr)
+    return set()
+
+
+def served_names(daemon: DaemonProcess) -> set[str]:
+    return set(re.findall(r"^# TYPE (\S+) ", daemon.metrics(), re.M))
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A node that has had an XID, so that its fault counters exist too."""
+    process = start_daemon(tmp_path_factory.mktemp("node"), "--simulate", "xid", "--speed", "10")
+    wait_for(lambda: "gpuwatch_gpu_xid_errors_total{" in process.metrics(), timeout=30)
+    yield process
+    assert stop_daemon(process) == 0
+
+
+def test_the_dashboard_and_the_recording_rules_use_only_gpuwatch_metrics(daemon: Any) -> None:
+    served, recorded = served_names(daemon), recording_rules()
+    used = {name for e in dashboard_queries() for name in metric_names(pp.parse(e))}
+    assert used, "the dashboard has no queries"
+    assert used - served - set(recorded) == set()
+    for record, expr in recorded.items():
+        assert metric_names(pp.parse(expr)) <= served | set(recorded), record
+    # What the dashboard reads directly is gpuwatch's own.
+    assert all(n.startswith("gpuwatch_") for n in used - set(recorded))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_promtool_accepts_the_example_config_with_every_rule_file() -> None:
+    result = subprocess.run(
+        ["promtool", "check", "config", str(EXAMPLE)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fleet/recording.yaml" in result.stdout and "training.yaml" in result.stdout
+
+
+@needs_prometheus
+def test_a_real_prometheus_runs_every_dashboard_query(daemon: Any, tmp_path: Path) -> None:
+    # The recording rules as shipped, evaluated every second instead of 30 for the test.
+    fast = tmp_path / "recording.yaml"
+    fast.write_text(RECORDING.read_text().replace("interval: 30s", "interval: 1s"))
+    packs = tuple(sorted((ROOT / "rules").glob("*.yaml")))
+    instance = daemon.url.removeprefix("http://")
+    prom = start_prometheus(tmp_path, [instance], rule_files=(*packs, fast))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if prom.query("job:gpuwatch_gpus:count") and prom.query(
+                    "instance:gpuwatch_gpu_xid_errors:increase1h"
+                ):
+                    break
+            time.sleep(0.5)
+        empty = []
+        for expr in dashboard_queries(instance):
+            result = prom.query(expr)  # raises on a query Prometheus refuses
+            if not result and not re.search(r"(==|>) ?\d", expr):
+                empty.append(expr)
+        assert empty == [], prom.log()
+    finally:
+        prom.stop()
