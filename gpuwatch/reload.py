@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 RESTART_ONLY = (
     "listen", "state_dir", "node_name", "sampling", "store", "journal", "web_config"
 )  # fmt: skip
-RESTART_ONLY_PUSH = ("max_body_bytes", "max_series_per_job", "max_series", "textfile_dir")
+RESTART_ONLY_PUSH = (
+    "max_body_bytes", "max_series_per_job", "max_series", "stale_after", "textfile_dir"
+)  # fmt: skip
 
 
 async def reload_daemon(daemon: Daemon) -> str:
