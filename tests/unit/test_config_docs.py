@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpuwatch.config import load_config
 from gpuwatch.yamlfile import FileError
 
