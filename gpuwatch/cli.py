@@ -277,6 +277,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _why(exc: Exception) -> str:
+    """Why a request to a daemon failed, in a word or two."""
+    if isinstance(exc, urllib.error.HTTPError):
+        hint = " (check user:password@ in the URL)" if exc.code == 401 else ""
+        return f"HTTP {exc.code} {exc.reason}{hint}"
+    return str(getattr(exc, "reason", exc))
+
+
 def _fetch_json(url: str, ca_file: str | None) -> Any:
     with open_url(url, ca_file, timeout=5) as response:
         return json.load(response)
@@ -332,8 +340,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         payload = _fetch_json(f"{base}/api/v1/node", args.ca_file)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return _fail(f"{redact(base)} unreachable: {reason}", EXIT_UNREACHABLE)
+        return _fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
     node = payload.get("data", {})
     if args.json:
         print(json.dumps(node, indent=2))
@@ -351,7 +358,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     try:
         node = _fetch_json(f"{base}/api/v1/node", args.ca_file).get("data", {})
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"unreachable: {redact(base)}: {getattr(exc, 'reason', exc)}")
+        print(f"unreachable: {redact(base)}: {_why(exc)}")
         return EXIT_UNREACHABLE
     verdict = str(node.get("verdict", "unknown"))
     reasons = [str(r) for r in node.get("reasons", []) if r]
@@ -381,8 +388,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             why = f"HTTP {exc.code} {exc.reason}"
         return _fail(f"{redact(base)}: {why}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return _fail(f"{redact(base)} unreachable: {reason}", EXIT_UNREACHABLE)
+        return _fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
     events = payload.get("data", {}).get("events", [])
     for event in events:
         if args.json:
