@@ -99,6 +99,8 @@ class Daemon:
         self.cycle_listeners: list[Callable[[float], None]] = []  # called after each cycle
         self.last_cycle_end: float | None = None
         self.last_cycle_duration = 0.0
+        self.cycles = 0  # sampling cycles completed
+        self.overruns = 0  # ticks skipped because a cycle ran past them
         self._task: asyncio.Task[None] | None = None
         self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
         self.web_guard: WebGuard | None = None  # the listener's auth, when it has a web config
@@ -166,6 +168,7 @@ class Daemon:
             if next_tick < now:  # overran: skip the missed ticks rather than bunching them
                 missed = int((now - next_tick) / interval) + 1
                 next_tick += missed * interval
+                self.overruns += missed
 
     async def sample_once(self) -> None:
         started = self.clock.now()
@@ -173,6 +176,7 @@ class Daemon:
         ended = self.clock.now()
         self.last_cycle_duration = ended - started
         self.last_cycle_end = ended
+        self.cycles += 1
         gpu_verdicts, verdict = self.judge.judge(
             ended, self.source.backend, batch.gpus, batch.samples
         )
@@ -184,6 +188,8 @@ class Daemon:
             *health_samples(batch.gpus, gpu_verdicts, verdict),
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
             Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),
+            Sample(m.SAMPLES, (), float(self.cycles)),
+            Sample(m.SAMPLING_OVERRUNS, (), float(self.overruns)),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
             *(self.notifier.samples() if self.notifier is not None else ()),
         ]

@@ -48,6 +48,8 @@ GPU_HEALTH = "gpuwatch_gpu_health"
 NODE_HEALTH = "gpuwatch_node_health"
 SAMPLE_DURATION = "gpuwatch_sample_duration_seconds"
 LAST_SAMPLE_TIMESTAMP = "gpuwatch_last_sample_timestamp_seconds"
+SAMPLES = "gpuwatch_samples_total"
+SAMPLING_OVERRUNS = "gpuwatch_sampling_overruns_total"
 NVML_TIMEOUTS = "gpuwatch_nvml_timeouts_total"
 NVML_ABANDONED_WORKERS = "gpuwatch_nvml_abandoned_workers"
 STORE_SERIES = "gpuwatch_store_series"
@@ -97,6 +99,8 @@ _DEFS = [
     MetricDef(NODE_HEALTH, "gauge", "1 for the node's current health state."),
     MetricDef(SAMPLE_DURATION, "gauge", "Duration of the last sampling cycle."),
     MetricDef(LAST_SAMPLE_TIMESTAMP, "gauge", "When the last sampling cycle ended."),
+    MetricDef(SAMPLES, "counter", "Sampling cycles completed."),
+    MetricDef(SAMPLING_OVERRUNS, "counter", "Sampling ticks skipped because a cycle ran too long."),
     MetricDef(NVML_TIMEOUTS, "counter", "NVML calls abandoned past their deadline."),
     MetricDef(
         NVML_ABANDONED_WORKERS, "gauge", "Worker threads still stuck in an abandoned NVML call."

@@ -23,6 +23,10 @@ DRIVER_LANE = "driver"
 INIT_DEADLINE_S = 30.0  # nvmlInit and opening handles are slow without persistence mode
 RETRY_S = 30.0  # how often a down backend or an unopened GPU is tried again
 SHUTDOWN_DEADLINE_S = 2.0
+# A GPU whose calls miss the cycle's deadline is called unresponsive only once they have been
+# late this long (or 2 intervals, if longer); until then its last values stand. At 10 Hz on a
+# busy host a call can miss a 100 ms deadline without anything being wrong with the GPU.
+UNRESPONSIVE_AFTER_S = 2.0
 
 
 def init_failure_reason(nvml: NvmlModule, exc: BaseException) -> str:
@@ -48,6 +52,8 @@ class _Gpu:
     status: GpuStatus
     reason: str = ""
     next_open: float = 0.0
+    late_since: float | None = None  # when its calls began to miss the deadline
+    last_samples: list[Sample] | None = None  # the last cycle's, kept while it is late
 
     @property
     def processes(self) -> tuple[GpuProcess, ...]:
@@ -236,14 +242,29 @@ class NvmlSource:
         except nvml.NVMLError_GpuIsLost:
             self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
         except (NvmlTimeoutError, LaneStuckError) as exc:
+            late = self._still_within_grace(gpu)
+            if late is not None:
+                return late
             self._transition(gpu, GpuStatus.UNRESPONSIVE, str(exc))
         except Exception as exc:  # a bug or an NVML surprise must not stop the other GPUs
             log.exception("gpu=%d sampling failed", gpu.index)
             self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {exc}")
         else:
+            gpu.late_since, gpu.last_samples = None, samples
             self._transition(gpu, GpuStatus.OK, "")
             return samples
+        gpu.last_samples = None
         return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
+
+    def _still_within_grace(self, gpu: _Gpu) -> list[Sample] | None:
+        """The GPU's last values while its calls have been late for less than the grace."""
+        if gpu.status != GpuStatus.OK or gpu.last_samples is None:
+            return None
+        now = self._clock.now()
+        if gpu.late_since is None:
+            gpu.late_since = now
+        grace = max(UNRESPONSIVE_AFTER_S, 2 * self._sampling.interval)
+        return gpu.last_samples if now - gpu.late_since < grace else None
 
     def _bookkeeping(self, gpu: _Gpu) -> list[Sample]:
         """Series that exist whatever state the GPU is in: identity, lost or not, timeouts."""

@@ -47,3 +47,28 @@ async def test_values_older_than_the_lookback_are_not_exported() -> None:
     clock.advance(301)
     text = (await MetricsRenderer(store, clock).render(openmetrics=False, gzipped=False)).decode()
     assert "gpuwatch_gpu_temperature_celsius{" not in text
+
+
+def test_the_text_format_is_prometheus_clients_byte_for_byte() -> None:
+    """The hand-written renderer against prometheus_client's own, on every kind of series:
+    counters, gauges, untyped job metrics, label values that need escaping, special values."""
+    from gpuwatch.exporters.prometheus import SnapshotCollector, TextRenderer
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    rows = [
+        (m.ENERGY, GPU0, 1234.5),
+        (m.ENERGY, (("gpu", "1"), ("uuid", "GPU-b")), 1e21),
+        (m.TEMPERATURE, GPU0, 61.0),
+        (m.UP, (), 1.0),
+        ("train_loss", (("rank", "0"), ("job", 'a "quoted"\\path\nline')), float("nan")),
+        ("train_step", (("job", "a"),), float("inf")),
+        ("train_grad", (("job", "a"),), float("-inf")),
+        ("train_lr", (("job", "a"),), 3e-05),
+        (m.GPU_INFO, (("gpu", "0"), ("model", "NVIDIA H100 80GB HBM3"), ("uuid", "GPU-a")), 1.0),
+    ]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(rows))
+    renderer = TextRenderer()
+    assert renderer.render(rows) == generate_latest(registry)
+    assert renderer.render(rows) == generate_latest(registry)  # from the kept prefixes

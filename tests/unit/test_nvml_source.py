@@ -4,6 +4,7 @@ are not supported."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,42 @@ def test_an_older_driver_without_field_ids_gives_the_same_fault_metrics(
     assert len(faults) >= 3
     dbe = (*reader.info.labels, ("type", "uncorrected"), ("scope", "volatile"))
     assert new[(m.ECC_ERRORS, dbe)] == 1.0
+
+
+class SlowGpu(FakeNvml):
+    """GPU 2 answers its utilization `delay` real seconds late, while `delay` is set."""
+
+    delay = 0.0
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        if self.delay and self._gpu(handle).index == 2:
+            time.sleep(self.delay)
+        return super().nvmlDeviceGetUtilizationRates(handle)
+
+
+async def test_a_late_answer_is_not_an_unresponsive_gpu_until_it_has_been_late_for_2_s() -> None:
+    """At 10 Hz the deadline is 100 ms; a busy host can miss it once without the GPU being
+    wrong, so the GPU keeps its last values until its calls have been late for 2 s."""
+    clock = ScaledClock(1.0)  # real time: the deadline is a real 100 ms
+    nvml = SlowGpu(load_scenario("healthy"), clock)
+    events: list[Event] = []
+    source = NvmlSource(nvml, clock, SamplingConfig(interval=0.1), events.append)
+    await source.start()
+    first = await source.collect()
+    nvml.delay = 0.3  # one late answer: past the deadline, within the grace
+    late = await source.collect()
+    nvml.delay = 0.0
+    await asyncio.sleep(0.35)  # the late call finishes; its lane is free again
+    back = await source.collect()
+    assert [g.status for g in late.gpus] == [GpuStatus.OK] * 8
+    assert _values(late, m.UTILIZATION)["2"] == _values(first, m.UTILIZATION)["2"]
+    assert [g.status for g in back.gpus] == [GpuStatus.OK] * 8
+    nvml.delay = 3.0  # now it hangs: unresponsive once its calls have been late for 2 s
+    statuses = []
+    for _ in range(3):
+        batch = await source.collect()
+        statuses.append(batch.gpus[2].status)
+        await asyncio.sleep(1.1)
+    await source.stop()
+    assert statuses == [GpuStatus.OK, GpuStatus.OK, GpuStatus.UNRESPONSIVE]
+    assert [(e.kind, e.gpu) for e in events] == [("gpu_unresponsive", 2)]
