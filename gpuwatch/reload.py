@@ -26,7 +26,7 @@ RESTART_ONLY_PUSH = (
 
 
 async def reload_daemon(daemon: Daemon) -> str:
-    """ "" when the new config and rules run now; otherwise why not (nothing changed)."""
+    """Empty when the new config and rules now run; otherwise why not (then nothing changed)."""
     old = daemon.config
     try:
         new = load_config(old.source).with_overrides(old.listen, old.state_dir)

@@ -13,10 +13,12 @@ from pathlib import Path
 from gpuwatch import metrics as m
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import Evaluator, SeriesView
+from gpuwatch.promql.history import history_needed
 from gpuwatch.rules import statefile
 from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
 from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files
-from gpuwatch.store import Store
+from gpuwatch.store import DEFAULT_LOOKBACK_S, Store
+from gpuwatch.units import format_duration
 from gpuwatch.yamlfile import FileError
 
 log = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class RuleEngine:
     def load(self) -> None:
         """First load: a bad file is fatal here (the daemon refuses to start with it)."""
         self.groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in self._definitions()]
+        self._keep_enough_history()
         if self.state_path is not None:
             restored = statefile.restore(self.state_path, self.alerting_rules())
             if restored:
@@ -104,8 +107,30 @@ class RuleEngine:
             if previous is not None:
                 rule.active = previous.active  # the same rule keeps its alerts across reloads
         self.last_reload_error = ""
+        self._keep_enough_history()
         log.info("rules reloaded: %d groups", len(groups))
         return ""
+
+    def _keep_enough_history(self) -> None:
+        """Make the store keep what the rules read back (`increase(x[1h])`, `offset 10m`).
+        With less, a rule would see a series "appear" when its old samples were trimmed,
+        and an alert on an XID counter would fire and resolve every trim."""
+        needed = max(
+            (
+                history_needed(r.expr, DEFAULT_LOOKBACK_S) + self.interval(g)
+                for g in self.groups
+                for r in g.definition.rules
+            ),
+            default=0.0,
+        )
+        for store in (self.store, self.recorded):
+            if store.retention < needed:
+                log.info(
+                    "store.retention %s is shorter than the rules read back; keeping %s",
+                    format_duration(store.retention),
+                    format_duration(needed),
+                )
+                store.retention = needed
 
     def alerting_rules(self) -> Iterator[AlertingRule]:
         for group in self.groups:

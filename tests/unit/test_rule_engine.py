@@ -139,3 +139,26 @@ def test_firing_alerts_are_exported_as_gpuwatch_alerts(tmp_path: Path) -> None:
         "severity": "critical",
     }
     assert engine.store.select("ecc_rate") and not engine.store.select("EccStorm")
+
+
+def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap(
+    tmp_path: Path,
+) -> None:
+    """store.retention 10m with a rule that looks 10m back (the XID packs' `offset 10m`):
+    the store keeps 15m and an interval, so the series never seems to appear anew when old
+    samples are trimmed, and the alert fires once and resolves once."""
+    rules = tmp_path / "xid.yaml"
+    rules.write_text(
+        "groups:\n  - name: xid\n    rules:\n      - alert: NewXid\n        expr: |\n"
+        "          increase(xid_total[10m]) > 0 or (xid_total unless xid_total offset 10m)\n"
+    )
+    store = Store(retention=600)
+    engine = RuleEngine(store, [str(rules)], 15.0, None)
+    engine.load()
+    assert store.retention == 600 + 300 + 15  # the offset, the 5 m lookback, an interval
+    transitions = []
+    for step in range(160):  # 40 minutes, every 15 s; the XID counter appears at minute 1
+        t = T0 + step * 15
+        store.ingest("nvml", t, [Sample("xid_total", (("gpu", "3"),), 1.0)] if step >= 4 else [])
+        transitions += [(x.rule, x.new) for x in engine.evaluate(t, everything=True)]
+    assert transitions == [("NewXid", AlertState.FIRING), ("NewXid", AlertState.INACTIVE)]
