@@ -145,8 +145,9 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
     tmp_path: Path,
 ) -> None:
     """store.retention 10m with a rule that looks 10m back (the XID packs' `offset 10m`):
-    the store keeps 15m and an interval, so the series never seems to appear anew when old
-    samples are trimmed, and the alert fires once and resolves once."""
+    the store keeps 15m and an interval. With only 10m, each retention sweep left nothing at
+    or before `offset 10m`, the series looked new for one evaluation, and the alert fired
+    and resolved again every sweep (the soak's flapping XID alerts)."""
     rules = tmp_path / "xid.yaml"
     rules.write_text(
         "groups:\n  - name: xid\n    rules:\n      - alert: NewXid\n        expr: |\n"
@@ -157,8 +158,10 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
     engine.load()
     assert store.retention == 600 + 300 + 15  # the offset, the 5 m lookback, an interval
     transitions = []
-    for step in range(160):  # 40 minutes, every 15 s; the XID counter appears at minute 1
-        t = T0 + step * 15
+    # 40 minutes, a cycle every 14.7 s (so no sample sits exactly at a trim's cutoff, as on a
+    # real node); the XID counter appears at minute 1.
+    for step in range(163):
+        t = T0 + step * 14.7
         store.ingest("nvml", t, [Sample("xid_total", (("gpu", "3"),), 1.0)] if step >= 4 else [])
         transitions += [(x.rule, x.new) for x in engine.evaluate(t, everything=True)]
     assert transitions == [("NewXid", AlertState.FIRING), ("NewXid", AlertState.INACTIVE)]
