@@ -42,6 +42,7 @@ system-deps:
 install:
 	$(PYTHON) -m venv $(PREFIX)
 	$(PREFIX)/bin/pip install --quiet --upgrade pip
+	rm -rf build  # a stale build/ would put deleted modules in the wheel
 	$(PREFIX)/bin/pip install --quiet .
 	install -d -m 0755 $(CONFDIR)
 	test -e $(CONFDIR)/gpuwatch.yaml || install -m 0644 systemd/gpuwatch.yaml $(CONFDIR)/gpuwatch.yaml
