@@ -8,7 +8,7 @@ import base64
 import ssl
 import urllib.request
 from typing import IO
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
@@ -16,15 +16,27 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
+def basic_auth(parts: SplitResult) -> str | None:
+    """The Authorization header for a URL's user:password@, or None without one."""
+    if parts.username is None:
+        return None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def host_and_port(parts: SplitResult) -> str:
+    """The URL's host[:port], without user:password@ (an IPv6 address in brackets)."""
+    host = parts.hostname or ""
+    return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+
+
 def open_url(url: str, ca_file: str | None, timeout: float) -> IO[bytes]:
     parts = urlsplit(url)
     headers = {"Accept": "application/json"}
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        host = parts.hostname or ""
-        netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-        url = urlunsplit(parts._replace(netloc=netloc))
+    authorization = basic_auth(parts)
+    if authorization is not None:
+        headers["Authorization"] = authorization
+        url = urlunsplit(parts._replace(netloc=host_and_port(parts)))
     context = tls_context(ca_file) if parts.scheme == "https" else None
     request = urllib.request.Request(url, headers=headers)
     return urllib.request.urlopen(request, timeout=timeout, context=context)  # type: ignore[no-any-return]

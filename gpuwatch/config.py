@@ -144,23 +144,13 @@ def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
     return convert
 
 
-def _directory(config_file: str) -> Callable[[Any], str]:
-    """One directory; a relative one is relative to the config file."""
+def _path(config_file: str, what: str) -> Callable[[Any], str]:
+    """One path (`what`: "directory" or "file"); a relative one is relative to the config
+    file."""
 
     def convert(value: Any) -> str:
         if not isinstance(value, str) or not value:
-            raise ValueError(f"expected a directory path, got {value!r}")
-        return _relative_to(config_file, value)
-
-    return convert
-
-
-def _file(config_file: str) -> Callable[[Any], str]:
-    """One file; a relative path is relative to the config file."""
-
-    def convert(value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"expected a file path, got {value!r}")
+            raise ValueError(f"expected a {what} path, got {value!r}")
         return _relative_to(config_file, value)
 
     return convert
@@ -241,7 +231,7 @@ def from_doc(doc: YamlDoc) -> Config:
         max_series=r.value(pu, ("push",), "max_series", whole_number(1, 10**7), 10000),
         stale_after=r.value(pu, ("push",), "stale_after", _positive_duration, 300.0),
         token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
-        textfile_dir=r.value(pu, ("push",), "textfile_dir", _directory(doc.file), None),
+        textfile_dir=r.value(pu, ("push",), "textfile_dir", _path(doc.file, "directory"), None),
     )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
@@ -254,7 +244,7 @@ def from_doc(doc: YamlDoc) -> Config:
         journal=journal,
         notify=parse_notify(r, doc, top.get("notify")),
         push=push,
-        web_config=r.value(top, (), "web_config", _file(doc.file), None),
+        web_config=r.value(top, (), "web_config", _path(doc.file, "file"), None),
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

@@ -9,14 +9,15 @@ user:password@, and one deadline per request. The event stream stays on aiohttp 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
+
+from gpuwatch.client_tls import basic_auth, host_and_port
 
 MAX_BODY = 16 * 1024 * 1024  # a node's JSON is a few KB; anything this big is not a daemon
 MAX_HEAD = 64 * 1024
@@ -55,18 +56,16 @@ def target(url: str) -> Target:
     tls = parts.scheme == "https"
     port = parts.port or (443 if tls else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    host = parts.hostname
-    netloc = f"[{host}]" if ":" in host else host
     lines = [
         f"GET {path} HTTP/1.1",
-        f"Host: {netloc}" + ("" if parts.port is None else f":{port}"),
+        f"Host: {host_and_port(parts)}",
         "Accept: application/json",
         "User-Agent: gpuwatch-tui",
     ]
-    if parts.username is not None:
-        secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        lines.append("Authorization: Basic " + base64.b64encode(secret.encode()).decode())
-    return Target(host, port, tls, ("\r\n".join(lines) + "\r\n\r\n").encode())
+    authorization = basic_auth(parts)
+    if authorization is not None:
+        lines.append(f"Authorization: {authorization}")
+    return Target(parts.hostname, port, tls, ("\r\n".join(lines) + "\r\n\r\n").encode())
 
 
 class _Connection(asyncio.Protocol):
@@ -148,7 +147,7 @@ class _Connection(asyncio.Protocol):
             self._waiter.set_result((self._status, body))
 
     def _parse(self) -> None:
-        if not self._status:
+        while not self._status:  # more than one head when interim (1xx) answers come first
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buffer) > MAX_HEAD:

@@ -37,15 +37,15 @@ def unit_settings() -> dict[str, list[str]]:
     return settings
 
 
+def systemd_analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["systemd-analyze", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 @needs_systemd_analyze
 def test_the_unit_scores_at_most_2_in_systemd_analyze_security() -> None:
-    result = subprocess.run(
-        ["systemd-analyze", "security", "--offline=yes", str(UNIT)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = systemd_analyze("security", "--offline=yes", str(UNIT))
     match = re.search(r"Overall exposure level for gpuwatch.service: (\d+\.\d+)", result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) <= 2.0, result.stdout
@@ -67,13 +67,7 @@ def test_the_unit_verifies_clean(tmp_path: Path) -> None:
     here = Path(sys.executable).parent / "gpuwatch"
     copy = tmp_path / "gpuwatch.service"
     copy.write_text(text.replace(f"ExecStart={installed} ", f"ExecStart={here} "))
-    result = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(copy)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = systemd_analyze("verify", "--man=no", str(copy))
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 

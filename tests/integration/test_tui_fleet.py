@@ -66,12 +66,8 @@ async def serve_fleet(nodes: int) -> tuple[web.AppRunner, list[str]]:
             payload["gpus"] = summarize_gpus(payload["gpus"])
         return web.json_response({"status": "success", "data": payload})
 
-    async def alerts(request: web.Request) -> web.Response:
-        return web.json_response({"status": "success", "data": {"alerts": data["alerts"]}})
-
     app = web.Application()
     app.router.add_get("/n/{n}/api/v1/node", node)
-    app.router.add_get("/n/{n}/api/v1/alerts", alerts)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
