@@ -305,7 +305,8 @@ def read_hosts(path: str) -> list[str]:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from gpuwatch.tui.app import GpuwatchApp, tune_gc
+    from gpuwatch.gctune import tune_gc
+    from gpuwatch.tui.app import GpuwatchApp
     from gpuwatch.tui.data import HttpSource
 
     tune_gc()

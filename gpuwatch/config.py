@@ -34,6 +34,9 @@ class SamplingConfig:
     max_abandoned_workers: int = 16
     # gpuwatch_process_gpu_memory_bytes per process: opt-in, its pid label is unbounded.
     process_memory_metrics: bool = False
+    # How often the slow tier of fields (error counters, link states, limits, processes) is
+    # read; never more often than `interval`.
+    slow_interval: float = 1.0
 
     @property
     def deadline(self) -> float:
@@ -60,8 +63,21 @@ class JournalConfig:
 class RulesConfig:
     # Rule files and globs; None means the packs shipped with gpuwatch.
     files: tuple[str, ...] | None = None
-    # Evaluation interval of groups that set none; None means the sampling interval.
+    # Evaluation interval of groups that set none; None means the sampling interval, but
+    # not more often than once a second (see default_rule_interval).
     interval: float | None = None
+
+
+MIN_DEFAULT_RULE_INTERVAL_S = 1.0
+
+
+def default_rule_interval(rules: RulesConfig, sampling: SamplingConfig) -> float:
+    """Groups without an interval run at `rules.interval`, else with the sampling cycle, but
+    at most once a second: faster sampling is for the dashboards, and a fault event triggers an
+    evaluation at once anyway."""
+    if rules.interval is not None:
+        return rules.interval
+    return max(sampling.interval, MIN_DEFAULT_RULE_INTERVAL_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +196,7 @@ def from_doc(doc: YamlDoc) -> Config:
     s = r.section(
         top.get("sampling"),
         ("sampling",),
-        ("interval", "timeout", "max_abandoned_workers", "process_memory_metrics"),
+        ("interval", "timeout", "max_abandoned_workers", "process_memory_metrics", "slow_interval"),
     )
     sampling = SamplingConfig(
         interval=r.value(s, ("sampling",), "interval", _positive_duration, 1.0),
@@ -189,6 +205,7 @@ def from_doc(doc: YamlDoc) -> Config:
             s, ("sampling",), "max_abandoned_workers", whole_number(1, 1024), 16
         ),
         process_memory_metrics=r.value(s, ("sampling",), "process_memory_metrics", boolean, False),
+        slow_interval=r.value(s, ("sampling",), "slow_interval", _positive_duration, 1.0),
     )
     st = r.section(top.get("store"), ("store",), ("retention",))
     store = StoreConfig(

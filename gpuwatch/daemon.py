@@ -178,7 +178,7 @@ class Daemon:
         self.last_cycle_end = ended
         self.cycles += 1
         gpu_verdicts, verdict = self.judge.judge(
-            ended, self.source.backend, batch.gpus, batch.samples
+            ended, self.source.backend, batch.gpus, [*batch.samples, *batch.slow]
         )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [
@@ -194,6 +194,8 @@ class Daemon:
             *(self.notifier.samples() if self.notifier is not None else ()),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
+        for part, part_samples in batch.slow_read:  # own timelines: current between reads
+            self.store.ingest(f"{self.source.name}/{part}", batch.time, part_samples)
         for listener in self.cycle_listeners:
             listener(ended)
         if self.rules is not None:

@@ -184,8 +184,12 @@ class HealthJudge:
     def _remember(now: float, memory: _GpuMemory, facts: GpuFacts) -> None:
         history = memory.history
         raw = (facts.nvlink_crc, facts.nvlink_replay_recovery, facts.pcie_replays)
-        history.append(_next_point(now, history[-1] if history else None, raw))
-        while history and history[0].time < now - RATE_WINDOW_S:
+        point = _next_point(now, history[-1] if history else None, raw)
+        if not history or point.raw != history[-1].raw:  # only changes: 10 Hz makes 3000 a GPU
+            history.append(point)
+        # The newest point at or before the window's start stays: it is what increases over the
+        # whole window are measured from.
+        while len(history) > 1 and history[1].time <= now - RATE_WINDOW_S:
             history.popleft()
 
     @staticmethod

@@ -96,6 +96,10 @@ class Batch:
 
     source: str
     time: float
-    samples: list[Sample]
+    samples: list[Sample]  # read this cycle
     backend: BackendState
     gpus: list[GpuState]
+    # The slow tier: fields a source reads less often than every cycle, the last reading of
+    # each part (a GPU). `slow_read` has the parts read, or emptied, this cycle, by name.
+    slow: list[Sample] = field(default_factory=list)
+    slow_read: list[tuple[str, list[Sample]]] = field(default_factory=list)

@@ -8,7 +8,7 @@ import logging
 from dataclasses import replace
 
 from gpuwatch import logs
-from gpuwatch.config import load_config
+from gpuwatch.config import default_rule_interval, load_config
 from gpuwatch.daemon import Daemon
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.webconfig import load_web_config
@@ -42,7 +42,7 @@ async def reload_daemon(daemon: Daemon) -> str:
     if rules is not None:
         previous = (rules.patterns, rules.default_interval)
         rules.patterns = list(new.rules.files) if new.rules.files is not None else None
-        rules.default_interval = new.rules.interval or old.sampling.interval
+        rules.default_interval = default_rule_interval(new.rules, old.sampling)
         error = rules.reload()  # logs why it refused
         if error:
             rules.patterns, rules.default_interval = previous

@@ -17,9 +17,10 @@ from gpuwatch.acks import AckStore
 from gpuwatch.api import Api, start_http
 from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import Clock
-from gpuwatch.config import Config
+from gpuwatch.config import Config, default_rule_interval
 from gpuwatch.control import ControlApi, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.gctune import tune_gc
 from gpuwatch.inventory import Inventory
 from gpuwatch.journal import Journal
 from gpuwatch.notify.notifier import Notifier
@@ -97,7 +98,7 @@ def load_rules(config: Config, state_dir: Path) -> RuleEngine:
     engine = RuleEngine(
         Store(config.store.retention),
         config.rules.files,
-        config.rules.interval or config.sampling.interval,
+        default_rule_interval(config.rules, config.sampling),
         state_dir,
     )
     try:
@@ -169,6 +170,7 @@ async def serve(
     say READY=1 once sampling and serving, and keep its watchdog fed while samples are current."""
     systemd = SystemdNotifier()
     running = await start(config, nvml, clock)
+    tune_gc()
     systemd.ready(_status(running))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

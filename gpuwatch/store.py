@@ -295,6 +295,8 @@ class RunWindow:
 class Store:
     def __init__(self, retention: float) -> None:
         self.retention = retention
+        # Names kept longer than `retention`, because rules read them back further.
+        self.retention_by_name: dict[str, float] = {}
         self._timelines: dict[str, Timeline] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[SeriesKey, Series]] = {}
@@ -331,13 +333,20 @@ class Store:
         self.generation += 1
         if time >= self._next_trim:
             self._next_trim = time + TRIM_EVERY_S
-            self._trim(time - self.retention)
+            self._trim(time)
 
-    def _trim(self, cutoff: float) -> None:
+    def _trim(self, now: float) -> None:
+        longest = max(self.retention, *self.retention_by_name.values(), 0.0)
         for timeline in self._timelines.values():
-            timeline.trim(cutoff)
+            timeline.trim(now - longest)  # timestamps are shared: kept for the longest
+        first: dict[tuple[int, float], int] = {}  # (timeline, retention) -> first index kept
         for key, series in list(self._series.items()):
-            series.trim(series.timeline.first)
+            keep = max(self.retention, self.retention_by_name.get(series.name, 0.0))
+            tl = series.timeline
+            index = first.get((id(tl), keep))
+            if index is None:
+                index = first[(id(tl), keep)] = tl.first + bisect_left(tl.times, now - keep)
+            series.trim(index)
             if not series.runs:
                 self.layout += 1
                 del self._series[key]

@@ -6,7 +6,6 @@ own path); table rows are keyed (GPU index, node URL) and updated in place."""
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -45,16 +44,6 @@ HELP = """\
 Data refreshes every second; a node that does not answer is marked
 UNREACHABLE and keeps its last good data, dimmed.
 """
-
-
-def tune_gc() -> None:
-    """For the dashboard's own process. A 500-node refresh makes ~50,000 short-lived objects
-    (the nodes' JSON); at Python's default threshold that is some 70 young collections a
-    refresh, and the older generations, which hold every widget, are scanned along. With one
-    young collection per 50,000 allocations, and what is loaded at start frozen out of them,
-    bench/tui_refresh.py measured the slowest 500-node refresh at ~80 ms instead of ~190 ms."""
-    gc.freeze()
-    gc.set_threshold(50_000, 10, 10)
 
 
 class HelpScreen(ModalScreen[None]):

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpuwatch.clock import Clock
@@ -32,6 +33,7 @@ class LaneStuckError(Exception):
 
 
 _Job = tuple[Callable[..., Any], tuple[Any, ...], "concurrent.futures.Future[Any]"]
+Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
 
 
 class _Worker:
@@ -93,6 +95,65 @@ class NvmlCaller:
 
     async def call(self, lane: str, deadline: float, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in the lane's worker; raises NvmlTimeoutError past `deadline` clock-seconds."""
+        worker = self._worker_for(lane)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        worker.submit((fn, args, future))
+        try:
+            return await self._clock.wait_for(asyncio.wrap_future(future), deadline)
+        except TimeoutError:
+            raise self._timed_out(lane, worker, deadline) from None
+
+    async def call_many(self, deadline: float, calls: Sequence[Call]) -> list[Any]:
+        """Each (lane, fn, args) in its lane's worker, all at once, awaited together: the event
+        loop is woken once, when the last one finishes, not once per call (at 64 GPUs and 10 Hz
+        the per-call wake-ups were a sixth of the daemon's time). Returns, in order, each call's
+        value or the exception it raised; NvmlTimeoutError for one past `deadline`,
+        LaneStuckError for a lane that takes no call."""
+        loop = asyncio.get_running_loop()
+        all_done: asyncio.Future[None] = loop.create_future()
+        results: list[Any] = [None] * len(calls)
+        pending: dict[int, tuple[str, _Worker, concurrent.futures.Future[Any]]] = {}
+        lock = threading.Lock()
+        # Calls not finished, under `lock`, plus one held until all are submitted: a call that
+        # finishes before the next is submitted must not wake the loop early.
+        left = [1]
+
+        def wake() -> None:
+            if not all_done.done():
+                all_done.set_result(None)
+
+        def finished(_: object = None) -> None:  # in the worker's thread, but for the last
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                    loop.call_soon_threadsafe(wake)
+
+        for i, (lane, fn, args) in enumerate(calls):
+            try:
+                worker = self._worker_for(lane)
+            except LaneStuckError as exc:
+                results[i] = exc
+                continue
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            pending[i] = (lane, worker, future)
+            with lock:
+                left[0] += 1
+            future.add_done_callback(finished)
+            worker.submit((fn, args, future))
+        finished()
+        with contextlib.suppress(TimeoutError):
+            await self._clock.wait_for(all_done, deadline)
+        for i, (lane, worker, future) in pending.items():
+            if not future.done():
+                results[i] = self._timed_out(lane, worker, deadline)
+            else:
+                error = future.exception()
+                results[i] = error if error is not None else future.result()
+        return results
+
+    def _worker_for(self, lane: str) -> _Worker:
         with self._lock:
             if lane in self._stuck:
                 raise LaneStuckError(f"an earlier NVML call on {lane} is still stuck")
@@ -103,22 +164,19 @@ class NvmlCaller:
             worker = self._workers.get(lane)
             if worker is None:
                 worker = self._workers[lane] = _Worker(f"nvml-{lane}", self._freed_callback(lane))
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        worker.submit((fn, args, future))
-        try:
-            return await self._clock.wait_for(asyncio.wrap_future(future), deadline)
-        except TimeoutError:
-            with self._lock:
-                self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
-                self._workers.pop(lane, None)
-                if worker.abandon():
-                    self._stuck[lane] = worker
-                else:
-                    worker.stop()
-            log.warning(
-                "nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline
-            )
-            raise NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s") from None
+            return worker
+
+    def _timed_out(self, lane: str, worker: _Worker, deadline: float) -> NvmlTimeoutError:
+        """Abandon the lane's worker, whose call is past its deadline."""
+        with self._lock:
+            self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
+            self._workers.pop(lane, None)
+            if worker.abandon():
+                self._stuck[lane] = worker
+            else:
+                worker.stop()
+        log.warning("nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline)
+        return NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s")
 
     def _freed_callback(self, lane: str) -> Callable[[_Worker], None]:
         def freed(worker: _Worker) -> None:

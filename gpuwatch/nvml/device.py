@@ -1,5 +1,11 @@
 """Reading one GPU: opened once, then sampled every cycle inside its NVML worker thread.
 
+Fields come in two tiers. The fast tier (temperatures, power, utilization, memory used, clocks,
+throttle reasons, energy) is read every cycle. The slow tier (ECC, retired pages, row
+remapping, PCIe and NVLink counters and states, limits, processes) moves slowly or is judged
+over minutes, and is read only when the caller asks: at 10 Hz it is most of the fields, and
+reading it every cycle would cost several times the fast tier for nothing anyone could see.
+
 A value NVML does not support on this GPU (NotSupported, FunctionNotFound) is absent from the
 output, never 0 or NaN; it is logged once and not asked for again. A GpuIsLost from any call
 propagates: the whole GPU is lost, not one field.
@@ -13,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
@@ -93,10 +100,12 @@ class _FieldPlan:
     labels: Labels
     scale: float = 1.0
     one_hot: tuple[str, ...] = ()
+    slow: bool = True  # read only in the slow tier (most fields: counters and states)
 
 
-def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
-    """Open GPU `index` and read what identifies it. Runs in a worker thread."""
+def open_device(nvml: NvmlModule, index: int, lookup: ProcessLookup | None = None) -> DeviceReader:
+    """Open GPU `index` and read what identifies it. Runs in a worker thread. `lookup` is
+    shared between a node's GPUs: one process often holds several."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     uuid = as_text(nvml.nvmlDeviceGetUUID(handle))
     name = as_text(nvml.nvmlDeviceGetName(handle))
@@ -132,7 +141,7 @@ def open_device(nvml: NvmlModule, index: int) -> DeviceReader:
     vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)), "")
     links = optional(link_count, 0)
     info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
-    return DeviceReader(nvml, handle, info)
+    return DeviceReader(nvml, handle, info, lookup)
 
 
 _LINK_LABEL = re.compile(r"'link': '\d+', ")
@@ -144,8 +153,26 @@ def _per_link_folded(items: list[str]) -> list[str]:
     return [f"{item} on {n} links" if n > 1 else item for item, n in counts.items()]
 
 
+class _FieldSet:
+    """One tier's fields, asked for in one nvmlDeviceGetFieldValues call. A field the driver
+    refuses moves to `fallbacks` (read through its older call) or is dropped."""
+
+    __slots__ = ("fallbacks", "plans", "requests")
+
+    def __init__(self, plans: list[_FieldPlan]) -> None:
+        self.plans = plans
+        self.requests = [f.request for f in plans]
+        self.fallbacks: list[tuple[_FieldPlan, Reader]] = []
+
+    def keep(self, plans: list[_FieldPlan]) -> None:
+        self.plans = plans
+        self.requests = [f.request for f in plans]
+
+
 class DeviceReader:
-    def __init__(self, nvml: NvmlModule, handle: Any, info: GpuInfo) -> None:
+    def __init__(
+        self, nvml: NvmlModule, handle: Any, info: GpuInfo, lookup: ProcessLookup | None = None
+    ) -> None:
         self.nvml = nvml
         self.handle = handle
         self.info = info
@@ -158,11 +185,11 @@ class DeviceReader:
             (bit, (*base, ("reason", reason))) for bit, reason in CLOCK_EVENT_REASONS
         ]
         self._supported_reasons: int | None = None
-        self._fields = self._plan_fields(nvml, base, info.nvlink_count)
-        self._lookup = ProcessLookup()
+        plans = self._plan_fields(nvml, base, info.nvlink_count)
+        self._fast_fields = _FieldSet([f for f in plans if not f.slow])
+        self._slow_fields = _FieldSet([f for f in plans if f.slow])
+        self._lookup = lookup if lookup is not None else ProcessLookup()
         self.processes: tuple[GpuProcess, ...] = ()
-        self._fallbacks: list[tuple[_FieldPlan, Reader]] = []  # fields the driver refused
-        self._requests = [f.request for f in self._fields]
         self._field_values = FieldValues(nvml)
         self._no_such_field = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
@@ -201,8 +228,8 @@ class DeviceReader:
             _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_UNC, remap, (*base, ("type", "uncorrectable"))),
             _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_PENDING, m.ROW_REMAP_PENDING, base),
             _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_FAILURE, m.ROW_REMAP_FAILED, base),
-            _FieldPlan(nvml.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base),
-            _FieldPlan(nvml.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001),
+            _FieldPlan(nvml.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base, slow=False),
+            _FieldPlan(nvml.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001, slow=False),
             _FieldPlan(nvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
             _FieldPlan(
                 nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
@@ -279,10 +306,12 @@ class DeviceReader:
         return None
 
     # -- sampling ------------------------------------------------------------------------
-    def read(self) -> list[Sample]:
-        """One cycle's samples for this GPU. Runs in the GPU's worker thread."""
+    def read(self, slow: bool = True) -> tuple[list[Sample], list[Sample] | None]:
+        """One cycle's samples for this GPU: (fast tier, slow tier or None when `slow` is
+        False). Runs in the GPU's worker thread."""
         nvml, h, base = self.nvml, self.handle, self._labels
         out: list[Sample] = [Sample(m.GPU_UP, base, 1.0)]
+        slow_out: list[Sample] | None = [] if slow else None
 
         def add(name: str, value: float | None, scale: float = 1.0) -> None:
             if value is not None:
@@ -295,11 +324,6 @@ class DeviceReader:
             ),
         )
         add(m.POWER, self._try("power", lambda: nvml.nvmlDeviceGetPowerUsage(h)), 0.001)
-        add(
-            m.POWER_LIMIT,
-            self._try("power_limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h)),
-            0.001,
-        )
         util = self._try("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
             add(m.UTILIZATION, util.gpu, 0.01)
@@ -307,7 +331,8 @@ class DeviceReader:
         mem = self._try("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
         if mem is not None:
             add(m.MEMORY_USED, mem.used)
-            add(m.MEMORY_TOTAL, mem.total)
+            if slow_out is not None:
+                slow_out.append(Sample(m.MEMORY_TOTAL, base, float(mem.total)))
         add(
             m.SM_CLOCK,
             self._try("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
@@ -318,17 +343,10 @@ class DeviceReader:
             self._try("memory_clock", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
             1e6,
         )
-        add(
-            m.PCIE_LINK_GENERATION,
-            self._try("pcie_generation", lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-        )
-        add(
-            m.PCIE_LINK_WIDTH,
-            self._try("pcie_width", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
-        )
         self._read_clock_events(out)
-        self._read_fields(out)
-        self._read_processes(out)
+        self._read_fields(self._fast_fields, out)
+        if slow_out is not None:
+            self._read_slow(slow_out)
         if self._newly_unsupported:
             log.info(
                 "gpu=%d uuid=%s not supported, left out: %s",
@@ -337,7 +355,21 @@ class DeviceReader:
                 "; ".join(_per_link_folded(self._newly_unsupported)),
             )
             self._newly_unsupported.clear()
-        return out
+        return out, slow_out
+
+    def _read_slow(self, out: list[Sample]) -> None:
+        nvml, h, base = self.nvml, self.handle, self._labels
+        for name, what, call, scale in (
+            (m.POWER_LIMIT, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, 0.001),
+            (m.PCIE_LINK_GENERATION, "pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration,
+             1.0),
+            (m.PCIE_LINK_WIDTH, "pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, 1.0),
+        ):  # fmt: skip
+            value = self._try(what, partial(call, h))
+            if value is not None:
+                out.append(Sample(name, base, float(value) * scale))
+        self._read_fields(self._slow_fields, out)
+        self._read_processes(out)
 
     def _read_processes(self, out: list[Sample]) -> None:
         nvml, h = self.nvml, self.handle
@@ -369,25 +401,25 @@ class DeviceReader:
             if self._supported_reasons & bit:
                 out.append(Sample(m.CLOCK_EVENT, labels, 1.0 if current & bit else 0.0))
 
-    def _read_fields(self, out: list[Sample]) -> None:
+    def _read_fields(self, fields: _FieldSet, out: list[Sample]) -> None:
         nvml = self.nvml
-        if self._fields:
-            requests = self._requests
+        if fields.plans:
+            requests = fields.requests
             values = self._try(
                 "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
             )
             if values is not None:
-                self._read_field_values(values, out)
-        for plan, reader in self._fallbacks:
+                self._read_field_values(fields, values, out)
+        for plan, reader in fields.fallbacks:
             value = self._try(f"{plan.name}{dict(plan.labels[2:]) or ''} (call)", reader)
             if value is not None:
                 out.append(Sample(plan.name, plan.labels, value * plan.scale))
 
-    def _read_field_values(self, values: Any, out: list[Sample]) -> None:
+    def _read_field_values(self, fields: _FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
         keep: list[_FieldPlan] = []
         success, lost, read = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST, self._field_values
-        for plan, fv in zip(self._fields, values, strict=True):
+        for plan, fv in zip(fields.plans, values, strict=True):
             ret = read.returned(fv)
             if ret == success:
                 keep.append(plan)
@@ -404,20 +436,19 @@ class DeviceReader:
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field:
-                self._refused(plan)
+                self._refused(fields, plan)
             elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
                 keep.append(plan)
                 self._failed(f"field {plan.request} ({plan.name})", nvml.NVMLError(ret))
-        if len(keep) != len(self._fields):  # some fields turned out unsupported: stop asking
-            self._fields = keep
-            self._requests = [f.request for f in keep]
+        if len(keep) != len(fields.plans):  # some fields turned out unsupported: stop asking
+            fields.keep(keep)
 
-    def _refused(self, plan: _FieldPlan) -> None:
+    def _refused(self, fields: _FieldSet, plan: _FieldPlan) -> None:
         """The driver has no such field: read it through its call where there is one."""
         reader = fallback_reader(self.nvml, self.handle, plan.request)
         if reader is not None:
-            self._fallbacks.append((plan, reader))
+            fields.fallbacks.append((plan, reader))
             return
         self._unsupported_now(f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})")

@@ -1,4 +1,10 @@
-"""The NVML source: one Batch per sampling cycle, every GPU read in parallel with a deadline."""
+"""The NVML source: one Batch per sampling cycle, every GPU read in parallel with a deadline.
+
+Each GPU reads the slow tier of fields (see gpuwatch.nvml.device) every
+`sampling.slow_interval`, the GPUs staggered across that interval so that no cycle reads them
+all; between reads a GPU's last slow samples stand. Each GPU's slow tier is its own part of the
+batch (`Batch.slow_read`), stored on its own timeline, so its series stay current between reads.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import cast
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
@@ -15,7 +22,7 @@ from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuSta
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
-from gpuwatch.processes import GpuProcess, jobs_text
+from gpuwatch.processes import GpuProcess, ProcessLookup, jobs_text
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,14 @@ class _Gpu:
     reason: str = ""
     next_open: float = 0.0
     late_since: float | None = None  # when its calls began to miss the deadline
-    last_samples: list[Sample] | None = None  # the last cycle's, kept while it is late
+    last_samples: list[Sample] | None = None  # the last cycle's fast tier, kept while late
+    slow: list[Sample] | None = None  # the last slow tier read; None once the GPU failed
+    next_slow: float = 0.0  # when its slow tier is next due
+
+    @property
+    def part(self) -> str:
+        """The batch part (and store timeline) of its slow tier."""
+        return f"slow/gpu{self.index}"
 
     @property
     def processes(self) -> tuple[GpuProcess, ...]:
@@ -85,6 +99,8 @@ class NvmlSource:
         self._gpus: list[_Gpu] = []
         self._events: EventWaiter | None = None
         self._next_init = 0.0
+        self._slow_read: list[tuple[str, list[Sample]]] = []  # this cycle's, see Batch
+        self._lookup = ProcessLookup()  # one per node: a process often holds several GPUs
         self._initialized = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -160,7 +176,7 @@ class NvmlSource:
         gpu.next_open = self._clock.now() + RETRY_S
         try:
             gpu.reader = await self._caller.call(
-                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index
+                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index, self._lookup
             )
         except nvml.NVMLError_GpuIsLost:
             gpu.status, gpu.reason = GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)"
@@ -216,45 +232,89 @@ class NvmlSource:
         now = self._clock.now()
         if not self._backend.up and now >= self._next_init:
             await self._init()
+        self._slow_read = []
         if not self._backend.up:
-            return Batch(self.name, now, [Sample(m.UP, (), 0.0)], self._backend, [])
-        per_gpu = await asyncio.gather(*(self._sample(g) for g in self._gpus))
+            for gpu in self._gpus:
+                self._drop_slow(gpu)
+            samples = [Sample(m.UP, (), 0.0)]
+            return Batch(self.name, now, samples, self._backend, [], [], self._slow_read)
+        await asyncio.gather(*(self._open(g) for g in self._gpus if self._open_due(g)))
+        readable = [g for g in self._gpus if g.reader is not None]
+        results = await self._caller.call_many(
+            self._sampling.deadline,
+            [(g.lane, g.reader.read, (self._slow_due(g, now),)) for g in readable if g.reader],
+        )
+        outcome = dict(zip((g.index for g in readable), results, strict=True))
+        per_gpu = [self._sampled(g, outcome.get(g.index)) for g in self._gpus]
         samples = [Sample(m.UP, (), 1.0)]
+        slow: list[Sample] = []
         for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
             samples.extend(gpu_samples)
             samples.extend(self._bookkeeping(gpu))
+            if gpu.slow is not None:
+                slow.extend(gpu.slow)
         samples.append(
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )
         samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
         states = [GpuState(g.info, g.status, g.reason, g.processes) for g in self._gpus]
-        return Batch(self.name, self._clock.now(), samples, self._backend, states)
+        return Batch(
+            self.name, self._clock.now(), samples, self._backend, states, slow, self._slow_read
+        )
 
-    async def _sample(self, gpu: _Gpu) -> list[Sample]:
+    def _slow_due(self, gpu: _Gpu, now: float) -> bool:
+        """Whether this cycle reads the GPU's slow tier. GPU i of n first reads it i/n of the
+        way into the slow interval, and then once an interval: at 64 GPUs and 10 Hz, reading
+        all of them in one cycle took longer than the cycle."""
+        interval = self._sampling.interval
+        period = self._sampling.slow_interval
+        if period <= interval:
+            return True
+        if gpu.next_slow == 0.0:
+            gpu.next_slow = now + period * gpu.index / len(self._gpus)
+        if now < gpu.next_slow - interval / 2:  # half an interval early: ticks jitter
+            return False
+        gpu.next_slow += period
+        if gpu.next_slow < now:  # after a stall: start again from now
+            gpu.next_slow = now + period
+        return True
+
+    def _open_due(self, gpu: _Gpu) -> bool:
+        return gpu.reader is None and self._clock.now() >= gpu.next_open
+
+    def _sampled(self, gpu: _Gpu, result: object) -> list[Sample]:
+        """The GPU's fast tier from its read's result (None: not opened); a slow tier read
+        goes to gpu.slow."""
         nvml = self._nvml
-        if gpu.reader is None:
-            if self._clock.now() >= gpu.next_open:
-                await self._open(gpu)
-            if gpu.reader is None:
-                return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
-        try:
-            samples = await self._caller.call(gpu.lane, self._sampling.deadline, gpu.reader.read)
-        except nvml.NVMLError_GpuIsLost:
+        if result is None:
+            pass
+        elif isinstance(result, nvml.NVMLError_GpuIsLost):
             self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
-        except (NvmlTimeoutError, LaneStuckError) as exc:
+        elif isinstance(result, NvmlTimeoutError | LaneStuckError):
             late = self._still_within_grace(gpu)
             if late is not None:
                 return late
-            self._transition(gpu, GpuStatus.UNRESPONSIVE, str(exc))
-        except Exception as exc:  # a bug or an NVML surprise must not stop the other GPUs
-            log.exception("gpu=%d sampling failed", gpu.index)
-            self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {exc}")
+            self._transition(gpu, GpuStatus.UNRESPONSIVE, str(result))
+        elif isinstance(result, Exception):  # a bug or an NVML surprise: this GPU only
+            log.error("gpu=%d sampling failed", gpu.index, exc_info=result)
+            self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {result}")
         else:
-            gpu.late_since, gpu.last_samples = None, samples
+            fast, slow = cast(tuple[list[Sample], list[Sample] | None], result)
+            gpu.late_since, gpu.last_samples = None, fast
+            if slow is not None:
+                gpu.slow = slow + self._process_samples(gpu)
+                self._slow_read.append((gpu.part, gpu.slow))
             self._transition(gpu, GpuStatus.OK, "")
-            return samples
+            return fast
         gpu.last_samples = None
+        self._drop_slow(gpu)
         return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
+
+    def _drop_slow(self, gpu: _Gpu) -> None:
+        """Forget a failed GPU's slow tier; its series go stale at once."""
+        if gpu.slow is not None:
+            gpu.slow = None
+            self._slow_read.append((gpu.part, []))
 
     def _still_within_grace(self, gpu: _Gpu) -> list[Sample] | None:
         """The GPU's last values while its calls have been late for less than the grace."""
@@ -275,11 +335,6 @@ class NvmlSource:
         ]
         if not info.uuid:
             return out
-        if self._sampling.process_memory_metrics:
-            for p in gpu.processes:
-                labels_p = (*labels, ("pid", str(p.pid)), ("process", p.name), ("user", p.user),
-                            ("job", p.job_id))  # fmt: skip
-                out.append(Sample(m.PROCESS_GPU_MEMORY, labels_p, p.gpu_memory_bytes or 0.0))
         out.append(
             Sample(
                 m.GPU_INFO,
@@ -294,4 +349,15 @@ class NvmlSource:
                 1.0,
             )
         )
+        return out
+
+    def _process_samples(self, gpu: _Gpu) -> list[Sample]:
+        """gpuwatch_process_gpu_memory_bytes (opt-in), part of the slow tier that reads them."""
+        if not self._sampling.process_memory_metrics:
+            return []
+        out = []
+        for p in gpu.processes:
+            labels = (*gpu.info.labels, ("pid", str(p.pid)), ("process", p.name),
+                      ("user", p.user), ("job", p.job_id))  # fmt: skip
+            out.append(Sample(m.PROCESS_GPU_MEMORY, labels, p.gpu_memory_bytes or 0.0))
         return out

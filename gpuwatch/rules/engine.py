@@ -59,6 +59,7 @@ class RuleEngine:
         state_dir: Path | None,
     ) -> None:
         self.store = store
+        self.configured_retention = store.retention
         # Recording-rule results live apart so that /metrics exports only what was sampled.
         self.recorded = Store(store.retention)
         self.evaluator = Evaluator(_Querier((store, self.recorded)))
@@ -112,25 +113,33 @@ class RuleEngine:
         return ""
 
     def _keep_enough_history(self) -> None:
-        """Make the store keep what the rules read back (`increase(x[1h])`, `offset 10m`).
-        With less, a rule would see a series "appear" when its old samples were trimmed,
-        and an alert on an XID counter would fire and resolve every trim."""
-        needed = max(
-            (
-                history_needed(r.expr, DEFAULT_LOOKBACK_S) + self.interval(g)
-                for g in self.groups
-                for r in g.definition.rules
-            ),
-            default=0.0,
-        )
+        """Make the store keep what the rules read back (`increase(x[1h])`, `offset 10m`), name
+        by name, so that one rule reading an hour back does not keep an hour of everything.
+        With less, a rule would see a series "appear" when its old samples were trimmed, and an
+        alert on an XID counter would fire and resolve every trim."""
+        needed: dict[str | None, float] = {}
+        for group in self.groups:
+            for rule in group.definition.rules:
+                for name, reach in history_needed(rule.expr, DEFAULT_LOOKBACK_S).items():
+                    needed[name] = max(needed.get(name, 0.0), reach + self.interval(group))
+        unnamed = needed.get(None, 0.0)  # a selector without a name could read any series
         for store in (self.store, self.recorded):
-            if store.retention < needed:
-                log.info(
-                    "store.retention %s is shorter than the rules read back; keeping %s",
-                    format_duration(store.retention),
-                    format_duration(needed),
-                )
-                store.retention = needed
+            store.retention = max(self.configured_retention, unnamed)
+            store.retention_by_name = {
+                n: t for n, t in needed.items() if n is not None and t > store.retention
+            }
+        longer = self.store.retention_by_name
+        if self.store.retention > self.configured_retention:
+            log.info(
+                "store.retention %s is shorter than the rules read back; keeping %s",
+                format_duration(self.configured_retention),
+                format_duration(self.store.retention),
+            )
+        if longer:
+            log.info(
+                "kept longer than store.retention, as rules read them back: %s",
+                ", ".join(f"{n} {format_duration(t)}" for n, t in sorted(longer.items())),
+            )
 
     def alerting_rules(self) -> Iterator[AlertingRule]:
         for group in self.groups:

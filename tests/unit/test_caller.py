@@ -50,3 +50,43 @@ async def test_stuck_workers_are_bounded_across_lanes() -> None:
         await caller.call("gpu2", 1.0, lambda: 1)
     release.set()
     caller.close()
+
+
+async def test_many_calls_at_once_each_get_their_own_outcome_within_the_deadline() -> None:
+    caller = NvmlCaller(SystemClock(), max_stuck=4)
+    release = threading.Event()
+    with pytest.raises(NvmlTimeoutError):
+        await caller.call("gpu3", 0.02, release.wait)  # gpu3 is stuck from here on
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    results = await caller.call_many(
+        0.2,
+        [
+            ("gpu0", lambda a: a * 2, (21,)),
+            ("gpu1", lambda: 1 / 0, ()),
+            ("gpu2", release.wait, ()),  # hangs past the deadline
+            ("gpu3", lambda: "never run", ()),
+            ("gpu4", str.upper, ("ok",)),
+        ],
+    )
+    took = loop.time() - started
+    assert results[0] == 42
+    assert isinstance(results[1], ZeroDivisionError)
+    assert isinstance(results[2], NvmlTimeoutError)
+    assert isinstance(results[3], LaneStuckError)
+    assert results[4] == "OK"
+    assert 0.2 <= took < 1.0
+    assert caller.timeouts == {"gpu3": 1, "gpu2": 1}
+    release.set()
+    caller.close()
+
+
+async def test_many_calls_return_as_soon_as_the_last_one_finishes() -> None:
+    caller = NvmlCaller(SystemClock(), max_stuck=4)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    results = await caller.call_many(5.0, [(f"gpu{i}", lambda i=i: i, ()) for i in range(64)])
+    assert results == list(range(64))
+    assert loop.time() - started < 1.0  # not the 5 s deadline
+    assert await caller.call_many(5.0, []) == []
+    caller.close()

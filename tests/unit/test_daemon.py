@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwatch import metrics as m
 from gpuwatch.api import node_payload
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import Config
+from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.model import GpuStatus
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.scenario import load_scenario
@@ -34,3 +36,39 @@ async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
     await daemon.sample_once()
     assert node_payload(daemon)["verdict"] == "healthy"
     await source.stop()
+
+
+async def test_slow_fields_stay_current_between_reads_and_go_stale_when_their_gpu_is_lost(
+    tmp_path: Path,
+) -> None:
+    """At 10 Hz each GPU's error counters are read once a second, on a timeline of their own:
+    between reads they are current (in /metrics, in rules), and when the GPU falls off the bus
+    they go stale in that same cycle, not a second later."""
+    clock = ManualClock()
+    config = Config(
+        state_dir=str(tmp_path), sampling=SamplingConfig(interval=0.1, slow_interval=1.0)
+    )
+    events = EventLog()
+    nvml = FakeNvml(load_scenario("fall_off_bus"), clock)  # GPU 1 is lost at 10 s
+    source = NvmlSource(nvml, clock, config.sampling, events.publish)
+    daemon = Daemon(config, clock, source, events)
+    await source.start()
+
+    def ecc_gpus() -> set[str]:
+        return {
+            s.label_dict["gpu"] for s in daemon.store.latest(clock.now()) if s.name == m.ECC_ERRORS
+        }
+
+    lost_at = None
+    for cycle in range(110):
+        await daemon.sample_once()
+        assert daemon.view.batch is not None
+        gpu1 = daemon.view.batch.gpus[1]
+        if lost_at is None and gpu1.status == GpuStatus.LOST:
+            lost_at = cycle
+            assert ecc_gpus() == {"0", *(str(i) for i in range(2, 8))}
+        elif cycle >= 10 and lost_at is None:
+            assert ecc_gpus() == {str(i) for i in range(8)}, f"cycle {cycle}"
+        clock.advance(0.1)
+    await source.stop()
+    assert lost_at is not None and 99 <= lost_at <= 101

@@ -4,6 +4,7 @@ are not supported."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock, ScaledClock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
-from gpuwatch.model import Event, GpuStatus
-from gpuwatch.nvml.device import open_device
+from gpuwatch.model import Event, GpuStatus, Sample
+from gpuwatch.nvml.device import DeviceReader, open_device
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.scenario import load_scenario
@@ -105,6 +106,13 @@ async def test_a_gpu_the_node_had_before_and_no_longer_lists_is_reported(tmp_pat
     assert "last seen as GPU 7" in events[0].message
 
 
+def _read_all(reader: DeviceReader) -> list[Sample]:
+    """Both tiers of one reading."""
+    fast, slow = reader.read(slow=True)
+    assert slow is not None
+    return fast + slow
+
+
 class _FlakyNvml(FakeNvml):
     """A driver where power readings fail transiently and memory temperature is unsupported."""
 
@@ -128,16 +136,16 @@ def test_unsupported_fields_are_absent_and_transient_errors_retry() -> None:
     reader = open_device(nvml, 0)
     assert reader.info.nvlink_count == 18
     assert reader.info.pci_bus_id == "00000000:18:00.0"
-    names = {s.name for s in reader.read()}
+    names = {s.name for s in _read_all(reader)}
     assert m.POWER not in names  # failed this cycle: absent, not 0
     assert m.MEMORY_TEMPERATURE not in names  # not supported: absent, and not asked again
     assert m.TEMPERATURE in names
     nvml.fail_power = False
-    names = {s.name for s in reader.read()}
+    names = {s.name for s in _read_all(reader)}
     assert m.POWER in names
     assert m.MEMORY_TEMPERATURE not in names
     calls_before = next(nvml.calls)
-    reader.read()
+    _read_all(reader)
     assert next(nvml.calls) - calls_before > 1
 
 
@@ -195,12 +203,12 @@ def test_an_older_driver_without_field_ids_gives_the_same_fault_metrics(
         nvml = fake(load_scenario(str(path)), clock)
         nvml.nvmlInit()
         reader = open_device(nvml, 0)
-        reader.read()  # the first read finds out which fields the driver refuses
+        _read_all(reader)  # the first read finds out which fields the driver refuses
         clock.advance(30.0)
         # The recovery action and NVLink throughput have no older call: absent on old drivers.
         no_call = (m.RECOVERY_ACTION, m.NVLINK_BYTES)
         readings.append(
-            {(s.name, s.labels): s.value for s in reader.read() if s.name not in no_call}
+            {(s.name, s.labels): s.value for s in _read_all(reader) if s.name not in no_call}
         )
     new, old = readings
     assert old == new
@@ -249,3 +257,51 @@ async def test_a_late_answer_is_not_an_unresponsive_gpu_until_it_has_been_late_f
     await source.stop()
     assert statuses == [GpuStatus.OK, GpuStatus.OK, GpuStatus.UNRESPONSIVE]
     assert [(e.kind, e.gpu) for e in events] == [("gpu_unresponsive", 2)]
+
+
+async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn() -> None:
+    """At 10 Hz the fast fields come every cycle; the slow ones (error counters, link states,
+    limits) once a second per GPU, the GPUs spread over the second, and each GPU's last ones
+    stand in every batch between its reads."""
+    clock = ManualClock()
+    nvml = FakeNvml(load_scenario("healthy"), clock)
+    sampling = SamplingConfig(interval=0.1, slow_interval=1.0)
+    source = NvmlSource(nvml, clock, sampling, lambda _: None)
+    await source.start()
+    reads: list[list[str]] = []
+    for cycle in range(30):
+        batch = await source.collect()
+        reads.append([part for part, _ in batch.slow_read])
+        assert len(_values(batch, m.TEMPERATURE)) == 8  # fast: every GPU, every cycle
+        assert m.ECC_ERRORS not in {s.name for s in batch.samples}
+        if cycle >= 10:  # after the first second, every GPU's slow fields are in every batch
+            dbe = {
+                dict(s.labels)["gpu"]
+                for s in batch.slow
+                if s.name == m.ECC_ERRORS and ("type", "uncorrected") in s.labels
+            }
+            assert len(dbe) == 8 and {s.name for s in batch.slow} >= {
+                m.NVLINK_ERRORS,
+                m.POWER_LIMIT,
+                m.PCIE_LINK_WIDTH,
+                m.GPU_PROCESSES,
+            }
+        clock.advance(0.1)
+    await source.stop()
+    per_gpu = collections.Counter(part for parts in reads for part in parts)
+    assert per_gpu == {f"slow/gpu{i}": 3 for i in range(8)}  # once a second each, for 3 s
+    assert max(len(parts) for parts in reads) <= 2  # never all 8 in one cycle
+
+
+async def test_at_the_default_interval_every_cycle_reads_both_tiers() -> None:
+    clock = ManualClock()
+    nvml = FakeNvml(load_scenario("healthy"), clock)
+    source = NvmlSource(nvml, clock, SamplingConfig(), lambda _: None)
+    await source.start()
+    for _ in range(3):
+        batch = await source.collect()
+        assert sorted(part for part, _ in batch.slow_read) == sorted(
+            f"slow/gpu{i}" for i in range(8)
+        )
+        clock.advance(1.0)
+    await source.stop()

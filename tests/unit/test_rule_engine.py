@@ -145,9 +145,10 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
     tmp_path: Path,
 ) -> None:
     """store.retention 10m with a rule that looks 10m back (the XID packs' `offset 10m`):
-    the store keeps 15m and an interval. With only 10m, each retention sweep left nothing at
-    or before `offset 10m`, the series looked new for one evaluation, and the alert fired
-    and resolved again every sweep (the soak's flapping XID alerts)."""
+    the store keeps that series 15m and an interval, the others 10m. With only 10m, each
+    retention sweep left nothing at or before `offset 10m`, the series looked new for one
+    evaluation, and the alert fired and resolved again every sweep (the soak's flapping XID
+    alerts)."""
     rules = tmp_path / "xid.yaml"
     rules.write_text(
         "groups:\n  - name: xid\n    rules:\n      - alert: NewXid\n        expr: |\n"
@@ -156,7 +157,8 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
     store = Store(retention=600)
     engine = RuleEngine(store, [str(rules)], 15.0, None)
     engine.load()
-    assert store.retention == 600 + 300 + 15  # the offset, the 5 m lookback, an interval
+    assert store.retention == 600
+    assert store.retention_by_name == {"xid_total": 600 + 300 + 15}  # offset, lookback, interval
     transitions = []
     # 40 minutes, a cycle every 14.7 s (so no sample sits exactly at a trim's cutoff, as on a
     # real node); the XID counter appears at minute 1.

@@ -70,6 +70,18 @@ def test_retention_drops_old_samples_and_dead_series() -> None:
     assert len(store) == 1
 
 
+def test_names_the_rules_read_back_further_are_kept_longer_than_the_rest() -> None:
+    store = Store(retention=100)
+    store.retention_by_name = {"xid": 1000}
+    for t in range(3000):
+        _feed(store, float(t), temp=float(t % 7), xid=float(t // 3))
+    (temp,) = store.select("temp")
+    (xid,) = store.select("xid")
+    # Trimmed in whole runs of RUN_CAPACITY samples, in sweeps a minute apart.
+    assert temp.samples(-1, 3000)[0][0] >= 2999 - 100 - RUN_CAPACITY - 60
+    assert 2999 - 1000 - RUN_CAPACITY - 60 <= xid.samples(-1, 3000)[0][0] <= 2999 - 1000
+
+
 def test_a_constant_series_is_one_run_and_varying_ones_pack_values() -> None:
     store = Store(retention=10_000)
     for t in range(1000):

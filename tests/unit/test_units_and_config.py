@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main
-from gpuwatch.config import Config, load_config
+from gpuwatch.config import Config, default_rule_interval, load_config
 from gpuwatch.units import parse_duration, parse_listen
 from gpuwatch.yamlfile import FileError
 
@@ -89,6 +89,26 @@ def test_timeout_longer_than_the_interval_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("sampling:\n  interval: 1s\n  timeout: 5s\n")
     with pytest.raises(FileError, match=r"c.yaml:3: sampling.timeout: must not exceed"):
+        load_config(path)
+
+
+def test_fast_sampling_reads_slow_fields_once_a_second_and_rules_run_at_most_that_often(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling: {interval: 100ms}\n")
+    config = load_config(path)
+    assert config.sampling.slow_interval == 1.0
+    assert default_rule_interval(config.rules, config.sampling) == 1.0
+    path.write_text("sampling: {interval: 100ms, slow_interval: 5s}\nrules: {interval: 200ms}\n")
+    config = load_config(path)
+    assert config.sampling.slow_interval == 5.0
+    assert default_rule_interval(config.rules, config.sampling) == 0.2  # as asked
+    path.write_text("sampling: {interval: 30s}\n")
+    config = load_config(path)
+    assert default_rule_interval(config.rules, config.sampling) == 30.0
+    path.write_text("sampling: {slow_interval: never}\n")
+    with pytest.raises(FileError, match=r"c.yaml:1: sampling.slow_interval: expected a duration"):
         load_config(path)
 
 
