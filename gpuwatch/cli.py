@@ -50,10 +50,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TLS and basic auth for the listener: a Prometheus exporter-toolkit web-config file",
     )
-    run.add_argument(
+    source = run.add_mutually_exclusive_group()
+    source.add_argument(
         "--simulate",
         metavar="SCENARIO",
         help="sample a simulated node instead of NVML: a built-in scenario or a YAML file",
+    )
+    source.add_argument(
+        "--dcgm",
+        metavar="URL",
+        help="read the GPUs through a dcgm-exporter (its /metrics URL) instead of NVML",
     )
     run.add_argument(
         "--speed",
@@ -187,16 +193,20 @@ def _simulated(
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config).with_overrides(
-            args.listen, args.state_dir, args.web_config
+            args.listen, args.state_dir, args.web_config, args.dcgm
         )
         if args.listen is not None:
             parse_listen(args.listen)
+        if args.dcgm is not None and not args.dcgm.startswith(("http://", "https://")):
+            raise ValueError(f"--dcgm {args.dcgm!r}: expected an http:// or https:// URL")
         if args.speed <= 0:
             raise ValueError("--speed must be greater than zero")
         if args.speed != 1.0 and not args.simulate:
             raise ValueError("--speed only applies with --simulate")
         if args.simulate:
             nvml, clock = _simulated(args.simulate, args.speed, config.state_dir)
+        elif config.sources.dcgm_url is not None:
+            nvml, clock = None, SystemClock()  # NVML is not loaded at all
         else:
             nvml, clock = real_nvml(), SystemClock()
     except FileError as exc:

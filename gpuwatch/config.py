@@ -13,7 +13,16 @@ from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.push.registry import PushLimits
 from gpuwatch.units import parse_duration, parse_listen
-from gpuwatch.yamlfile import Checker, YamlDoc, boolean, load, one_of, text, whole_number
+from gpuwatch.yamlfile import (
+    Checker,
+    YamlDoc,
+    boolean,
+    http_url,
+    load,
+    one_of,
+    text,
+    whole_number,
+)
 
 DEFAULT_LISTEN = "0.0.0.0:10040"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -81,6 +90,12 @@ def default_rule_interval(rules: RulesConfig, sampling: SamplingConfig) -> float
 
 
 @dataclass(frozen=True, slots=True)
+class SourcesConfig:
+    # sources.dcgm.url: read the GPUs through this dcgm-exporter instead of NVML.
+    dcgm_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PushConfig:
     """Job metrics pushed by training processes, or read from a textfile directory."""
 
@@ -110,17 +125,23 @@ class Config:
     journal: JournalConfig = JournalConfig()
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     push: PushConfig = PushConfig()
+    sources: SourcesConfig = SourcesConfig()
     web_config: str | None = None  # exporter-toolkit web-config file: TLS, basic auth
     source: str | None = None  # the file it was read from, None for defaults
 
     def with_overrides(
-        self, listen: str | None, state_dir: str | None, web_config: str | None = None
+        self,
+        listen: str | None,
+        state_dir: str | None,
+        web_config: str | None = None,
+        dcgm_url: str | None = None,
     ) -> Config:
         return replace(
             self,
             listen=listen if listen is not None else self.listen,
             state_dir=state_dir if state_dir is not None else self.state_dir,
             web_config=web_config if web_config is not None else self.web_config,
+            sources=SourcesConfig(dcgm_url) if dcgm_url is not None else self.sources,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -189,6 +210,7 @@ def from_doc(doc: YamlDoc) -> Config:
             "journal",
             "notify",
             "push",
+            "sources",
             "web_config",
         ),
     )
@@ -250,6 +272,9 @@ def from_doc(doc: YamlDoc) -> Config:
         token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
         textfile_dir=r.value(pu, ("push",), "textfile_dir", _path(doc.file, "directory"), None),
     )
+    so = r.section(top.get("sources"), ("sources",), ("dcgm",))
+    dcgm = r.section(so.get("dcgm"), ("sources", "dcgm"), ("url",))
+    sources = SourcesConfig(dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None))
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", text, base.state_dir),
@@ -261,6 +286,7 @@ def from_doc(doc: YamlDoc) -> Config:
         journal=journal,
         notify=parse_notify(r, doc, top.get("notify")),
         push=push,
+        sources=sources,
         web_config=r.value(top, (), "web_config", _path(doc.file, "file"), None),
         source=doc.file,
     )

@@ -178,3 +178,9 @@ def text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a non-empty string, got {value!r}")
     return value
+
+
+def http_url(value: Any) -> str:
+    if not text(value).startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return str(value)

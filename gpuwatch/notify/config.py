@@ -15,7 +15,7 @@ from typing import Any
 from gpuwatch.notify.matchers import Matcher, parse_matcher
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, boolean, one_of, text
+from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, boolean, http_url, one_of, text
 
 RECEIVER_TYPES = ("webhook", "slack", "mattermost", "teams", "discord", "pagerduty", "alertmanager")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
@@ -186,12 +186,6 @@ def _matchers(value: Any) -> tuple[Matcher, ...]:
     return tuple(parse_matcher(v) for v in value)
 
 
-def _url(value: Any) -> str:
-    if not text(value).startswith(("http://", "https://")):
-        raise ValueError("must be an http:// or https:// URL")
-    return str(value)
-
-
 class _Parser:
     def __init__(self, r: Checker, doc: YamlDoc) -> None:
         self.r = r
@@ -219,7 +213,7 @@ class _Parser:
             ok = False
         else:
             try:
-                _url(url.reveal())
+                http_url(url.reveal())
             except ValueError as exc:
                 r.problems.append(self.doc.problem((*path, "url"), str(exc)))
         routing_key = self.secret(data, path, "routing_key")
@@ -326,6 +320,6 @@ def parse_notify(r: Checker, doc: YamlDoc, raw: Any) -> NotifyConfig:
         receivers=receivers,
         route=route,
         inhibit_rules=inhibit,
-        external_url=r.value(data, path, "external_url", _url, ""),
-        runbook_url=r.value(data, path, "runbook_url", _url, ""),
+        external_url=r.value(data, path, "external_url", http_url, ""),
+        runbook_url=r.value(data, path, "runbook_url", http_url, ""),
     )

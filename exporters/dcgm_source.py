@@ -1,0 +1,183 @@
+"""The dcgm-exporter source: scrape its /metrics each cycle and hand the daemon gpuwatch's
+series (gpuwatch.exporters.dcgm maps them), GPU states and XID events.
+
+- A scrape that fails (refused, timed out, an HTTP error, not the exposition format) marks the
+  backend down (`gpuwatch_up 0`) with the reason; the next good scrape brings it back.
+- A GPU that dcgm-exporter stops reporting while it reports the others is lost: dcgm-exporter
+  drops a GPU that falls off the bus without a word.
+- XIDs: dcgm-exporter's XID field holds the code of the last XID, not a count. Each change of
+  it to a non-zero code is one XID event, journaled and counted like NVML's. What this cannot
+  see: the same XID twice in a row, several XIDs within one of dcgm-exporter's collection
+  intervals (only the last shows), and an XID from before gpuwatch started (the first scrape
+  is the baseline; it is logged, not counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+import aiohttp
+from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_dcgm
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import Clock
+from gpuwatch.inventory import Inventory
+from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.processes import jobs_text
+from gpuwatch.xid import lookup
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 2**20  # an exporter's /metrics is tens of KiB per GPU
+
+
+class DcgmSource:
+    name = "dcgm"
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        timeout: float,
+        on_event: Callable[[Event], None],
+        inventory: Inventory | None = None,
+    ) -> None:
+        self._url = url
+        self._clock = clock
+        self._timeout = timeout
+        self._on_event = on_event
+        self._inventory = inventory
+        self._backend = BackendState(up=False, name="dcgm", reason="dcgm-exporter: not scraped yet")
+        self._session: aiohttp.ClientSession | None = None
+        self._known: dict[str, GpuInfo] = {}  # every GPU seen since start, by UUID
+        self._lost: set[str] = set()
+        self._xids: dict[str, int] = {}  # the last XID code seen per GPU
+
+    @property
+    def backend(self) -> BackendState:
+        return self._backend
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self._timeout), raise_for_status=False
+        )
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def collect(self) -> Batch:
+        now = self._clock.now()
+        try:
+            reading = read_dcgm(await self._scrape())
+        except (aiohttp.ClientError, TimeoutError, OSError, DcgmFormatError, _HttpError) as exc:
+            return self._down(now, _why(exc))
+        if not reading.gpus:
+            return self._down(now, "dcgm-exporter reports no GPU")
+        if not self._backend.up:
+            log.info("dcgm-exporter %s up: %d GPUs", self._url, len(reading.gpus))
+        driver = next(iter(reading.gpus.values())).driver_version
+        self._backend = BackendState(up=True, name="dcgm", driver_version=driver)
+        self._check_inventory(reading)
+        self._note_xids(reading.gpus)
+        states = self._states(reading.gpus)
+        samples = [Sample(m.UP, (), 1.0), *reading.samples]
+        samples += [Sample(m.GPU_UP, self._known[u].labels, 0.0) for u in sorted(self._lost)]
+        samples += [Sample(m.GPU_LOST, g.info.labels, float(g.status == GpuStatus.LOST))
+                    for g in states]  # fmt: skip
+        return Batch(self.name, self._clock.now(), samples, self._backend, states)
+
+    async def _scrape(self) -> str:
+        assert self._session is not None, "start() first"
+        async with self._session.get(self._url, headers={"Accept": "text/plain"}) as response:
+            if response.status != 200:
+                raise _HttpError(f"HTTP {response.status} {response.reason or ''}".strip())
+            body = await response.content.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                raise _HttpError(f"the answer is larger than {MAX_BODY // 2**20} MiB")
+            return body.decode("utf-8", errors="replace")
+
+    def _down(self, now: float, reason: str) -> Batch:
+        reason = f"dcgm-exporter {self._url}: {reason}"
+        if reason != self._backend.reason:
+            log.error("GPU backend down: %s", reason)
+        self._backend = BackendState(up=False, name="dcgm", reason=reason)
+        return Batch(self.name, now, [Sample(m.UP, (), 0.0)], self._backend, [])
+
+    def _check_inventory(self, reading: DcgmReading) -> None:
+        if self._inventory is None:
+            return
+        missing = self._inventory.update([g.info for g in reading.gpus.values()])
+        self._backend = replace(self._backend, missing=missing)
+
+    def _states(self, gpus: dict[str, DcgmGpu]) -> list[GpuState]:
+        """Every GPU seen since start: those in this scrape OK, the others lost."""
+        now = self._clock.now()
+        for uuid, gpu in gpus.items():
+            self._known[uuid] = gpu.info
+            if uuid in self._lost:
+                self._lost.discard(uuid)
+                message = f"GPU {gpu.info.index} reported by dcgm-exporter again"
+                log.info("%s uuid=%s", message, uuid)
+                self._on_event(Event(now, "gpu_recovered", gpu.info.index, uuid, message))
+        for uuid, info in self._known.items():
+            if uuid not in gpus and uuid not in self._lost:
+                self._lost.add(uuid)
+                message = (
+                    f"GPU {info.index} lost: dcgm-exporter no longer reports it "
+                    "(fallen off the bus?)"
+                )
+                log.error("%s uuid=%s", message, uuid)
+                self._on_event(Event(now, "gpu_lost", info.index, uuid, message))
+        states = [GpuState(g.info, GpuStatus.OK, "", g.processes) for g in gpus.values()]
+        states += [
+            GpuState(self._known[u], GpuStatus.LOST, "dcgm-exporter no longer reports it")
+            for u in sorted(self._lost)
+        ]
+        return sorted(states, key=lambda s: s.info.index)
+
+    def _note_xids(self, gpus: dict[str, DcgmGpu]) -> None:
+        now = self._clock.now()
+        for uuid, gpu in gpus.items():
+            code = gpu.xid
+            if code is None:
+                continue
+            before = self._xids.get(uuid)
+            self._xids[uuid] = code
+            index = gpu.info.index
+            if before is None:
+                if code:
+                    log.info(
+                        "gpu=%d uuid=%s: dcgm-exporter shows XID %d from before gpuwatch "
+                        "started; not counted",
+                        index,
+                        uuid,
+                        code,
+                    )
+                continue
+            if code and code != before:
+                xid = lookup(code)
+                message = f"XID {code} on GPU {index}: {xid.meaning}"
+                jobs = jobs_text(gpu.processes)
+                data = xid.as_data()
+                if jobs:
+                    message, data = f"{message}, running {jobs}", {**data, "job": jobs}
+                log.warning("%s uuid=%s (from dcgm-exporter)", message, uuid)
+                self._on_event(Event(now, "xid", index, uuid, message, data))
+
+
+class _HttpError(Exception):
+    pass
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or exc.os_error})"
+    if isinstance(exc, DcgmFormatError):
+        return f"not Prometheus text format: {exc}"
+    return str(exc) or type(exc).__name__
