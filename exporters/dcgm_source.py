@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -95,10 +96,14 @@ class DcgmSource:
         async with self._session.get(self._url, headers={"Accept": "text/plain"}) as response:
             if response.status != 200:
                 raise _HttpError(f"HTTP {response.status} {response.reason or ''}".strip())
-            body = await response.content.read(MAX_BODY + 1)
-            if len(body) > MAX_BODY:
-                raise _HttpError(f"the answer is larger than {MAX_BODY // 2**20} MiB")
-            return body.decode("utf-8", errors="replace")
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.content.iter_any():  # to the end, however it arrives
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise _HttpError(f"the answer is larger than {MAX_BODY // 2**20} MiB")
+                chunks.append(chunk)
+            return b"".join(chunks).decode("utf-8", errors="replace")
 
     def _down(self, now: float, reason: str) -> Batch:
         reason = f"dcgm-exporter {self._url}: {reason}"
@@ -177,7 +182,8 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return "no answer in time"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect ({exc.os_error.strerror or exc.os_error})"
+        error = exc.os_error
+        return f"cannot connect ({os.strerror(error.errno) if error.errno else error})"
     if isinstance(exc, DcgmFormatError):
         return f"not Prometheus text format: {exc}"
     return str(exc) or type(exc).__name__

@@ -3,6 +3,7 @@ a GPU that drops out of the exporter's answer."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,9 +24,20 @@ class Exporter:
     def __init__(self) -> None:
         self.text = H100.read_text()
         self.status = 200
+        self.in_pieces = False  # send the body in three writes, a little apart
 
-    async def metrics(self, _: web.Request) -> web.Response:
-        return web.Response(text=self.text, status=self.status)
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        if not self.in_pieces:
+            return web.Response(text=self.text, status=self.status)
+        response = web.StreamResponse(status=self.status)
+        await response.prepare(request)
+        body = self.text.encode()
+        third = len(body) // 3
+        for piece in (body[:third], body[third : 2 * third], body[2 * third :]):
+            await response.write(piece)
+            await asyncio.sleep(0.02)
+        await response.write_eof()
+        return response
 
 
 @pytest.fixture
@@ -99,7 +111,8 @@ async def test_a_failed_scrape_marks_the_backend_down_with_why_and_it_recovers(
     await refused.start()
     batch = await refused.collect()
     await refused.stop()
-    assert "cannot connect" in batch.backend.reason and _up(batch) == 0.0
+    assert batch.backend.reason.endswith("cannot connect (Connection refused)")
+    assert _up(batch) == 0.0
 
 
 async def test_a_gpu_the_exporter_stops_reporting_is_lost_until_it_is_back(
@@ -121,3 +134,18 @@ async def test_a_gpu_the_exporter_stops_reporting_is_lost_until_it_is_back(
     assert gpu_up["3"] == 0.0 and gpu_up["2"] == 1.0
     assert all(g.status == GpuStatus.OK for g in back.gpus)
     assert [(e.kind, e.gpu) for e in events] == [("gpu_lost", 3), ("gpu_recovered", 3)]
+
+
+async def test_an_answer_that_arrives_in_pieces_is_read_whole(
+    exporter: tuple[Exporter, str],
+) -> None:
+    """A first version read what had arrived, not the whole body: the exporter looked down
+    every other scrape against a server that wrote in pieces."""
+    fake, url = exporter
+    fake.in_pieces = True
+    source = DcgmSource(url, SystemClock(), 2.0, lambda _: None)
+    await source.start()
+    batch = await source.collect()
+    await source.stop()
+    assert batch.backend.up, batch.backend.reason
+    assert len(batch.gpus) == 8
