@@ -43,7 +43,8 @@ async def reload_daemon(daemon: Daemon) -> str:
         previous = (rules.patterns, rules.default_interval)
         rules.patterns = list(new.rules.files) if new.rules.files is not None else None
         rules.default_interval = default_rule_interval(new.rules, old.sampling)
-        error = rules.reload()  # logs why it refused
+        async with rules.evaluating:
+            error = rules.reload()  # logs why it refused
         if error:
             rules.patterns, rules.default_interval = previous
             return error

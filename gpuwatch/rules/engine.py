@@ -67,6 +67,9 @@ class RuleEngine:
         self.default_interval = default_interval
         self.state_path = state_dir / statefile.FILE_NAME if state_dir is not None else None
         self.groups: list[RuleGroup] = []
+        # Held while a worker thread evaluates: a reload waits for it rather than swap the
+        # rules (and hand their alert state over) under an evaluation in progress.
+        self.evaluating = asyncio.Lock()
         self.failures: dict[str, int] = {}
         self.last_reload_error = ""
         self._saved: tuple[object, ...] = ()
@@ -164,8 +167,9 @@ class RuleEngine:
         loop awaits it); the thread writes only to the rules' own store, and the alert series
         are written to the shared store back on the loop.
         """
-        transitions, writes = await asyncio.to_thread(self.compute, now, everything)
-        self.commit(now, transitions, writes)
+        async with self.evaluating:
+            transitions, writes = await asyncio.to_thread(self.compute, now, everything)
+            self.commit(now, transitions, writes)
         return transitions
 
     def compute(self, now: float, everything: bool) -> tuple[list[Transition], list[Write]]:
