@@ -284,7 +284,10 @@ def read_dcgm(text: str) -> DcgmReading:
             if (d["uuid"], d["type"]) in per_link:
                 continue  # the per-link counters say it; the total would count it twice
         samples.append(Sample(name, series, value))
-    samples.extend(passed)
+    unique: dict[tuple[str, Labels], Sample] = {}
+    for kept in passed:  # a repeat of a name and labels would break the exposition
+        unique.setdefault((kept.name, kept.labels), kept)
+    samples.extend(unique.values())
     return DcgmReading(gpus, samples)
 
 
