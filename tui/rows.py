@@ -65,9 +65,10 @@ def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ..
     memory = bar(used / total if used is not None and total else None, 8) + Text(
         f" {used / GIB:.0f}/{total / GIB:.0f}G" if used is not None and total else ""
     )
-    watts = bar(power / limit if power is not None and limit else None, 8) + Text(
-        f" {power:.0f}/{limit:.0f}W" if power is not None and limit else ""
-    )
+    if power is not None and limit:
+        watts = bar(power / limit, 8) + Text(f" {power:.0f}/{limit:.0f}W")
+    else:  # no limit known (dcgm-exporter's default fields have none): the watts alone
+        watts = Text("-" if power is None else f"{power:.0f}W")
     temp_text = Text(
         "-" if temp is None else f"{temp:.0f}°C", style="red" if temp and temp >= 85 else ""
     )
@@ -144,7 +145,7 @@ EVENT_COLUMNS = ("Time", "Kind", "GPU", "What")
 def process_cells(p: dict[str, Any]) -> tuple[str, ...]:
     memory = p.get("gpu_memory_bytes")
     return (
-        str(p["pid"]),
+        str(p["pid"]) if p["pid"] else "-",  # 0: a pod named by dcgm-exporter, no process
         p["name"],
         p["user"],
         "-" if memory is None else f"{memory / GIB:.1f}G",

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
 from gpuwatch.tui.fleet_table import FleetTable
+from gpuwatch.tui.rows import GPU_COLUMNS, gpu_cells, process_cells
 from textual.widgets import DataTable, Static
 
 from tests.tui_fixtures import FixedSource, healthy, snapshot
@@ -128,3 +129,21 @@ def test_fleet_view_in_the_light_theme_snapshot(snap_compare: Any) -> None:
         await settled(pilot)
 
     assert snap_compare(fleet_of_twelve(), terminal_size=SIZE, run_before=light)
+
+
+def test_power_without_a_known_limit_shows_the_watts() -> None:
+    """dcgm-exporter's default fields have no power limit: the draw is still shown."""
+    gpu = {"index": 0, "status": "ok", "metrics": {"power_watts": 612.3}}
+    cells = gpu_cells(gpu, [])
+    assert str(cells[GPU_COLUMNS.index("Power")]) == "612W"
+    with_limit = gpu_cells(
+        {**gpu, "metrics": {"power_watts": 350.0, "power_limit_watts": 700.0}}, []
+    )
+    assert str(with_limit[GPU_COLUMNS.index("Power")]).endswith(" 350/700W")
+
+
+def test_a_pod_from_dcgm_exporter_has_no_pid_to_show() -> None:
+    pod = {"pid": 0, "name": "trainer", "user": "ml-research", "gpu_memory_bytes": None,
+           "job": "Kubernetes pod llama-0 of ml-research"}  # fmt: skip
+    assert process_cells(pod)[:2] == ("-", "trainer")
+    assert process_cells({**pod, "pid": 4242})[0] == "4242"
