@@ -64,10 +64,10 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
     active_at = datetime.fromisoformat(alert["activeAt"].replace("Z", "+00:00"))
     assert 0 <= (active_at - event_at).total_seconds() < 1.0
 
-    metrics = parse_metrics(daemon.metrics())
-    assert [labels for labels, _ in metrics["gpuwatch_alerts"]] == [
-        {**alert["labels"], "alertstate": "firing"}
-    ]
+    # The API shows the alert as soon as the rules thread has evaluated it; its series reach
+    # the store (and /metrics) when that evaluation is committed, back on the event loop.
+    exported = wait_for(lambda: parse_metrics(daemon.metrics()).get("gpuwatch_alerts"), 5)
+    assert [labels for labels, _ in exported] == [{**alert["labels"], "alertstate": "firing"}]
     groups = daemon.json("/api/v1/rules")["data"]["groups"]
     assert {g["name"]: g["interval"] for g in groups} == {
         "gpuwatch-hardware": 5.0,
