@@ -27,8 +27,8 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.inventory import Inventory
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
-from gpuwatch.processes import jobs_text
-from gpuwatch.xid import lookup
+from gpuwatch.processes import with_jobs
+from gpuwatch.xid import xid_event_text
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +164,7 @@ class DcgmSource:
                     )
                 continue
             if code and code != before:
-                xid = lookup(code)
-                message = f"XID {code} on GPU {index}: {xid.meaning}"
-                jobs = jobs_text(gpu.processes)
-                data = xid.as_data()
-                if jobs:
-                    message, data = f"{message}, running {jobs}", {**data, "job": jobs}
+                message, data = with_jobs(*xid_event_text(code, index), gpu.processes)
                 log.warning("%s uuid=%s (from dcgm-exporter)", message, uuid)
                 self._on_event(Event(now, "xid", index, uuid, message, data))
 

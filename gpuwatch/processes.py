@@ -71,6 +71,16 @@ def jobs_text(processes: Iterable[GpuProcess]) -> str:
     return "; ".join(sorted({p.job for p in processes if p.job}))
 
 
+def with_jobs(
+    message: str, data: dict[str, int | float | str], processes: Iterable[GpuProcess]
+) -> tuple[str, dict[str, int | float | str]]:
+    """An event's message and data naming whose work it hit (unchanged when no job is known)."""
+    jobs = jobs_text(processes)
+    if not jobs:
+        return message, data
+    return f"{message}, running {jobs}", {**data, "job": jobs}
+
+
 def job_from_cgroup(text: str) -> tuple[str, str]:
     for kind, pattern in CGROUP_JOBS:
         found = pattern.search(text)

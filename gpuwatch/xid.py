@@ -96,3 +96,9 @@ def lookup(code: int) -> Xid:
         "unknown",
         "Check `dmesg` for the driver's text and NVIDIA's XID documentation for this driver.",
     )
+
+
+def xid_event_text(code: int, gpu: int | None) -> tuple[str, dict[str, int | float | str]]:
+    """The journal message and data of an XID event, whichever source saw it."""
+    xid = lookup(code)
+    return f"XID {code} on GPU {gpu}: {xid.meaning}", xid.as_data()

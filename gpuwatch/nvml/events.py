@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.nvml.device import RECOVERY_ACTIONS, NvmlModule, handle_key
-from gpuwatch.xid import lookup
+from gpuwatch.xid import xid_event_text
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,7 @@ def describe(
 ) -> tuple[str, str, dict[str, int | float | str]]:
     """(kind, message, data) of the journal entry for one NVML event."""
     if event_type & nvml.nvmlEventTypeXidCriticalError:
-        xid = lookup(data)
-        return "xid", f"XID {data} on GPU {gpu}: {xid.meaning}", xid.as_data()
+        return "xid", *xid_event_text(data, gpu)
     if event_type & nvml.nvmlEventTypeDoubleBitEccError:
         return "ecc", f"GPU {gpu}: uncorrectable (double-bit) ECC error", {"type": "dbe"}
     if event_type & getattr(nvml, "nvmlEventTypeSingleBitEccErrorStorm", 0):

@@ -22,7 +22,7 @@ from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuSta
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
-from gpuwatch.processes import GpuProcess, ProcessLookup, jobs_text
+from gpuwatch.processes import GpuProcess, ProcessLookup, jobs_text, with_jobs
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +202,7 @@ class NvmlSource:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
         kind, message, fields = describe(self._nvml, index, event_type, data)
-        jobs = jobs_text(gpu.processes) if gpu else ""
-        if jobs:  # whose work this hit
-            message, fields = f"{message}, running {jobs}", {**fields, "job": jobs}
+        message, fields = with_jobs(message, fields, gpu.processes if gpu else ())
         log.warning("%s uuid=%s", message, uuid)
         self._on_event(Event(self._clock.now(), kind, index, uuid, message, fields))
 
