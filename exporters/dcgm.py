@@ -146,6 +146,7 @@ RETIRED_PENDING_FIELDS = frozenset(
     {"DCGM_FI_DEV_RETIRED_PENDING", "DCGM_FI_DEV_PAGE_RETIRED_PENDING"}
 )
 FB_FREE, FB_RESERVED = "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
+# Each MIG instance's own framebuffer: summed over a GPU's instances (the others repeat the GPU).
 MIG_SUMMED = frozenset({"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_TOTAL", FB_FREE, FB_RESERVED})
 
 # Labels that identify a GPU, the host, the pod or the MIG instance: what a pass-through series
@@ -205,7 +206,17 @@ def read_dcgm(text: str) -> DcgmReading:
         raise DcgmFormatError(str(exc)) from exc
     gpus: dict[str, DcgmGpu] = {}
     mapped: dict[tuple[str, Labels], float] = {}  # summed over MIG instances where they add up
-    seen_instance: set[tuple[str, Labels]] = set()
+    seen_instance: set[tuple[str, str, str]] = set()
+
+    def first_from_instance(name: str, uuid: str, labels: dict[str, str]) -> bool:
+        """True the first time this field is seen from this GPU instance (or whole GPU):
+        pod labels can repeat an instance's series, which must not be summed twice."""
+        instance = (name, uuid, labels.get("GPU_I_ID", ""))
+        if instance in seen_instance:
+            return False
+        seen_instance.add(instance)
+        return True
+
     passed: list[Sample] = []
     fb_free: dict[str, float] = {}
     fb_reserved: dict[str, float] = {}
@@ -244,9 +255,7 @@ def read_dcgm(text: str) -> DcgmReading:
                 mapped[(m.RETIRED_PAGES_PENDING, base)] = 1.0 if value > 0 else 0.0
             elif name in (FB_FREE, FB_RESERVED):
                 target = fb_free if name == FB_FREE else fb_reserved
-                instance = (name, (*base, ("GPU_I_ID", labels.get("GPU_I_ID", ""))))
-                if instance not in seen_instance:
-                    seen_instance.add(instance)
+                if first_from_instance(name, uuid, labels):
                     target[uuid] = target.get(uuid, 0.0) + value
             elif (f := FIELDS.get(name)) is not None:
                 if f.metric == m.MEMORY_TEMPERATURE and value == 0.0:
@@ -255,9 +264,7 @@ def read_dcgm(text: str) -> DcgmReading:
                 if f.metric == m.NVLINK_ERRORS and f.labels[0][1] != "all":
                     per_link.add((uuid, f.labels[1][1]))
                 if name in MIG_SUMMED:
-                    instance = (name, (*key[1], ("GPU_I_ID", labels.get("GPU_I_ID", ""))))
-                    if instance not in seen_instance:
-                        seen_instance.add(instance)
+                    if first_from_instance(name, uuid, labels):
                         mapped[key] = mapped.get(key, 0.0) + value * f.scale
                 else:
                     mapped.setdefault(key, value * f.scale)
