@@ -8,6 +8,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 from gpuwatch import metrics as m
 from gpuwatch.acks import AckStore
@@ -178,7 +179,7 @@ class Daemon:
         self.last_cycle_end = ended
         self.cycles += 1
         gpu_verdicts, verdict = self.judge.judge(
-            ended, self.source.backend, batch.gpus, [*batch.samples, *batch.slow]
+            ended, self.source.backend, batch.gpus, chain(batch.samples, batch.slow)
         )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [

@@ -7,6 +7,7 @@ rates, resets, acknowledgements). Thresholds follow NVIDIA's DCGM health watches
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -106,7 +107,7 @@ class GpuFacts:
     pcie_width: float = 0.0
 
 
-def gpu_facts(samples: list[Sample]) -> dict[str, GpuFacts]:
+def gpu_facts(samples: Iterable[Sample]) -> dict[str, GpuFacts]:
     """uuid -> the fault facts of this batch."""
     out: dict[str, GpuFacts] = {}
     for name, labels, value in samples:

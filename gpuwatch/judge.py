@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from gpuwatch.acks import AckStore
@@ -132,7 +133,7 @@ class HealthJudge:
         self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
 
     def judge(
-        self, now: float, backend: BackendState, gpus: list[GpuState], samples: list[Sample]
+        self, now: float, backend: BackendState, gpus: list[GpuState], samples: Iterable[Sample]
     ) -> tuple[dict[int, Verdict], Verdict]:
         facts = gpu_facts(samples)
         verdicts = {
