@@ -37,7 +37,7 @@ from gpuwatch.notify.db import NotifyDb, Outgoing
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.runner import start
-from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Fault, load_scenario
 
 
@@ -66,8 +66,9 @@ async def one_run(receiver: Receiver) -> list[float]:
     faults = tuple(Fault("xid", gpu=g, at=1.0 + 0.5 * g, code=79) for g in range(8))
     scenario = replace(load_scenario("healthy"), faults=faults)
     clock = SystemClock()
-    nvml = FakeNvml(scenario, clock)
-    injected = {g: nvml.node.start + 1.0 + 0.5 * g for g in range(8)}
+    library = SimulatedNvml(scenario, clock)
+    nvml = library.install()  # the real pynvml over the simulated library
+    injected = {g: library.node.start + 1.0 + 0.5 * g for g in range(8)}
     ops = ReceiverConfig("ops", "webhook", Secret(receiver.url, "inline"))
     before = len(receiver.arrivals)
     with tempfile.TemporaryDirectory() as state:

@@ -20,7 +20,7 @@ from gpuwatch.config import SamplingConfig
 from gpuwatch.model import Sample
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.store import Store
 
@@ -31,7 +31,9 @@ ROUNDS = 61  # cycles timed after the first; the 15 s groups run 4 times
 async def one_batch(gpus: int) -> list[Sample]:
     scenario = load_scenario("healthy").with_gpus(gpus)
     clock = ManualClock()
-    source = NvmlSource(FakeNvml(scenario, clock), clock, SamplingConfig(), lambda e: None)
+    source = NvmlSource(
+        SimulatedNvml(scenario, clock).install(), clock, SamplingConfig(), lambda e: None
+    )
     await source.start()
     batch = await source.collect()
     await source.stop()

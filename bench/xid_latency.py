@@ -19,7 +19,7 @@ from gpuwatch.clock import SystemClock
 from gpuwatch.config import Config
 from gpuwatch.model import Event
 from gpuwatch.runner import start
-from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Fault, load_scenario
 
 XIDS = 10
@@ -32,8 +32,9 @@ async def run() -> tuple[list[float], list[float]]:
     )
     scenario = replace(load_scenario("healthy"), faults=faults)
     clock = SystemClock()
-    nvml = FakeNvml(scenario, clock)
-    injected = {(f.gpu, f.code): nvml.node.start + f.at for f in faults}
+    library = SimulatedNvml(scenario, clock)
+    nvml = library.install()  # the real pynvml over the simulated library
+    injected = {(f.gpu, f.code): library.node.start + f.at for f in faults}
     journal_ms: list[float] = []
     alert_ms: list[float] = []
     with tempfile.TemporaryDirectory() as state:

@@ -23,9 +23,8 @@ from gpuwatch import __version__, logs
 from gpuwatch.client_tls import open_url, redact, tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
-from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
-from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.units import parse_listen
 from gpuwatch.yamlfile import FileError
@@ -184,10 +183,13 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
 
 def _simulated(
     scenario_name: str, speed: float, state_dir: str | None = None
-) -> tuple[NvmlModule, Clock]:
+) -> tuple[SimulatedNvml, Clock]:
+    """A simulated node's NVML library, installed beneath the real pynvml."""
     scenario = load_scenario(scenario_name)
     clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
-    return FakeNvml(scenario, clock), clock
+    library = SimulatedNvml(scenario, clock)
+    library.install()
+    return library, clock
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -203,8 +205,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--speed must be greater than zero")
         if args.speed != 1.0 and not args.simulate:
             raise ValueError("--speed only applies with --simulate")
+        simulated: SimulatedNvml | None = None
         if args.simulate:
-            nvml, clock = _simulated(args.simulate, args.speed, config.state_dir)
+            simulated, clock = _simulated(args.simulate, args.speed, config.state_dir)
+            nvml = real_nvml()
         elif config.sources.dcgm_url is not None:
             nvml, clock = None, SystemClock()  # NVML is not loaded at all
         else:
@@ -215,11 +219,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     logs.setup(config.log.level, config.log.format)
     alongside = None
-    if isinstance(nvml, FakeNvml):  # a simulated node, with its training job if it has one
+    if simulated is not None:  # a simulated node, with its training job if it has one
         from gpuwatch.sim.jobrun import run_simulated_job
 
+        node = simulated
+
         def alongside(running: Running) -> Coroutine[Any, Any, None]:
-            return run_simulated_job(running, nvml, args.simulate)
+            return run_simulated_job(running, node, args.simulate)
 
     try:
         asyncio.run(serve(config, nvml, clock, alongside))
@@ -238,7 +244,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     try:
         parse_listen(args.listen)
-        nvml, clock = _simulated(args.scenario, args.speed)
+        simulated, clock = _simulated(args.scenario, args.speed)
     except (FileError, ValueError) as exc:
         return _fail(str(exc))
     state_dir = tempfile.mkdtemp(prefix="gpuwatch-demo-")
@@ -254,8 +260,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(header, style="dim")
         from gpuwatch.sim.jobrun import run_simulated_job
 
-        assert isinstance(nvml, FakeNvml)  # the demo is always simulated
-        job = asyncio.create_task(run_simulated_job(running, nvml, args.scenario))
+        job = asyncio.create_task(run_simulated_job(running, simulated, args.scenario))
         try:
             if args.once:
                 await asyncio.sleep(3)
@@ -274,14 +279,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open(log_path, "a", encoding="utf-8") as log_file:
         logs.setup("info", "logfmt", log_file)
         try:
-            asyncio.run(serve(config, nvml, clock, show))
+            asyncio.run(serve(config, real_nvml(), clock, show))
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
                 return _fail(str(exc), 1)
             # The default port is taken (a daemon already runs here?): take any free one.
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
-            nvml, clock = _simulated(args.scenario, args.speed)
-            asyncio.run(serve(config, nvml, clock, show))
+            simulated, clock = _simulated(args.scenario, args.speed)
+            asyncio.run(serve(config, real_nvml(), clock, show))
         except StartupError as exc:
             return _fail(str(exc), 1)
     return 0

@@ -30,6 +30,12 @@ DEGRADING_REASONS = {
     "hw_power_brake": "the external power brake is asserted",
 }
 
+# NVLink error types (gpuwatch_gpu_nvlink_errors_total's `type`): CRC-like errors, warned on
+# and a failure at 100/s (NVLink5's "effective" errors are what FEC could not correct), and
+# replay/recovery, a failure at any count. NVLink5's FEC-corrected symbol errors are neither.
+NVLINK_CRC_TYPES = frozenset({"crc_flit", "crc_data", "effective"})
+NVLINK_FAILURE_TYPES = frozenset({"replay", "recovery", "link_recovery", "link_recovery_failed"})
+
 RETIRED_PAGES_LIMIT = 63  # DCGM: retired pages (SBE + DBE) at or above this is a failure
 REMAPPED_UNCORRECTABLE_LIMIT = 512  # DCGM: uncorrectable remapped rows at or above: warning
 
@@ -38,7 +44,29 @@ RECOVERY_ACTIONS = {
     "node_reboot": (Health.UNHEALTHY, "drain the node and reboot it"),
     "drain_and_reset": (Health.UNHEALTHY, "drain the node, then reset the GPU"),
     "drain_p2p": (Health.DEGRADED, "let jobs finish, start no peer-to-peer work, then reset"),
+    "recover_imex_domain": (
+        Health.UNHEALTHY,
+        "drain the IMEX domain's jobs and restart its IMEX daemons (nvidia-imex)",
+    ),
+    "bus_reset": (Health.UNHEALTHY, "drain the GPU's jobs and reset its PCIe bus"),
+    "system_reboot": (Health.UNHEALTHY, "drain the node and reboot it"),
 }
+# What to do about a GPU whose NVML calls answer an error, by the error's nvml.h name (the
+# failing GPU's reason names it).
+NVML_ERROR_ACTIONS = {
+    "NVML_ERROR_RESET_REQUIRED": (
+        "drain the GPU's jobs and reset the GPU (nvidia-smi -r); reboot if the reset fails"
+    ),
+    "NVML_ERROR_CORRUPTED_INFOROM": "drain the GPU and RMA it: its infoROM is corrupt",
+}
+DEFAULT_NVML_ERROR_ACTION = (
+    "drain the node; check the kernel log (dmesg | grep -i nvrm) and reset the GPU, or reboot"
+)
+
+
+def _nvml_error_action(reason: str) -> str:
+    return next((a for name, a in NVML_ERROR_ACTIONS.items() if name in reason),
+                DEFAULT_NVML_ERROR_ACTION)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +170,10 @@ def gpu_facts(samples: Iterable[Sample]) -> dict[str, GpuFacts]:
             if value == 0.0:
                 facts.links_down.append(d.get("link", "?"))
         elif name == m.NVLINK_ERRORS:
-            if d.get("type", "").startswith("crc"):
+            kind = d.get("type", "")
+            if kind in NVLINK_CRC_TYPES:
                 facts.nvlink_crc += value
-            else:
+            elif kind in NVLINK_FAILURE_TYPES:
                 facts.nvlink_replay_recovery += value
         elif name == m.PCIE_REPLAYS:
             facts.pcie_replays = value
@@ -278,6 +307,13 @@ def status_cause(gpu: GpuState) -> Cause | None:
             Health.UNHEALTHY,
             f"is lost: {gpu.reason}",
             "drain the node and reboot it; reseat or RMA the GPU if it stays lost",
+        )
+    if gpu.status == GpuStatus.FAILING:
+        return Cause(
+            "gpu-nvml-error",
+            Health.UNHEALTHY,
+            f"is failing: {gpu.reason}",
+            _nvml_error_action(gpu.reason),
         )
     if gpu.status == GpuStatus.UNRESPONSIVE:
         return Cause(

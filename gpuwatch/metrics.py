@@ -60,6 +60,9 @@ RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
 RULES_LAST_RELOAD_SUCCESSFUL = "gpuwatch_rules_last_reload_successful"
 GPU_PROCESSES = "gpuwatch_gpu_processes"
 PROCESS_GPU_MEMORY = "gpuwatch_process_gpu_memory_bytes"
+INSTANCE_MEMORY_USED = "gpuwatch_gpu_instance_memory_used_bytes"
+INSTANCE_MEMORY_TOTAL = "gpuwatch_gpu_instance_memory_total_bytes"
+INSTANCE_PROCESSES = "gpuwatch_gpu_instance_processes"
 NOTIFICATIONS = "gpuwatch_notifications_total"
 OUTBOX_PENDING = "gpuwatch_outbox_pending"
 
@@ -114,6 +117,9 @@ _DEFS = [
         RULES_LAST_RELOAD_SUCCESSFUL, "gauge", "1 when the last load of the rule files worked."
     ),
     MetricDef(GPU_PROCESSES, "gauge", "Compute processes running on the GPU."),
+    MetricDef(INSTANCE_MEMORY_USED, "gauge", "Memory in use in a MIG GPU instance."),
+    MetricDef(INSTANCE_MEMORY_TOTAL, "gauge", "Memory of a MIG GPU instance."),
+    MetricDef(INSTANCE_PROCESSES, "gauge", "Compute processes running in a MIG GPU instance."),
     MetricDef(
         PROCESS_GPU_MEMORY,
         "gauge",

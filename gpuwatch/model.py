@@ -23,6 +23,7 @@ class GpuStatus(StrEnum):
     OK = "ok"
     LOST = "lost"
     UNRESPONSIVE = "unresponsive"
+    FAILING = "failing"  # it answers, but with errors: nothing could be read, or reset it
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +44,34 @@ class GpuInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG GPU instance as last read; None where its driver did not say."""
+
+    gpu_instance_id: int
+    profile: str  # 3g.40gb
+    uuid: str
+    memory_used: float | None
+    memory_total: float | None
+    pids: tuple[int, ...] | None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "gpu_i_id": self.gpu_instance_id,
+            "gpu_i_profile": self.profile,
+            "uuid": self.uuid,
+            "memory_used_bytes": self.memory_used,
+            "memory_total_bytes": self.memory_total,
+            "pids": list(self.pids) if self.pids is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class GpuState:
     info: GpuInfo
     status: GpuStatus
     reason: str = ""
     processes: tuple[GpuProcess, ...] = ()  # as last read; kept while the GPU is lost
+    instances: tuple[MigInstance, ...] = ()  # MIG GPU instances, as last read
 
     @property
     def jobs(self) -> str:

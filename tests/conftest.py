@@ -10,12 +10,16 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuwatch.clock import Clock
+from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.scenario import Scenario
 
 SERVING = re.compile(r"gpuwatch serving on ([\d.]+):(\d+)")
 
@@ -112,6 +116,25 @@ def stop_daemon(daemon: DaemonProcess) -> int:
     except subprocess.TimeoutExpired:
         daemon.proc.kill()
         raise
+
+
+Simulate = Callable[..., SimulatedNvml]
+
+
+@pytest.fixture
+def simulate() -> Iterator[Simulate]:
+    """Installs a simulated node's NVML library beneath the real pynvml (one at a time, as
+    pynvml has one library); pynvml looks for the real one again after the test."""
+
+    def install(
+        scenario: Scenario, clock: Clock, kind: type[SimulatedNvml] = SimulatedNvml
+    ) -> SimulatedNvml:
+        library = kind(scenario, clock)
+        library.install()
+        return library
+
+    yield install
+    SimulatedNvml.uninstall()
 
 
 @pytest.fixture

@@ -1,1 +1,1 @@
-"""The NVML source: GPU sampling through pynvml (or the simulator's fake of it)."""
+"""The NVML source: GPU sampling through pynvml."""

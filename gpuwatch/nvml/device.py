@@ -2,13 +2,17 @@
 
 Fields come in two tiers. The fast tier (temperatures, power, utilization, memory used, clocks,
 throttle reasons, energy) is read every cycle. The slow tier (ECC, retired pages, row
-remapping, PCIe and NVLink counters and states, limits, processes) moves slowly or is judged
-over minutes, and is read only when the caller asks: at 10 Hz it is most of the fields, and
-reading it every cycle would cost several times the fast tier for nothing anyone could see.
+remapping, PCIe and NVLink counters and states, limits, processes, MIG instances) moves slowly
+or is judged over minutes, and is read only when the caller asks.
 
-A value NVML does not support on this GPU (NotSupported, FunctionNotFound) is absent from the
-output, never 0 or NaN; it is logged once and not asked for again. A GpuIsLost from any call
-propagates: the whole GPU is lost, not one field.
+Drivers and pynvml releases differ in which calls they have. A value with a newer and an older
+call (clock event reasons and throttle reasons, memory v2 and v1, ...) is read through the
+first one this pair answers. A value neither answers (NOT_SUPPORTED, FUNCTION_NOT_FOUND, or
+pynvml's NVMLLibraryMismatchError, which is not an NVMLError) is absent from the output, never
+0 or NaN; it is logged once and asked for again every RECHECK_S, since MIG mode, a driver
+upgrade or a transient state can change the answer. A GpuIsLost from any call propagates:
+the whole GPU is lost, not one field. A read whose calls all fail, or any call answering
+RESET_REQUIRED, is a GPU that cannot be used: NvmlGpuError.
 """
 
 from __future__ import annotations
@@ -16,36 +20,36 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
-from gpuwatch.model import GpuInfo, Labels, Sample
+from gpuwatch.model import GpuInfo, MigInstance, Sample
 from gpuwatch.nvml.fallbacks import Reader, fallback_reader
+from gpuwatch.nvml.fields import CLOCK_EVENT_REASONS, FieldPlan, FieldValues, plan_fields
+from gpuwatch.nvml.mig import InstanceHandle, find_instances
 from gpuwatch.processes import GpuProcess, ProcessLookup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-NvmlModule = Any  # the pynvml module, or the simulator's FakeNvml: same names, same behaviour
+NvmlModule = Any  # the pynvml module (over the driver's library, or the simulated one)
 
-CLOCK_EVENT_REASONS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clock_setting"),
-)
-RECOVERY_ACTIONS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")
-# Legacy per-link CRC data counters exist for links 0-11 only; NVLink4+ parts do not report them.
-LEGACY_LINKS = 12
+RECHECK_S = 300.0  # how often values a GPU did not answer are asked for again
+ERROR_RESET_REQUIRED = 16  # nvml.h: the GPU requires a reset before it can be used again
+ERROR_OTHER = -1  # a failure that is not an NVML error (pynvml raised something else)
+VIRTUALIZATION_VGPU = 2  # nvmlGpuVirtualizationMode_t: this is a guest with a vGPU
+
+
+class NvmlGpuError(Exception):
+    """The GPU answers NVML with errors: nothing could be read, or it needs a reset."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
 
 
 def handle_key(handle: Any) -> int:
@@ -57,53 +61,28 @@ def as_text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def value_members(nvml: NvmlModule) -> dict[int, str]:
-    """NVML value type -> the member of the nvmlValue_t union that holds it."""
-    return {
-        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-    }
+def missing_errors(nvml: NvmlModule) -> tuple[type[BaseException], ...]:
+    """What a driver or pynvml without a call (or without it for this GPU) raises."""
+    names = (
+        "NVMLError_NotSupported",
+        "NVMLError_FunctionNotFound",
+        "NVMLError_ArgumentVersionMismatch",
+        "NVMLLibraryMismatchError",  # pynvml >= 12.550, for an unversioned call it lacks
+    )
+    return tuple(cls for name in names if isinstance(cls := getattr(nvml, name, None), type))
 
 
-class FieldValues:
-    """Reads entries of an nvmlFieldValue_t array.
-
-    pynvml's structs override __getattribute__ (to decode strings); reading through the ctypes
-    field descriptors skips that, which matters at ~150 fields per GPU per cycle.
-    """
-
-    def __init__(self, nvml: NvmlModule) -> None:
-        cls = nvml.c_nvmlFieldValue_t
-        self._return = cls.nvmlReturn.__get__
-        self._type = cls.valueType.__get__
-        self._value = cls.value.__get__
-        self._members = value_members(nvml)
-
-    def returned(self, fv: Any) -> int:
-        return int(self._return(fv))
-
-    def value(self, fv: Any) -> float:
-        return float(getattr(self._value(fv), self._members.get(self._type(fv), "ullVal")))
+def error_code(exc: BaseException) -> int:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else ERROR_OTHER
 
 
-@dataclass(frozen=True, slots=True)
-class _FieldPlan:
-    """One requested field value and how it becomes a sample (or several, for one-hot fields)."""
-
-    request: int | tuple[int, int]
-    name: str
-    labels: Labels
-    scale: float = 1.0
-    one_hot: tuple[str, ...] = ()
-    slow: bool = True  # read only in the slow tier (most fields: counters and states)
-
-
-def open_device(nvml: NvmlModule, index: int, lookup: ProcessLookup | None = None) -> DeviceReader:
+def open_device(
+    nvml: NvmlModule,
+    index: int,
+    lookup: ProcessLookup | None = None,
+    now: Callable[[], float] = time.monotonic,
+) -> DeviceReader:
     """Open GPU `index` and read what identifies it. Runs in a worker thread. `lookup` is
     shared between a node's GPUs: one process often holds several."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -116,7 +95,7 @@ def open_device(nvml: NvmlModule, index: int, lookup: ProcessLookup | None = Non
             return fn()
         except nvml.NVMLError_GpuIsLost:
             raise
-        except nvml.NVMLError:
+        except (nvml.NVMLError, *missing_errors(nvml)):
             return default
 
     def link_count() -> int:
@@ -140,8 +119,9 @@ def open_device(nvml: NvmlModule, index: int, lookup: ProcessLookup | None = Non
     serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)), "")
     vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)), "")
     links = optional(link_count, 0)
+    vgpu = optional(lambda: nvml.nvmlDeviceGetVirtualizationMode(handle), 0)
     info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
-    return DeviceReader(nvml, handle, info, lookup)
+    return DeviceReader(nvml, handle, info, lookup, now=now, vgpu_guest=vgpu == VIRTUALIZATION_VGPU)
 
 
 _LINK_LABEL = re.compile(r"'link': '\d+', ")
@@ -155,160 +135,155 @@ def _per_link_folded(items: list[str]) -> list[str]:
 
 class _FieldSet:
     """One tier's fields, asked for in one nvmlDeviceGetFieldValues call. A field the driver
-    refuses moves to `fallbacks` (read through its older call) or is dropped."""
+    refuses moves to `fallbacks` (read through its older call) or is dropped, until the next
+    recheck puts it back."""
 
-    __slots__ = ("fallbacks", "plans", "requests")
+    __slots__ = ("all_plans", "fallbacks", "plans", "requests")
 
-    def __init__(self, plans: list[_FieldPlan]) -> None:
+    def __init__(self, plans: list[FieldPlan]) -> None:
+        self.all_plans = plans
         self.plans = plans
         self.requests = [f.request for f in plans]
-        self.fallbacks: list[tuple[_FieldPlan, Reader]] = []
+        self.fallbacks: list[tuple[FieldPlan, Reader]] = []
 
-    def keep(self, plans: list[_FieldPlan]) -> None:
+    def keep(self, plans: list[FieldPlan]) -> None:
         self.plans = plans
         self.requests = [f.request for f in plans]
+
+    def reset(self) -> None:
+        self.keep(self.all_plans)
+        self.fallbacks = []
 
 
 class DeviceReader:
     def __init__(
-        self, nvml: NvmlModule, handle: Any, info: GpuInfo, lookup: ProcessLookup | None = None
+        self,
+        nvml: NvmlModule,
+        handle: Any,
+        info: GpuInfo,
+        lookup: ProcessLookup | None = None,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        vgpu_guest: bool = False,
     ) -> None:
         self.nvml = nvml
         self.handle = handle
         self.info = info
-        self._unsupported: set[str] = set()
+        self._now = now
+        self._vgpu_guest = vgpu_guest
+        self._missing = missing_errors(nvml)
+        self._retired: set[str] = set()  # values nothing answers, until the next recheck
+        self._choice: dict[str, int] = {}  # which of a value's calls this driver answers
+        self._logged_unsupported: set[str] = set()
         self._newly_unsupported: list[str] = []
         self._reported: set[tuple[str, str]] = set()
+        self._errors: list[int] = []  # this read's failed calls, by NVML error code
+        self._answered = 0  # this read's calls that answered
+        self._next_recheck = now() + RECHECK_S
         base = info.labels
         self._labels = base
         self._reason_labels = [
             (bit, (*base, ("reason", reason))) for bit, reason in CLOCK_EVENT_REASONS
         ]
         self._supported_reasons: int | None = None
-        plans = self._plan_fields(nvml, base, info.nvlink_count)
+        plans = plan_fields(nvml, base, info.nvlink_count)
         self._fast_fields = _FieldSet([f for f in plans if not f.slow])
         self._slow_fields = _FieldSet([f for f in plans if f.slow])
         self._lookup = lookup if lookup is not None else ProcessLookup()
         self.processes: tuple[GpuProcess, ...] = ()
+        self.instances: tuple[MigInstance, ...] = ()
+        self._mig_handles: list[InstanceHandle] = []
+        self._mig_mode: int | None = None
         self._field_values = FieldValues(nvml)
         self._no_such_field = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             nvml.NVML_ERROR_INVALID_ARGUMENT,
         }
-
-    @staticmethod
-    def _plan_fields(nvml: NvmlModule, base: Labels, links: int) -> list[_FieldPlan]:
-        ecc, retired, remap = m.ECC_ERRORS, m.RETIRED_PAGES, m.REMAPPED_ROWS
-        plan = [
-            _FieldPlan(
-                nvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
-                ecc,
-                (*base, ("type", "corrected"), ("scope", "volatile")),
-            ),
-            _FieldPlan(
-                nvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-                ecc,
-                (*base, ("type", "uncorrected"), ("scope", "volatile")),
-            ),
-            _FieldPlan(
-                nvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
-                ecc,
-                (*base, ("type", "corrected"), ("scope", "aggregate")),
-            ),
-            _FieldPlan(
-                nvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-                ecc,
-                (*base, ("type", "uncorrected"), ("scope", "aggregate")),
-            ),
-            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_SBE, retired, (*base, ("cause", "sbe"))),
-            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_DBE, retired, (*base, ("cause", "dbe"))),
-            _FieldPlan(nvml.NVML_FI_DEV_RETIRED_PENDING, m.RETIRED_PAGES_PENDING, base),
-            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_COR, remap, (*base, ("type", "correctable"))),
-            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_UNC, remap, (*base, ("type", "uncorrectable"))),
-            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_PENDING, m.ROW_REMAP_PENDING, base),
-            _FieldPlan(nvml.NVML_FI_DEV_REMAPPED_FAILURE, m.ROW_REMAP_FAILED, base),
-            _FieldPlan(nvml.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base, slow=False),
-            _FieldPlan(nvml.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001, slow=False),
-            _FieldPlan(nvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
-            _FieldPlan(
-                nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
-                m.RECOVERY_ACTION,
-                base,
-                one_hot=RECOVERY_ACTIONS,
-            ),
+        self._processes_calls = self._process_calls()
+        sensor = nvml.NVML_TEMPERATURE_GPU
+        # nvmlDeviceGetTemperatureV (R570, pynvml 12.570) replaces the call NVML 13 deprecates.
+        self._temperature_calls: list[Callable[[], Any]] = [
+            partial(nvml.nvmlDeviceGetTemperature, handle, sensor)
         ]
-        for link in range(links):
-            lb = (*base, ("link", str(link)))
-            plan += [
-                _FieldPlan(
-                    (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
-                    m.NVLINK_BYTES,
-                    (*lb, ("direction", "tx")),
-                    scale=1024.0,
-                ),
-                _FieldPlan(
-                    (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link),
-                    m.NVLINK_BYTES,
-                    (*lb, ("direction", "rx")),
-                    scale=1024.0,
-                ),
-                _FieldPlan((nvml.NVML_FI_DEV_NVLINK_GET_STATE, link), m.NVLINK_LINK_UP, lb),
-                _FieldPlan(
-                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link),
-                    m.NVLINK_ERRORS,
-                    (*lb, ("type", "replay")),
-                ),
-                _FieldPlan(
-                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link),
-                    m.NVLINK_ERRORS,
-                    (*lb, ("type", "recovery")),
-                ),
-                _FieldPlan(
-                    (nvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link),
-                    m.NVLINK_ERRORS,
-                    (*lb, ("type", "crc_flit")),
-                ),
-            ]
-            if link < LEGACY_LINKS:
-                first = (
-                    nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0
-                    if link < 6
-                    else nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 - 6
-                )
-                plan.append(_FieldPlan(first + link, m.NVLINK_ERRORS, (*lb, ("type", "crc_data"))))
-        return plan
+        if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
+            self._temperature_calls.insert(
+                0, partial(nvml.nvmlDeviceGetTemperatureV, handle, sensor)
+            )
+
+    def _process_calls(self) -> tuple[Callable[[Any], Any], ...]:
+        """The calls listing compute processes, newest first: drivers before R510 lack _v3,
+        which pynvml's unversioned name calls."""
+        nvml = self.nvml
+        calls = [nvml.nvmlDeviceGetComputeRunningProcesses]
+        v2 = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+        if v2 is not None:
+            calls.append(v2)
+        return tuple(calls)
 
     # -- helpers -------------------------------------------------------------------------
-    def _unsupported_now(self, what: str) -> None:
-        self._unsupported.add(what)
-        self._newly_unsupported.append(what)
+    def _retire(self, what: str) -> None:
+        self._retired.add(what)
+        if what not in self._logged_unsupported:
+            self._logged_unsupported.add(what)
+            self._newly_unsupported.append(what)
 
-    def _failed(self, what: str, exc: Exception) -> None:
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self._errors.append(error_code(exc))
         key = (what, type(exc).__name__)
         if key not in self._reported:
             self._reported.add(key)
-            log.warning("gpu=%d uuid=%s %s failed: %s", self.info.index, self.info.uuid, what, exc)
+            nvml_error = isinstance(exc, self.nvml.NVMLError)
+            log.warning(
+                "gpu=%d uuid=%s %s failed: %s",
+                self.info.index,
+                self.info.uuid,
+                what,
+                exc,
+                exc_info=None if nvml_error else exc,
+            )
 
-    def _try(self, what: str, fn: Callable[[], Any]) -> Any:
-        """fn() or None; NotSupported/FunctionNotFound retire the call, GpuIsLost propagates."""
-        if what in self._unsupported:
+    def _try(self, what: str, *calls: Callable[[], Any]) -> Any:
+        """The first answer among `calls` (one value, newest call first), or None."""
+        if what in self._retired:
             return None
         nvml = self.nvml
-        try:
-            return fn()
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
-            self._unsupported_now(what)
-        except nvml.NVMLError_GpuIsLost:
-            raise
-        except nvml.NVMLError as exc:
-            self._failed(what, exc)
+        chosen = self._choice.get(what, 0)
+        for i in range(chosen, len(calls)):
+            try:
+                value = calls[i]()
+            except self._missing:
+                continue
+            except nvml.NVMLError_GpuIsLost:
+                raise
+            except Exception as exc:  # this call failed now; next cycle asks again
+                self._failed(what, exc)
+                return None
+            if i != chosen:
+                self._choice[what] = i
+            self._answered += 1
+            return value
+        self._retire(what)
         return None
+
+    def _recheck(self) -> None:
+        """Ask again for every value the GPU did not answer."""
+        self._next_recheck = self._now() + RECHECK_S
+        self._retired.clear()
+        self._choice.clear()
+        self._supported_reasons = None
+        self._fast_fields.reset()
+        self._slow_fields.reset()
+        self._mig_mode = None
 
     # -- sampling ------------------------------------------------------------------------
     def read(self, slow: bool = True) -> tuple[list[Sample], list[Sample] | None]:
         """One cycle's samples for this GPU: (fast tier, slow tier or None when `slow` is
         False). Runs in the GPU's worker thread."""
+        if self._now() >= self._next_recheck:
+            self._recheck()
+        self._errors.clear()
+        self._answered = 0
         nvml, h, base = self.nvml, self.handle, self._labels
         out: list[Sample] = [Sample(m.GPU_UP, base, 1.0)]
         slow_out: list[Sample] | None = [] if slow else None
@@ -317,18 +292,13 @@ class DeviceReader:
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))
 
-        add(
-            m.TEMPERATURE,
-            self._try(
-                "temperature", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
-            ),
-        )
+        add(m.TEMPERATURE, self._try("temperature", *self._temperature_calls))
         add(m.POWER, self._try("power", lambda: nvml.nvmlDeviceGetPowerUsage(h)), 0.001)
         util = self._try("utilization", lambda: nvml.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
             add(m.UTILIZATION, util.gpu, 0.01)
             add(m.MEMORY_BANDWIDTH_UTILIZATION, util.memory, 0.01)
-        mem = self._try("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(h))
+        mem = self._read_memory(h)
         if mem is not None:
             add(m.MEMORY_USED, mem.used)
             if slow_out is not None:
@@ -355,7 +325,41 @@ class DeviceReader:
                 "; ".join(_per_link_folded(self._newly_unsupported)),
             )
             self._newly_unsupported.clear()
+        self._check_errors()
         return out, slow_out
+
+    def _check_errors(self) -> None:
+        """A GPU whose calls all failed, or that asks for a reset, cannot be used."""
+        errors = self._errors
+        if not errors:
+            return
+        if ERROR_RESET_REQUIRED in errors:
+            code = ERROR_RESET_REQUIRED
+        elif self._answered == 0:
+            code = Counter(errors).most_common(1)[0][0]
+        else:
+            return
+        raise NvmlGpuError(code, self._error_text(code))
+
+    def _error_text(self, code: int) -> str:
+        if code == ERROR_OTHER:
+            return "every NVML call failed"
+        try:
+            text = as_text(self.nvml.nvmlErrorString(code))
+        except Exception:  # the library cannot say
+            text = f"error {code}"
+        names = {v: k for k, v in vars(self.nvml).items() if k.startswith("NVML_ERROR_")}
+        return f"NVML answers {text} ({names.get(code, code)})"
+
+    def _read_memory(self, h: Any, what: str = "memory") -> Any:
+        """nvmlMemory_v2 where the driver has it (R510): its `used` leaves out what the driver
+        reserves, which v1 counts (an idle H100 shows ~500 MiB used in v1)."""
+        nvml = self.nvml
+        v2 = getattr(nvml, "nvmlMemory_v2", None)
+        calls = [partial(nvml.nvmlDeviceGetMemoryInfo, h)]
+        if v2 is not None:
+            calls.insert(0, partial(nvml.nvmlDeviceGetMemoryInfo, h, v2))
+        return self._try(what, *calls)
 
     def _read_slow(self, out: list[Sample]) -> None:
         nvml, h, base = self.nvml, self.handle, self._labels
@@ -370,30 +374,68 @@ class DeviceReader:
                 out.append(Sample(name, base, float(value) * scale))
         self._read_fields(self._slow_fields, out)
         self._read_processes(out)
+        self._read_instances(out)
+
+    def _list_processes(self, what: str, handle: Any) -> list[Any] | None:
+        calls = self._processes_calls
+        found: list[Any] | None = self._try(what, *(partial(call, handle) for call in calls))
+        return found
 
     def _read_processes(self, out: list[Sample]) -> None:
-        nvml, h = self.nvml, self.handle
-        found = self._try("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h))
+        found = self._list_processes("processes", self.handle)
         if found is None:
             return
         described = (self._lookup.describe(int(p.pid), p.usedGpuMemory) for p in found)
         self.processes = tuple(p for p in described if p is not None)
         out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
 
+    def _read_instances(self, out: list[Sample]) -> None:
+        """MIG: each GPU instance's memory and processes, through its own handle."""
+        mode = self._try("mig_mode", lambda: self.nvml.nvmlDeviceGetMigMode(self.handle))
+        current = int(mode[0]) if mode is not None else 0
+        if current != self._mig_mode:
+            self._mig_mode = current
+            self._mig_handles = find_instances(self.nvml, self.handle) if current else []
+            self._reported = {k for k in self._reported if not k[0].startswith("MIG ")}
+        instances = []
+        for inst in self._mig_handles:
+            labels = (*self._labels, ("gpu_i_id", str(inst.gpu_instance_id)),
+                      ("gpu_i_profile", inst.profile))  # fmt: skip
+            mem = self._read_memory(inst.handle, f"MIG {inst.gpu_instance_id} memory")
+            found = self._list_processes(f"MIG {inst.gpu_instance_id} processes", inst.handle)
+            used = float(mem.used) if mem is not None else None
+            total = float(mem.total) if mem is not None else None
+            if used is not None and total is not None:
+                out.append(Sample(m.INSTANCE_MEMORY_USED, labels, used))
+                out.append(Sample(m.INSTANCE_MEMORY_TOTAL, labels, total))
+            pids: tuple[int, ...] | None = None
+            if found is not None:
+                pids = tuple(int(p.pid) for p in found)
+                out.append(Sample(m.INSTANCE_PROCESSES, labels, float(len(pids))))
+            instances.append(
+                MigInstance(inst.gpu_instance_id, inst.profile, inst.uuid, used, total, pids)
+            )
+        self.instances = tuple(instances)
+
     def _read_clock_events(self, out: list[Sample]) -> None:
+        """Clock event reasons (R535 and later), or the same bits under their older name,
+        throttle reasons."""
         nvml, h = self.nvml, self.handle
         if self._supported_reasons is None:
             supported = self._try(
                 "clock_event_reasons_supported",
                 lambda: nvml.nvmlDeviceGetSupportedClocksEventReasons(h),
+                lambda: nvml.nvmlDeviceGetSupportedClocksThrottleReasons(h),
             )
             if supported is None:
-                if "clock_event_reasons_supported" not in self._unsupported:
+                if "clock_event_reasons_supported" not in self._retired:
                     return  # transient failure: ask again next cycle
                 supported = 0xFFFFFFFF
             self._supported_reasons = int(supported)
         current = self._try(
-            "clock_event_reasons", lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+            "clock_event_reasons",
+            lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+            lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h),
         )
         if current is None:
             return
@@ -417,8 +459,9 @@ class DeviceReader:
 
     def _read_field_values(self, fields: _FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
-        keep: list[_FieldPlan] = []
+        keep: list[FieldPlan] = []
         success, lost, read = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST, self._field_values
+        memory_temperature = m.MEMORY_TEMPERATURE
         for plan, fv in zip(fields.plans, values, strict=True):
             ret = read.returned(fv)
             if ret == success:
@@ -433,6 +476,8 @@ class DeviceReader:
                                 1.0 if int(value) == i else 0.0,
                             )
                         )
+                elif plan.name == memory_temperature and value == 0 and self._vgpu_guest:
+                    continue  # a vGPU guest answers 0 where it has no sensor to read
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field:
@@ -445,10 +490,10 @@ class DeviceReader:
         if len(keep) != len(fields.plans):  # some fields turned out unsupported: stop asking
             fields.keep(keep)
 
-    def _refused(self, fields: _FieldSet, plan: _FieldPlan) -> None:
+    def _refused(self, fields: _FieldSet, plan: FieldPlan) -> None:
         """The driver has no such field: read it through its call where there is one."""
         reader = fallback_reader(self.nvml, self.handle, plan.request)
         if reader is not None:
             fields.fallbacks.append((plan, reader))
             return
-        self._unsupported_now(f"{plan.name}{dict(plan.labels[2:]) or ''} (field {plan.request})")
+        self._retire(plan.what)

@@ -1,4 +1,13 @@
-"""Fault events as they happen: NVML's blocking event wait, in a thread of its own."""
+"""Fault events as they happen: NVML's blocking event wait, in a thread of its own.
+
+One event set holds every watched GPU. Three things about NVML shape this (nvml.h):
+- registering a mask with one type the GPU does not support registers none of them, so each
+  GPU registers XIDs on their own first and every other type apart;
+- the wait answers GPU_IS_LOST while any GPU of the set is lost (or another error for a GPU
+  in trouble), which would cost every GPU its XIDs: on an error the waiter finds the GPUs
+  whose own wait fails, leaves them out for QUARANTINE_S, and rebuilds the set without them;
+- a set cannot drop a GPU: a change in the watched GPUs rebuilds it.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +16,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.nvml.device import RECOVERY_ACTIONS, NvmlModule, handle_key
+from gpuwatch.nvml.device import NvmlModule, handle_key
+from gpuwatch.nvml.fields import RECOVERY_ACTIONS, FieldValues
 from gpuwatch.xid import xid_event_text
 
 log = logging.getLogger(__name__)
 
 WAIT_MS = 250  # how long one wait blocks; bounds how long stop() takes
+QUARANTINE_S = 30.0  # how long a GPU whose wait fails stays out of the set
+BACKOFF_MAX_S = 30.0  # the longest pause between rebuilds when the wait keeps failing
 
 # The NVML event types gpuwatch listens for, where a GPU supports them. Single-bit ECC errors
 # are left out on purpose: one event per corrected error is noise; the storm event is the signal.
@@ -24,19 +36,18 @@ EVENT_TYPES = (
     "nvmlEventTypeDramRetirementFailure",
     "nvmlEventTypeGpuRecoveryAction",
 )
+RECOVERY_ACTION_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 
 
-def wanted_mask(nvml: NvmlModule) -> int:
+def wanted_types(nvml: NvmlModule) -> list[int]:
     """The event types above that this pynvml knows (older ones lack the newer types)."""
-    mask = 0
-    for name in EVENT_TYPES:
-        mask |= int(getattr(nvml, name, 0))
-    return mask
+    return [bit for name in EVENT_TYPES if (bit := int(getattr(nvml, name, 0)))]
 
 
 class EventWaiter:
-    """Registers every GPU for the event types above and reports each event through
-    `on_event(uuid, event_type, event_data)`; for an XID, event_data is the XID.
+    """Watches the GPUs it is given (`watch`) and reports each event through
+    `on_event(uuid, event_type, data)`: for an XID, data is the XID; for a recovery-action
+    event, the action the driver now asks for (read from its field: the event carries 0).
 
     The callback runs in this thread; it must hand the event to the event loop itself.
     """
@@ -44,70 +55,184 @@ class EventWaiter:
     def __init__(
         self,
         nvml: NvmlModule,
-        handles: dict[str, Any],
         on_event: Callable[[str, int, int], None],
+        now: Callable[[], float],
     ) -> None:
         self._nvml = nvml
-        self._handles = handles
         self._on_event = on_event
+        self._now = now
         self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._lock = threading.Lock()
+        self._wanted: dict[str, Any] = {}  # uuid -> device handle
+        self._quarantined: dict[str, float] = {}  # uuid -> until when it stays out
+        self._noted: set[str] = set()  # GPUs whose trouble was logged
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
-        self.registered: list[str] = []
+        self.registered: dict[str, int] = {}  # uuid -> the event types registered for it
+        self._field_values = FieldValues(nvml)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout: float) -> None:
         self._stop.set()
+        self._changed.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("nvml event thread did not stop within %.1fs; abandoning it", timeout)
 
-    def _register(self, event_set: Any) -> dict[int, str]:
-        nvml = self._nvml
-        by_handle: dict[int, str] = {}
-        wanted = wanted_mask(nvml)
-        for uuid, handle in self._handles.items():
-            try:
-                supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
-                mask = supported & wanted
-                if not mask:
-                    log.info("uuid=%s reports no fault events", uuid)
-                    continue
-                nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
-            except nvml.NVMLError as exc:
-                log.warning("uuid=%s cannot register for fault events: %s", uuid, exc)
-                continue
-            by_handle[handle_key(handle)] = uuid
-            self.registered.append(uuid)
-        return by_handle
+    def watch(self, handles: dict[str, Any]) -> None:
+        """Watch exactly these GPUs (uuid -> handle) from now on."""
+        with self._lock:
+            if handles.keys() == self._wanted.keys():
+                return
+            self._wanted = dict(handles)
+        self._changed.set()
 
+    # -- the event set -----------------------------------------------------------------------
+    def _register(self, event_set: Any, uuid: str, handle: Any) -> int:
+        """Register one GPU for what it supports, XIDs first; the types registered."""
+        nvml = self._nvml
+        supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
+        registered = 0
+        for bit in wanted_types(nvml):
+            if not supported & bit:
+                continue
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, bit, event_set)
+            except nvml.NVMLError_NotSupported:
+                continue
+            registered |= bit
+        if not registered:
+            log.info("uuid=%s reports no fault events", uuid)
+        return registered
+
+    def _build(self) -> tuple[Any, dict[int, tuple[str, Any]]]:
+        """A new event set with every watched GPU not in quarantine."""
+        nvml = self._nvml
+        self._changed.clear()
+        now = self._now()
+        with self._lock:
+            wanted = dict(self._wanted)
+        self._quarantined = {u: t for u, t in self._quarantined.items() if t > now}
+        event_set = nvml.nvmlEventSetCreate()
+        by_handle: dict[int, tuple[str, Any]] = {}
+        self.registered = {}
+        for uuid, handle in wanted.items():
+            if uuid in self._quarantined:
+                continue
+            try:
+                types = self._register(event_set, uuid, handle)
+            except nvml.NVMLError as exc:
+                if uuid not in self._noted:  # once, not every QUARANTINE_S
+                    log.warning("uuid=%s cannot register for fault events: %s", uuid, exc)
+                    self._noted.add(uuid)
+                self._quarantined[uuid] = now + QUARANTINE_S
+                continue
+            self._noted.discard(uuid)
+            if types:
+                by_handle[handle_key(handle)] = (uuid, handle)
+                self.registered[uuid] = types
+        return event_set, by_handle
+
+    def _free(self, event_set: Any) -> None:
+        try:
+            self._nvml.nvmlEventSetFree(event_set)
+        except self._nvml.NVMLError as exc:
+            log.debug("nvmlEventSetFree: %s", exc)
+
+    def _find_failing(self, by_handle: dict[int, tuple[str, Any]]) -> list[str]:
+        """The GPUs whose own event wait fails: each in a set of its own, waited on without
+        blocking. An event such a wait returns is delivered, not lost."""
+        nvml = self._nvml
+        failing = []
+        for uuid, handle in by_handle.values():
+            try:
+                probe = nvml.nvmlEventSetCreate()
+            except nvml.NVMLError:
+                continue
+            try:
+                self._register(probe, uuid, handle)
+                data = nvml.nvmlEventSetWait_v2(probe, 0)
+                self._deliver(data, {handle_key(handle): (uuid, handle)})
+            except nvml.NVMLError_Timeout:
+                pass
+            except nvml.NVMLError as exc:
+                if uuid not in self._noted:
+                    log.warning("uuid=%s: its fault events cannot be watched: %s", uuid, exc)
+                    self._noted.add(uuid)
+                failing.append(uuid)
+            finally:
+                self._free(probe)
+        return failing
+
+    # -- the thread ------------------------------------------------------------------------
     def _run(self) -> None:
         nvml = self._nvml
+        backoff = 1.0
+        event_set = None
+        by_handle: dict[int, tuple[str, Any]] = {}
         try:
-            event_set = nvml.nvmlEventSetCreate()
-        except nvml.NVMLError as exc:
-            log.warning("fault events unavailable: nvmlEventSetCreate failed: %s", exc)
-            return
-        try:
-            by_handle = self._register(event_set)
-            while by_handle and not self._stop.is_set():
+            while not self._stop.is_set():
+                if event_set is None or self._changed.is_set() or self._quarantine_over():
+                    if event_set is not None:
+                        self._free(event_set)
+                        event_set = None
+                    try:
+                        event_set, by_handle = self._build()
+                    except nvml.NVMLError as exc:
+                        log.warning("fault events unavailable: nvmlEventSetCreate: %s", exc)
+                        self._stop.wait(BACKOFF_MAX_S)
+                        continue
+                if not by_handle:
+                    self._changed.wait(1.0)
+                    continue
                 try:
                     data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
                 except nvml.NVMLError_Timeout:
+                    backoff = 1.0
                     continue
                 except nvml.NVMLError as exc:
-                    log.warning("nvml event wait failed: %s", exc)
-                    self._stop.wait(1.0)
+                    failing = self._find_failing(by_handle)
+                    now = self._now()
+                    for uuid in failing:
+                        self._quarantined[uuid] = now + QUARANTINE_S
+                    if not failing:  # no GPU alone fails: wait before trying again
+                        log.warning("nvml event wait failed: %s; retrying in %.0fs", exc, backoff)
+                        self._stop.wait(backoff)
+                        backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    self._changed.set()  # rebuild without the failing GPUs
                     continue
-                uuid = by_handle.get(handle_key(data.device))
-                if uuid is not None:
-                    self._on_event(uuid, int(data.eventType), int(data.eventData))
+                self._deliver(data, by_handle)
         finally:
-            try:
-                nvml.nvmlEventSetFree(event_set)
-            except nvml.NVMLError as exc:
-                log.debug("nvmlEventSetFree: %s", exc)
+            if event_set is not None:
+                self._free(event_set)
+
+    def _quarantine_over(self) -> bool:
+        now = self._now()
+        return any(until <= now for until in self._quarantined.values())
+
+    def _deliver(self, data: Any, by_handle: dict[int, tuple[str, Any]]) -> None:
+        found = by_handle.get(handle_key(data.device))
+        if found is None:
+            return
+        uuid, handle = found
+        event_type, value = int(data.eventType), int(data.eventData)
+        if event_type & int(getattr(self._nvml, "nvmlEventTypeGpuRecoveryAction", 0)):
+            value = self._recovery_action(handle)
+        self._on_event(uuid, event_type, value)
+
+    def _recovery_action(self, handle: Any) -> int:
+        """The action the driver asks for now; -1 when it cannot be read."""
+        nvml = self._nvml
+        try:
+            fv = nvml.nvmlDeviceGetFieldValues(handle, [RECOVERY_ACTION_FIELD])[0]
+        except nvml.NVMLError as exc:
+            log.warning("the recovery action cannot be read: %s", exc)
+            return -1
+        if self._field_values.returned(fv) != nvml.NVML_SUCCESS:
+            return -1
+        return int(self._field_values.value(fv))
 
 
 def describe(
@@ -131,6 +256,9 @@ def describe(
         message = f"GPU {gpu}: memory row remapping or page retirement failed"
         return "memory_retirement", message, {"outcome": "failed"}
     if event_type & getattr(nvml, "nvmlEventTypeGpuRecoveryAction", 0):
-        action = RECOVERY_ACTIONS[data] if 0 <= data < len(RECOVERY_ACTIONS) else str(data)
-        return "recovery_action", f"GPU {gpu}: the driver asks for {action}", {"action": action}
+        if 0 <= data < len(RECOVERY_ACTIONS):
+            action = RECOVERY_ACTIONS[data]
+            return "recovery_action", f"GPU {gpu}: the driver asks for {action}", {"action": action}
+        message = f"GPU {gpu}: the driver's recovery action changed (unreadable: {data})"
+        return "recovery_action", message, {"action": str(data)}
     return "nvml_event", f"GPU {gpu}: NVML event type 0x{event_type:x}", {"data": data}

@@ -1,5 +1,5 @@
 """The calls that read what a field id reads, for drivers that answer NotSupported to the field.
-NVLink throughput has no such call (its utilization counters are deprecated): it stays absent.
+NVLink throughput and NVLink5's counters have no such call: they stay absent.
 
 Field ids came in over several driver branches (remapped rows 142-145 and the recovery action
 230 are recent), while the per-purpose calls are older. The source asks for fields in one
@@ -51,6 +51,8 @@ def fallback_reader(nvml: Any, handle: Any, request: int | tuple[int, int]) -> R
         return lambda: float(len(n.nvmlDeviceGetRetiredPages(handle, cause)))
     if field_id == n.NVML_FI_DEV_RETIRED_PENDING:
         return lambda: float(n.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+    if field_id == n.NVML_FI_DEV_ENERGY:  # field 191 came with R535; the call with Volta
+        return lambda: float(n.nvmlDeviceGetTotalEnergyConsumption(handle))
     if field_id == n.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
         return lambda: float(n.nvmlDeviceGetPcieReplayCounter(handle))
     if field_id == n.NVML_FI_DEV_NVLINK_GET_STATE:

@@ -18,9 +18,18 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
-from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.model import (
+    BackendState,
+    Batch,
+    Event,
+    GpuInfo,
+    GpuState,
+    GpuStatus,
+    MigInstance,
+    Sample,
+)
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
-from gpuwatch.nvml.device import DeviceReader, NvmlModule, as_text, open_device
+from gpuwatch.nvml.device import DeviceReader, NvmlGpuError, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
 from gpuwatch.processes import GpuProcess, ProcessLookup, jobs_text, with_jobs
 
@@ -74,6 +83,10 @@ class _Gpu:
         return self.reader.processes if self.reader is not None else ()
 
     @property
+    def instances(self) -> tuple[MigInstance, ...]:
+        return self.reader.instances if self.reader is not None else ()
+
+    @property
     def lane(self) -> str:
         return f"gpu{self.index}"
 
@@ -97,7 +110,8 @@ class NvmlSource:
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[_Gpu] = []
-        self._events: EventWaiter | None = None
+        self._events = EventWaiter(nvml, self._event_from_thread, clock.now)
+        self._events_started = False
         self._next_init = 0.0
         self._slow_read: list[tuple[str, list[Sample]]] = []  # this cycle's, see Batch
         self._lookup = ProcessLookup()  # one per node: a process often holds several GPUs
@@ -113,7 +127,7 @@ class NvmlSource:
         await self._init()
 
     async def stop(self) -> None:
-        if self._events is not None:
+        if self._events_started:
             await asyncio.to_thread(self._events.stop, 1.0)
         if self._initialized:
             try:
@@ -153,9 +167,15 @@ class NvmlSource:
         await asyncio.gather(*(self._open(g) for g in self._gpus))
         log.info("NVML up: driver=%s gpus=%d", self._backend.driver_version, count)
         self._check_inventory()
+        self._watch_events()
+
+    def _watch_events(self) -> None:
+        """Every opened GPU's fault events, a GPU opened later included."""
         handles = {g.info.uuid: g.reader.handle for g in self._gpus if g.reader is not None}
-        self._events = EventWaiter(nvml, handles, self._event_from_thread)
-        self._events.start()
+        self._events.watch(handles)
+        if not self._events_started:
+            self._events.start()
+            self._events_started = True
 
     def _check_inventory(self) -> None:
         """Report the GPUs this node had before that the driver no longer lists."""
@@ -176,8 +196,9 @@ class NvmlSource:
         gpu.next_open = self._clock.now() + RETRY_S
         try:
             gpu.reader = await self._caller.call(
-                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index, self._lookup
-            )
+                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index, self._lookup,
+                self._clock.now,
+            )  # fmt: skip
         except nvml.NVMLError_GpuIsLost:
             gpu.status, gpu.reason = GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)"
         except (NvmlTimeoutError, LaneStuckError) as exc:
@@ -217,6 +238,7 @@ class NvmlSource:
             GpuStatus.OK: "gpu_recovered",
             GpuStatus.LOST: "gpu_lost",
             GpuStatus.UNRESPONSIVE: "gpu_unresponsive",
+            GpuStatus.FAILING: "gpu_failing",
         }[status]
         message = f"GPU {gpu.index} {status.value}" + (f": {reason}" if reason else "")
         jobs = jobs_text(gpu.processes)
@@ -236,7 +258,10 @@ class NvmlSource:
                 self._drop_slow(gpu)
             samples = [Sample(m.UP, (), 0.0)]
             return Batch(self.name, now, samples, self._backend, [], [], self._slow_read)
-        await asyncio.gather(*(self._open(g) for g in self._gpus if self._open_due(g)))
+        reopened = [g for g in self._gpus if self._open_due(g)]
+        if reopened:
+            await asyncio.gather(*(self._open(g) for g in reopened))
+            self._watch_events()
         readable = [g for g in self._gpus if g.reader is not None]
         results = await self._caller.call_many(
             self._sampling.deadline,
@@ -255,7 +280,9 @@ class NvmlSource:
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )
         samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
-        states = [GpuState(g.info, g.status, g.reason, g.processes) for g in self._gpus]
+        states = [
+            GpuState(g.info, g.status, g.reason, g.processes, g.instances) for g in self._gpus
+        ]
         return Batch(
             self.name, self._clock.now(), samples, self._backend, states, slow, self._slow_read
         )
@@ -288,6 +315,8 @@ class NvmlSource:
             pass
         elif isinstance(result, nvml.NVMLError_GpuIsLost):
             self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
+        elif isinstance(result, NvmlGpuError):
+            self._transition(gpu, GpuStatus.FAILING, str(result))
         elif isinstance(result, NvmlTimeoutError | LaneStuckError):
             late = self._still_within_grace(gpu)
             if late is not None:

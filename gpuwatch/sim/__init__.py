@@ -1,1 +1,2 @@
-"""The simulator: a fake `pynvml` driven by a simulated node and a scenario of timed faults."""
+"""The simulator: a simulated NVML library beneath the real pynvml, driven by a simulated node
+with a driver profile and a scenario of timed faults."""

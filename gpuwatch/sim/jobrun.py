@@ -11,13 +11,13 @@ import sys
 import time
 
 from gpuwatch.runner import Running
-from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.job import JOB_NAME, SLURM_JOB_ID
+from gpuwatch.sim.library import SimulatedNvml
 
 log = logging.getLogger(__name__)
 
 
-async def run_simulated_job(running: Running, nvml: FakeNvml, scenario: str) -> None:
+async def run_simulated_job(running: Running, nvml: SimulatedNvml, scenario: str) -> None:
     """Runs until cancelled (when the daemon stops); never returns on its own. Only a training
     workload has a job; for any other this just waits."""
     node = nvml.node
@@ -36,7 +36,7 @@ async def run_simulated_job(running: Running, nvml: FakeNvml, scenario: str) -> 
         "--socket", str(running.control_path), "--wall-start", repr(wall_start),
         "--speed", repr(speed), env=env,
     )  # fmt: skip
-    node.job_pid = proc.pid
+    node.pids.append(proc.pid)
     log.info(
         "simulated training job %s (Slurm job %s) started, pid %d", JOB_NAME, SLURM_JOB_ID, proc.pid
     )
@@ -45,7 +45,7 @@ async def run_simulated_job(running: Running, nvml: FakeNvml, scenario: str) -> 
         log.warning("simulated training job exited with %d", code)
         await asyncio.Event().wait()
     finally:
-        node.job_pid = None
+        node.pids.remove(proc.pid)
         if proc.returncode is None:
             proc.terminate()
             with contextlib.suppress(TimeoutError):

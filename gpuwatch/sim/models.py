@@ -25,6 +25,8 @@ class GpuModel:
     vbios: str
     has_row_remapping: bool  # Ampere and newer remap rows; older parts retire pages
     has_nvlink_crc_data: bool  # NVLink4 (Hopper) reports one CRC counter, not flit/data
+    nvlink_generation: int = 0  # 5 (Blackwell): the DL error counters gave way to NVLink5's
+    mig_capable: bool = False
 
 
 MODELS: dict[str, GpuModel] = {
@@ -47,6 +49,28 @@ MODELS: dict[str, GpuModel] = {
             vbios="96.00.99.00.01",
             has_row_remapping=True,
             has_nvlink_crc_data=False,
+            nvlink_generation=4,
+            mig_capable=True,
+        ),
+        GpuModel(
+            name="NVIDIA B200",
+            memory_bytes=183359 * 1024**2,
+            power_limit_w=1000.0,
+            idle_power_w=140.0,
+            max_sm_clock_mhz=1965.0,
+            idle_sm_clock_mhz=120.0,
+            memory_clock_mhz=3996.0,
+            nvlinks=18,
+            nvlink_gbps_per_link=50.0,
+            pcie_generation=5,
+            pcie_width=16,
+            slowdown_temp_c=87.0,
+            thermal_resistance=0.045,
+            vbios="97.00.82.00.11",
+            has_row_remapping=True,
+            has_nvlink_crc_data=False,
+            nvlink_generation=5,
+            mig_capable=True,
         ),
         GpuModel(
             name="NVIDIA A100-SXM4-80GB",
@@ -65,6 +89,8 @@ MODELS: dict[str, GpuModel] = {
             vbios="92.00.45.00.06",
             has_row_remapping=True,
             has_nvlink_crc_data=True,
+            nvlink_generation=3,
+            mig_capable=True,
         ),
         GpuModel(
             name="NVIDIA L4",
@@ -101,12 +127,14 @@ MODELS: dict[str, GpuModel] = {
             vbios="88.00.80.00.01",
             has_row_remapping=False,  # Volta retires pages instead
             has_nvlink_crc_data=True,
+            nvlink_generation=2,
         ),
     )
 }
 
 ALIASES = {
     "H100": "NVIDIA H100 80GB HBM3",
+    "B200": "NVIDIA B200",
     "A100": "NVIDIA A100-SXM4-80GB",
     "L4": "NVIDIA L4",
     "V100": "Tesla V100-SXM2-32GB",

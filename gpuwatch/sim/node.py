@@ -13,8 +13,10 @@ import threading
 from dataclasses import dataclass
 
 from gpuwatch.clock import Clock
-from gpuwatch.sim.models import GpuModel
-from gpuwatch.sim.scenario import Fault, Scenario
+from gpuwatch.sim import driver as d
+from gpuwatch.sim.cdefs import ERRORS
+from gpuwatch.sim.models import GIB, GpuModel
+from gpuwatch.sim.scenario import MIG_PROFILE, Fault, Scenario
 
 AMBIENT_C = 28.0
 THERMAL_TAU_S = 25.0
@@ -73,12 +75,47 @@ class Reading:
     nvlink_rx_kib: tuple[int, ...]
 
 
+# GPU instance ids as the driver hands them out on A100/H100, by compute slices: the first
+# free id of the profile's size is taken.
+_GI_IDS = {7: (0,), 4: (1,), 3: (1, 2), 2: (3, 4, 5), 1: (7, 8, 9, 10, 11, 12, 13)}
+RESERVED_FRACTION = 0.006  # of total memory the driver and firmware keep (nvmlMemory_v2)
+
+
+@dataclass(frozen=True, slots=True)
+class SimInstance:
+    """One MIG GPU instance (with one compute instance spanning it)."""
+
+    parent: int
+    index: int  # its MIG device index on the parent
+    profile: str  # as nvidia-smi names it: 3g.40gb
+    gpu_instance_id: int
+    memory_total: int
+
+    @property
+    def slices(self) -> int:
+        match = MIG_PROFILE.match(self.profile)
+        return int(match.group(1)) if match else 1
+
+
+def _instances(gpu: int, profiles: tuple[str, ...]) -> tuple[SimInstance, ...]:
+    taken: set[int] = set()
+    out = []
+    for index, profile in enumerate(profiles):
+        match = MIG_PROFILE.match(profile)
+        slices, gigabytes = (int(match.group(1)), int(match.group(2))) if match else (1, 10)
+        gi_id = next(i for i in (*_GI_IDS.get(slices, ()), *range(14, 64)) if i not in taken)
+        taken.add(gi_id)
+        out.append(SimInstance(gpu, index, profile, gi_id, gigabytes * GIB))
+    return tuple(out)
+
+
 class SimGpu:
     def __init__(self, node: SimNode, index: int) -> None:
         self.node = node
         self.index = index
         self.model: GpuModel = node.scenario.model
         self.faults = [f for f in node.scenario.faults if f.gpu == index]
+        self.instances = _instances(index, node.scenario.mig.get(index, ()))
         self._lock = threading.Lock()
         self._t = node.start
         self._temp = AMBIENT_C
@@ -113,6 +150,16 @@ class SimGpu:
 
     def lost(self, t: float) -> bool:
         return self.active("fall_off_bus", t) is not None
+
+    def error_now(self, kind: str = "nvml_error") -> int | None:
+        """The NVML error an nvml_error (or event_wait_error) fault makes its calls answer."""
+        f = self.active(kind, self.node.clock.now())
+        return ERRORS[f.error] if f is not None and f.error else None
+
+    def recovery_action(self) -> int:
+        """The driver's recovery action now (nvmlDeviceGpuRecoveryAction_t); 0 is none."""
+        f = self.active("recovery_action", self.node.clock.now())
+        return 0 if f is None or f.action is None else f.action
 
     def hang_until(self, t: float) -> float | None:
         f = self.active("nvml_hang", t)
@@ -247,31 +294,18 @@ class SimGpu:
 
 
 # What a real GPU reports when each fault begins: the XID it logs, and the NVML event type it
-# raises besides (by pynvml's constant name), with that event's data.
-FAULT_EVENTS: dict[str, tuple[tuple[str, int], ...]] = {
-    "fall_off_bus": (("nvmlEventTypeXidCriticalError", XID_FELL_OFF_BUS),),
-    "ecc_sbe": (  # excessive single-bit ECC rate
-        ("nvmlEventTypeXidCriticalError", 92),
-        ("nvmlEventTypeSingleBitEccErrorStorm", 0),
-    ),
-    "ecc_dbe": (("nvmlEventTypeXidCriticalError", 48), ("nvmlEventTypeDoubleBitEccError", 0)),
-    "row_remap_pending": (
-        ("nvmlEventTypeXidCriticalError", 63),
-        ("nvmlEventTypeDramRetirementEvent", 0),
-    ),
-    "row_remap_failure": (
-        ("nvmlEventTypeXidCriticalError", 64),
-        ("nvmlEventTypeDramRetirementFailure", 0),
-    ),
-    "nvlink_down": (("nvmlEventTypeXidCriticalError", 74),),
-    "recovery_action": (  # the driver asks for a GPU reset (action 1)
-        ("nvmlEventTypeXidCriticalError", 154),
-        ("nvmlEventTypeGpuRecoveryAction", 1),
-    ),
-    "retired_pages": (  # on pre-Ampere parts: a page retirement recorded
-        ("nvmlEventTypeXidCriticalError", 63),
-        ("nvmlEventTypeDramRetirementEvent", 0),
-    ),
+# raises besides, with that event's data. nvml.h: eventData is the XID for an XID event and 0
+# for every other type (the recovery action itself is read from field 230).
+FAULT_EVENTS: dict[str, tuple[tuple[int, int], ...]] = {
+    "fall_off_bus": ((d.EVENT_XID, XID_FELL_OFF_BUS),),
+    "ecc_sbe": ((d.EVENT_XID, 92), (d.EVENT_SBE_STORM, 0)),  # excessive single-bit ECC rate
+    "ecc_dbe": ((d.EVENT_XID, 48), (d.EVENT_DBE, 0)),
+    "row_remap_pending": ((d.EVENT_XID, 63), (d.EVENT_DRAM_RETIREMENT, 0)),
+    "row_remap_failure": ((d.EVENT_XID, 64), (d.EVENT_DRAM_RETIREMENT_FAILURE, 0)),
+    "nvlink_down": ((d.EVENT_XID, 74),),
+    "recovery_action": ((d.EVENT_XID, 154), (d.EVENT_RECOVERY_ACTION, 0)),
+    # On pre-Ampere parts: a page retirement recorded.
+    "retired_pages": ((d.EVENT_XID, 63), (d.EVENT_DRAM_RETIREMENT, 0)),
 }
 
 
@@ -279,8 +313,8 @@ FAULT_EVENTS: dict[str, tuple[tuple[str, int], ...]] = {
 class SimEvent:
     time: float
     gpu: int
-    event_type: str  # pynvml's constant name, e.g. "nvmlEventTypeXidCriticalError"
-    data: int  # the XID for an XID event
+    event_type: int  # an nvmlEventType bit
+    data: int  # the XID for an XID event, else 0
 
 
 class SimNode:
@@ -289,11 +323,13 @@ class SimNode:
         self.clock = clock
         self.start = clock.now()
         self.gpus = [SimGpu(self, i) for i in range(scenario.gpus)]
-        self.job_pid: int | None = None  # the simulated training job's process, once started
+        # Processes on every GPU: the simulated training job's, once started, and any a test
+        # adds. On a MIG GPU they run in its first instance.
+        self.pids: list[int] = []
         events = []
         for f in scenario.faults:
             if f.kind == "xid" and f.code is not None:
-                raised: tuple[tuple[str, int], ...] = (("nvmlEventTypeXidCriticalError", f.code),)
+                raised: tuple[tuple[int, int], ...] = ((d.EVENT_XID, f.code),)
             else:
                 raised = FAULT_EVENTS.get(f.kind, ())
             for event_type, data in raised:

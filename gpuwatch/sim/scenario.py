@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.sim.cdefs import ERRORS
+from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES, DriverProfile
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
 from gpuwatch.units import parse_duration
 from gpuwatch.yamlfile import (
@@ -15,6 +18,7 @@ from gpuwatch.yamlfile import (
     PathKey,
     Problem,
     YamlDoc,
+    boolean,
     load,
     one_of,
     parse,
@@ -22,6 +26,8 @@ from gpuwatch.yamlfile import (
 )
 
 WORKLOADS = ("training", "inference", "idle")
+VIRTUALIZATION = ("none", "vgpu_guest")
+MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
 
 # Faults the simulated training job shows in its own reports (and, for nccl_hang and
 # idle_with_memory, in its GPUs' signals too).
@@ -43,8 +49,11 @@ FAULT_KINDS = (
     "pcie_replay_storm",
     "recovery_action",
     "retired_pages",
+    "nvml_error",
+    "event_wait_error",
     *JOB_FAULT_KINDS,
 )
+ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,8 @@ class Fault:
     at: float  # seconds after the scenario starts
     duration: float | None = None  # None: until the end
     code: int | None = None  # XID code, for `xid`
+    error: str | None = None  # nvml.h's error name, for nvml_error and event_wait_error
+    action: int | None = None  # the driver's recovery action, for recovery_action
 
     def active(self, elapsed: float) -> bool:
         if elapsed < self.at:
@@ -70,16 +81,17 @@ class Scenario:
     workload: str
     seed: int
     faults: tuple[Fault, ...] = field(default_factory=tuple)
+    driver: DriverProfile = PROFILES[DEFAULT_PROFILE]
+    mig: dict[int, tuple[str, ...]] = field(default_factory=dict)  # GPU -> instance profiles
+    ecc: bool = True  # ECC mode enabled (off: every ECC counter answers NOT_SUPPORTED)
+    virtualization: str = "none"  # "vgpu_guest": a VM with a vGPU, as GRID guests see it
 
     def with_gpus(self, gpus: int) -> Scenario:
-        return Scenario(
-            self.name,
-            self.description,
-            gpus,
-            self.model,
-            self.workload,
-            self.seed,
-            tuple(f for f in self.faults if f.gpu < gpus),
+        return replace(
+            self,
+            gpus=gpus,
+            faults=tuple(f for f in self.faults if f.gpu < gpus),
+            mig={g: p for g, p in self.mig.items() if g < gpus},
         )
 
 
@@ -94,10 +106,18 @@ def builtin_names() -> list[str]:
 def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
     c = Checker(doc)
     top = c.section(doc.data, (), ("name", "description", "node", "faults"))
-    node = c.section(top.get("node"), ("node",), ("gpus", "model", "workload", "seed"))
+    node = c.section(
+        top.get("node"),
+        ("node",),
+        ("gpus", "model", "workload", "seed", "driver", "mig", "ecc", "virtualization"),
+    )
     gpus = c.value(node, ("node",), "gpus", whole_number(1, 1024), 8)
     seed = c.value(node, ("node",), "seed", whole_number(0, 2**31), 1)
     workload = c.value(node, ("node",), "workload", one_of(WORKLOADS), "training")
+    driver = PROFILES[c.value(node, ("node",), "driver", one_of(tuple(PROFILES)), DEFAULT_PROFILE)]
+    ecc = c.value(node, ("node",), "ecc", boolean, True)
+    virtualization = c.value(node, ("node",), "virtualization", one_of(VIRTUALIZATION), "none")
+    mig = _mig(c, node.get("mig"), gpus)
     model_name = str(node.get("model", "H100"))
     model = find_model(model_name)
     if model is None:
@@ -108,6 +128,15 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
             )
         )
         model = MODELS[ALIASES["H100"]]
+    if mig and not model.mig_capable:
+        c.problems.append(doc.problem(("node", "mig"), f"{model.name} has no MIG mode"))
+    if model.nvlink_generation >= 5 and not driver.blackwell:
+        c.problems.append(
+            doc.problem(
+                ("node", "driver"),
+                f"{model.name} needs driver R570 or newer; {driver.name} does not support it",
+            )
+        )
 
     faults: list[Fault] = []
     raw_faults = top.get("faults") or []
@@ -127,7 +156,45 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         workload=workload,
         seed=seed,
         faults=tuple(sorted(faults, key=lambda f: f.at)),
+        driver=driver,
+        mig=mig,
+        ecc=ecc,
+        virtualization=virtualization,
     )
+
+
+def _mig(c: Checker, raw: Any, gpus: int) -> dict[int, tuple[str, ...]]:
+    """node.mig: a list of {gpu, instances: [profile, ...]}, profiles as nvidia-smi names
+    them (`3g.40gb`); at most 7 compute slices a GPU."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        c.problems.append(c.doc.problem(("node", "mig"), "must be a list of {gpu, instances}"))
+        return {}
+    out: dict[int, tuple[str, ...]] = {}
+    for i, item in enumerate(raw):
+        path: PathKey = ("node", "mig", i)
+        data = c.section(item, path, ("gpu", "instances"))
+        if not c.require(data, path, "gpu", "the index of the GPU in MIG mode"):
+            continue
+        gpu = c.value(data, path, "gpu", whole_number(0, gpus - 1), 0)
+        instances = data.get("instances")
+        if not isinstance(instances, list) or not instances:
+            c.problems.append(c.doc.problem((*path, "instances"), "must list instance profiles"))
+            continue
+        bad = [p for p in instances if not MIG_PROFILE.match(str(p))]
+        slices = sum(int(m.group(1)) for p in instances if (m := MIG_PROFILE.match(str(p))))
+        if bad:
+            c.problems.append(
+                c.doc.problem((*path, "instances"), f"not a MIG profile like 3g.40gb: {bad[0]!r}")
+            )
+        elif slices > 7:
+            c.problems.append(
+                c.doc.problem((*path, "instances"), f"{slices} compute slices; a GPU has 7")
+            )
+        else:
+            out[gpu] = tuple(str(p) for p in instances)
+    return out
 
 
 def _kind(value: Any) -> str:
@@ -138,7 +205,7 @@ def _kind(value: Any) -> str:
 
 def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
     before = len(c.problems)
-    data = c.section(raw, path, ("kind", "gpu", "at", "duration", "code"))
+    data = c.section(raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action"))
     if not data:
         return None
     has_kind = c.require(data, path, "kind", "the fault kind")
@@ -152,9 +219,21 @@ def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
         code = c.value(data, path, "code", whole_number(1, 65535), None)
     elif kind != "xid" and "code" in data:
         c.problems.append(c.doc.problem((*path, "code"), "only xid faults take a code"))
+    error = None
+    if kind in ERROR_FAULT_KINDS and c.require(data, path, "error", "the NVML error, e.g. UNKNOWN"):
+        error = c.value(data, path, "error", one_of(tuple(ERRORS)), None)
+    elif kind not in ERROR_FAULT_KINDS and "error" in data:
+        c.problems.append(
+            c.doc.problem((*path, "error"), "only nvml_error and event_wait_error take an error")
+        )
+    action = None
+    if kind == "recovery_action":
+        action = c.value(data, path, "action", whole_number(0, 7), 1)
+    elif "action" in data:
+        c.problems.append(c.doc.problem((*path, "action"), "only recovery_action takes an action"))
     if len(c.problems) > before or not (has_kind and has_gpu):
         return None
-    return Fault(kind=kind, gpu=gpu, at=at, duration=duration, code=code)
+    return Fault(kind, gpu, at, duration, code, error, action)
 
 
 def load_scenario(name_or_path: str) -> Scenario:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pynvml
+
 from gpuwatch import metrics as m
 from gpuwatch.api import node_payload
 from gpuwatch.clock import ManualClock
@@ -11,19 +13,18 @@ from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import GpuStatus
 from gpuwatch.nvml.source import NvmlSource
-from gpuwatch.sim.fake_pynvml import FakeNvml
 from gpuwatch.sim.scenario import load_scenario
+from tests.conftest import Simulate
 
 
 async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
-    tmp_path: Path,
+    tmp_path: Path, simulate: Simulate
 ) -> None:
     clock = ManualClock()
     config = Config(state_dir=str(tmp_path))
     events = EventLog()
-    source = NvmlSource(
-        FakeNvml(load_scenario("healthy"), clock), clock, config.sampling, events.publish
-    )
+    simulate(load_scenario("healthy"), clock)
+    source = NvmlSource(pynvml, clock, config.sampling, events.publish)
     daemon = Daemon(config, clock, source, events)
     await source.start()
     await daemon.sample_once()
@@ -39,7 +40,7 @@ async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
 
 
 async def test_slow_fields_stay_current_between_reads_and_go_stale_when_their_gpu_is_lost(
-    tmp_path: Path,
+    tmp_path: Path, simulate: Simulate
 ) -> None:
     """At 10 Hz each GPU's error counters are read once a second, on a timeline of their own:
     between reads they are current (in /metrics, in rules), and when the GPU falls off the bus
@@ -49,8 +50,8 @@ async def test_slow_fields_stay_current_between_reads_and_go_stale_when_their_gp
         state_dir=str(tmp_path), sampling=SamplingConfig(interval=0.1, slow_interval=1.0)
     )
     events = EventLog()
-    nvml = FakeNvml(load_scenario("fall_off_bus"), clock)  # GPU 1 is lost at 10 s
-    source = NvmlSource(nvml, clock, config.sampling, events.publish)
+    simulate(load_scenario("fall_off_bus"), clock)  # GPU 1 is lost at 10 s
+    source = NvmlSource(pynvml, clock, config.sampling, events.publish)
     daemon = Daemon(config, clock, source, events)
     await source.start()
 

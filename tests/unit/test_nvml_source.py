@@ -19,27 +19,35 @@ from gpuwatch.inventory import Inventory
 from gpuwatch.model import Event, GpuStatus, Sample
 from gpuwatch.nvml.device import DeviceReader, open_device
 from gpuwatch.nvml.source import NvmlSource
-from gpuwatch.sim.fake_pynvml import FakeNvml
+from gpuwatch.sim import cdefs
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
+from tests.conftest import Simulate
 
 SPEED = 20.0
 
 
-def _source(scenario: str, nvml: Any = None) -> tuple[NvmlSource, list[Event], ScaledClock]:
+def _source(
+    simulate: Simulate | None, scenario: str, nvml: Any = None
+) -> tuple[NvmlSource, list[Event], ScaledClock]:
     clock = ScaledClock(SPEED)
-    nvml = nvml or FakeNvml(load_scenario(scenario), clock)
+    if simulate is not None:
+        simulate(load_scenario(scenario), clock)
     events: list[Event] = []
     # A 20 s interval gives each GPU's calls a 20 s deadline: a second of real time at this
     # speed, so a loaded machine does not make a healthy GPU look unresponsive.
-    return NvmlSource(nvml, clock, SamplingConfig(interval=20.0), events.append), events, clock
+    source = NvmlSource(nvml or pynvml, clock, SamplingConfig(interval=20.0), events.append)
+    return source, events, clock
 
 
 def _values(batch: Any, name: str) -> dict[str, float]:
     return {dict(s.labels).get("gpu", ""): s.value for s in batch.samples if s.name == name}
 
 
-async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on() -> None:
-    source, events, _ = _source("fall_off_bus")
+async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on(
+    simulate: Simulate,
+) -> None:
+    source, events, _ = _source(simulate, "fall_off_bus")
     await source.start()
     first = await source.collect()
     assert all(g.status == GpuStatus.OK for g in first.gpus)
@@ -56,8 +64,8 @@ async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on() ->
     assert ("gpu_lost", 1) in kinds and ("xid", 1) in kinds
 
 
-async def _events_of(scenario: str) -> list[Event]:
-    source, events, _ = _source(scenario)
+async def _events_of(simulate: Simulate, scenario: str) -> list[Event]:
+    source, events, _ = _source(simulate, scenario)
     await source.start()
     await asyncio.sleep(11 / SPEED)  # past the fault at 10 simulated seconds
     await source.collect()
@@ -66,39 +74,35 @@ async def _events_of(scenario: str) -> list[Event]:
     return events
 
 
-async def test_each_nvml_event_type_becomes_its_own_journal_entry() -> None:
-    dbe = await _events_of("ecc_dbe")
+async def test_each_nvml_event_type_becomes_its_own_journal_entry(simulate: Simulate) -> None:
+    dbe = await _events_of(simulate, "ecc_dbe")
     assert [(e.kind, e.gpu, e.data.get("xid"), e.data.get("type")) for e in dbe] == [
         ("xid", 1, 48, None),
         ("ecc", 1, None, "dbe"),
     ]
     assert dbe[1].message == "GPU 1: uncorrectable (double-bit) ECC error"
-    storm = await _events_of("ecc_sbe")
+    storm = await _events_of(simulate, "ecc_sbe")
     assert storm[1].data == {"type": "sbe_storm"}
-    failed = await _events_of("row_remap_failure")
+    failed = await _events_of(simulate, "row_remap_failure")
     assert [(e.kind, e.data.get("outcome")) for e in failed][1] == ("memory_retirement", "failed")
-    recovery = await _events_of("recovery_action")
+    recovery = await _events_of(simulate, "recovery_action")
     assert recovery[1].kind == "recovery_action"
     assert recovery[1].message == "GPU 1: the driver asks for gpu_reset"
 
 
-async def test_a_gpu_the_node_had_before_and_no_longer_lists_is_reported(tmp_path: Path) -> None:
+async def test_a_gpu_the_node_had_before_and_no_longer_lists_is_reported(
+    tmp_path: Path, simulate: Simulate
+) -> None:
     clock = ScaledClock(SPEED)
     eight = load_scenario("healthy")
-    before = NvmlSource(
-        FakeNvml(eight, clock), clock, SamplingConfig(), [].append, Inventory(tmp_path)
-    )
+    simulate(eight, clock)
+    before = NvmlSource(pynvml, clock, SamplingConfig(), [].append, Inventory(tmp_path))
     await before.start()
     await before.stop()
     assert before.backend.missing == ()
     events: list[Event] = []
-    after = NvmlSource(
-        FakeNvml(eight.with_gpus(7), clock),
-        clock,
-        SamplingConfig(),
-        events.append,
-        Inventory(tmp_path),
-    )
+    simulate(eight.with_gpus(7), clock)
+    after = NvmlSource(pynvml, clock, SamplingConfig(), events.append, Inventory(tmp_path))
     await after.start()
     await after.stop()
     assert [(g.index, g.pci_bus_id) for g in after.backend.missing] == [(7, "00000000:DB:00.0")]
@@ -113,27 +117,27 @@ def _read_all(reader: DeviceReader) -> list[Sample]:
     return fast + slow
 
 
-class _FlakyNvml(FakeNvml):
+class _FlakyNvml(SimulatedNvml):
     """A driver where power readings fail transiently and memory temperature is unsupported."""
 
     fail_power = True
 
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+    def nvmlDeviceGetPowerUsage(self, handle: int, out: int) -> int:
         if self.fail_power:
-            raise pynvml.NVMLError_Unknown()
-        return super().nvmlDeviceGetPowerUsage(handle)
+            return cdefs.ERROR_UNKNOWN
+        return super().nvmlDeviceGetPowerUsage(handle, out)
 
-    def _field(self, gpu: Any, reading: Any, field_id: int, scope: int) -> int | None:
+    def _field(self, dev: Any, field_id: int, scope: int) -> int:
         if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-            return None
-        return super()._field(gpu, reading, field_id, scope)
+            return super()._field(dev, -1, scope)  # no such field: NOT_SUPPORTED
+        return super()._field(dev, field_id, scope)
 
 
-def test_unsupported_fields_are_absent_and_transient_errors_retry() -> None:
+def test_unsupported_fields_are_absent_and_transient_errors_retry(simulate: Simulate) -> None:
     clock = ScaledClock(1.0)
-    nvml = _FlakyNvml(load_scenario("healthy"), clock)
-    nvml.nvmlInit()
-    reader = open_device(nvml, 0)
+    nvml = simulate(load_scenario("healthy"), clock, _FlakyNvml)
+    pynvml.nvmlInit()
+    reader = open_device(pynvml, 0)
     assert reader.info.nvlink_count == 18
     assert reader.info.pci_bus_id == "00000000:18:00.0"
     names = {s.name for s in _read_all(reader)}
@@ -157,7 +161,7 @@ async def test_no_driver_is_reported_not_faked() -> None:
         def nvmlInit(self) -> None:
             raise pynvml.NVMLError_DriverNotLoaded()
 
-    source, _, _ = _source("healthy", NoDriver())
+    source, _, _ = _source(None, "healthy", NoDriver())
     await source.start()
     batch = await source.collect()
     await source.stop()
@@ -167,16 +171,16 @@ async def test_no_driver_is_reported_not_faked() -> None:
     assert batch.gpus == []
 
 
-class _OldDriverNvml(FakeNvml):
+class _OldDriverNvml(SimulatedNvml):
     """A driver without the newer field ids: each answers NotSupported, but the older
     per-purpose calls (nvmlDeviceGetRemappedRows, nvmlDeviceGetTotalEccErrors, ...) work."""
 
-    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[Any]) -> Any:
-        values = super().nvmlDeviceGetFieldValues(handle, field_ids)
-        for slot in values:
+    def nvmlDeviceGetFieldValues(self, handle: int, count: int, values: int) -> int:
+        ret = super().nvmlDeviceGetFieldValues(handle, count, values)
+        for slot in (cdefs.FieldValue * count).from_address(values):
             if slot.fieldId not in (pynvml.NVML_FI_DEV_ENERGY, pynvml.NVML_FI_DEV_MEMORY_TEMP):
                 slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-        return values
+        return ret
 
 
 SCENARIO = """
@@ -193,16 +197,16 @@ faults:
     ("model", "fault"), [("H100", "row_remap_pending"), ("V100", "retired_pages")]
 )
 def test_an_older_driver_without_field_ids_gives_the_same_fault_metrics(
-    model: str, fault: str, tmp_path: Path
+    model: str, fault: str, tmp_path: Path, simulate: Simulate
 ) -> None:
     path = tmp_path / "scenario.yaml"
     path.write_text(SCENARIO.format(model=model, fault=fault))
     readings = []
-    for fake in (FakeNvml, _OldDriverNvml):
+    for kind in (SimulatedNvml, _OldDriverNvml):
         clock = ManualClock()
-        nvml = fake(load_scenario(str(path)), clock)
-        nvml.nvmlInit()
-        reader = open_device(nvml, 0)
+        simulate(load_scenario(str(path)), clock, kind)
+        pynvml.nvmlInit()
+        reader = open_device(pynvml, 0)
         _read_all(reader)  # the first read finds out which fields the driver refuses
         clock.advance(30.0)
         # The recovery action and NVLink throughput have no older call: absent on old drivers.
@@ -218,26 +222,28 @@ def test_an_older_driver_without_field_ids_gives_the_same_fault_metrics(
     assert new[(m.ECC_ERRORS, dbe)] == 1.0
 
 
-class SlowGpu(FakeNvml):
+class SlowGpu(SimulatedNvml):
     """GPU 2 answers its utilization `delay` real seconds late, while `delay` is set."""
 
     delay = 0.0
 
-    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
-        if self.delay and self._gpu(handle).index == 2:
+    def nvmlDeviceGetUtilizationRates(self, handle: int, out: int) -> int:
+        if self.delay and self._device(handle).gpu.index == 2:
             time.sleep(self.delay)
-        return super().nvmlDeviceGetUtilizationRates(handle)
+        return super().nvmlDeviceGetUtilizationRates(handle, out)
 
 
-async def test_a_late_answer_is_not_an_unresponsive_gpu_until_it_has_been_late_for_2_s() -> None:
+async def test_a_late_answer_is_not_an_unresponsive_gpu_until_it_has_been_late_for_2_s(
+    simulate: Simulate,
+) -> None:
     """A busy host can make a call miss the cycle's deadline once without the GPU being
     wrong, so the GPU keeps its last values until its calls have been late for 2 s. (The
     deadline here is half a second, not 10 Hz's 100 ms: other GPUs on a loaded test machine
     must not miss it.)"""
     clock = ScaledClock(1.0)  # real time: the deadline is a real half second
-    nvml = SlowGpu(load_scenario("healthy"), clock)
+    nvml = simulate(load_scenario("healthy"), clock, SlowGpu)
     events: list[Event] = []
-    source = NvmlSource(nvml, clock, SamplingConfig(interval=0.5), events.append)
+    source = NvmlSource(pynvml, clock, SamplingConfig(interval=0.5), events.append)
     await source.start()
     first = await source.collect()
     nvml.delay = 0.8  # one late answer: past the deadline, within the grace
@@ -259,14 +265,16 @@ async def test_a_late_answer_is_not_an_unresponsive_gpu_until_it_has_been_late_f
     assert [(e.kind, e.gpu) for e in events] == [("gpu_unresponsive", 2)]
 
 
-async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn() -> None:
+async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
+    simulate: Simulate,
+) -> None:
     """At 10 Hz the fast fields come every cycle; the slow ones (error counters, link states,
     limits) once a second per GPU, the GPUs spread over the second, and each GPU's last ones
     stand in every batch between its reads."""
     clock = ManualClock()
-    nvml = FakeNvml(load_scenario("healthy"), clock)
+    simulate(load_scenario("healthy"), clock)
     sampling = SamplingConfig(interval=0.1, slow_interval=1.0)
-    source = NvmlSource(nvml, clock, sampling, lambda _: None)
+    source = NvmlSource(pynvml, clock, sampling, lambda _: None)
     await source.start()
     reads: list[list[str]] = []
     for cycle in range(30):
@@ -293,10 +301,10 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn() -> N
     assert max(len(parts) for parts in reads) <= 2  # never all 8 in one cycle
 
 
-async def test_at_the_default_interval_every_cycle_reads_both_tiers() -> None:
+async def test_at_the_default_interval_every_cycle_reads_both_tiers(simulate: Simulate) -> None:
     clock = ManualClock()
-    nvml = FakeNvml(load_scenario("healthy"), clock)
-    source = NvmlSource(nvml, clock, SamplingConfig(), lambda _: None)
+    simulate(load_scenario("healthy"), clock)
+    source = NvmlSource(pynvml, clock, SamplingConfig(), lambda _: None)
     await source.start()
     for _ in range(3):
         batch = await source.collect()
