@@ -10,7 +10,12 @@ PREFIX ?= /opt/gpuwatch
 CONFDIR ?= /etc/gpuwatch
 UNITDIR ?= /etc/systemd/system
 
-.PHONY: run demo test unit integration lint typecheck format bench system-deps install wheel clean
+# The NVML tests run a second time on the lowest nvidia-ml-py pyproject.toml allows.
+PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
+NVML_TESTS := tests/unit/test_nvml_drivers.py tests/unit/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_daemon.py
+
+.PHONY: run demo test unit integration lint typecheck format bench system-deps install wheel clean test-lowest-pin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +84,14 @@ integration: $(STAMP) system-deps
 
 test: $(STAMP) system-deps lint
 	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
+	$(MAKE) test-lowest-pin
+
+$(LOWEST_PIN): pyproject.toml
+	$(BIN)/pip install --quiet --no-deps --target $@ nvidia-ml-py==$(PYNVML_LOWEST)
+
+# pynvml from $(LOWEST_PIN) comes first on the path; a test checks it is the one imported.
+test-lowest-pin: $(STAMP) $(LOWEST_PIN)
+	PYTHONPATH=$(LOWEST_PIN) GPUWATCH_EXPECT_PYNVML=$(PYNVML_LOWEST) $(BIN)/pytest -q $(NVML_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py

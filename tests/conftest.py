@@ -121,6 +121,15 @@ def stop_daemon(daemon: DaemonProcess) -> int:
 Simulate = Callable[..., SimulatedNvml]
 
 
+def pytest_report_header() -> str:
+    import importlib.metadata
+
+    import pynvml
+
+    version = importlib.metadata.version("nvidia-ml-py")
+    return f"nvidia-ml-py {version} ({pynvml.__file__})"
+
+
 @pytest.fixture
 def simulate() -> Iterator[Simulate]:
     """Installs a simulated node's NVML library beneath the real pynvml (one at a time, as

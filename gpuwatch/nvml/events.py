@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.nvml.device import NvmlModule, handle_key
-from gpuwatch.nvml.fields import RECOVERY_ACTIONS, FieldValues
+from gpuwatch.nvml.fields import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS, FieldValues
 from gpuwatch.xid import xid_event_text
 
 log = logging.getLogger(__name__)
@@ -26,22 +26,24 @@ WAIT_MS = 250  # how long one wait blocks; bounds how long stop() takes
 QUARANTINE_S = 30.0  # how long a GPU whose wait fails stays out of the set
 BACKOFF_MAX_S = 30.0  # the longest pause between rebuilds when the wait keeps failing
 
-# The NVML event types gpuwatch listens for, where a GPU supports them. Single-bit ECC errors
-# are left out on purpose: one event per corrected error is noise; the storm event is the signal.
+# The NVML event types gpuwatch listens for, where a GPU supports them, XIDs first (nvml.h's
+# bits: pynvml releases before 12.570 lack the names of the R570 types, which older drivers
+# simply do not report). Single-bit ECC errors are left out on purpose: one event per corrected
+# error is noise; the storm event is the signal.
+EVENT_XID = 0x8
+EVENT_DBE = 0x2
+EVENT_SBE_STORM = 0x200
+EVENT_DRAM_RETIREMENT = 0x400
+EVENT_DRAM_RETIREMENT_FAILURE = 0x800
+EVENT_RECOVERY_ACTION = 0x8000
 EVENT_TYPES = (
-    "nvmlEventTypeXidCriticalError",
-    "nvmlEventTypeDoubleBitEccError",
-    "nvmlEventTypeSingleBitEccErrorStorm",
-    "nvmlEventTypeDramRetirementEvent",
-    "nvmlEventTypeDramRetirementFailure",
-    "nvmlEventTypeGpuRecoveryAction",
+    EVENT_XID,
+    EVENT_DBE,
+    EVENT_SBE_STORM,
+    EVENT_DRAM_RETIREMENT,
+    EVENT_DRAM_RETIREMENT_FAILURE,
+    EVENT_RECOVERY_ACTION,
 )
-RECOVERY_ACTION_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
-
-
-def wanted_types(nvml: NvmlModule) -> list[int]:
-    """The event types above that this pynvml knows (older ones lack the newer types)."""
-    return [bit for name in EVENT_TYPES if (bit := int(getattr(nvml, name, 0)))]
 
 
 class EventWaiter:
@@ -95,7 +97,7 @@ class EventWaiter:
         nvml = self._nvml
         supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle))
         registered = 0
-        for bit in wanted_types(nvml):
+        for bit in EVENT_TYPES:
             if not supported & bit:
                 continue
             try:
@@ -218,7 +220,7 @@ class EventWaiter:
             return
         uuid, handle = found
         event_type, value = int(data.eventType), int(data.eventData)
-        if event_type & int(getattr(self._nvml, "nvmlEventTypeGpuRecoveryAction", 0)):
+        if event_type & EVENT_RECOVERY_ACTION:
             value = self._recovery_action(handle)
         self._on_event(uuid, event_type, value)
 
@@ -236,26 +238,26 @@ class EventWaiter:
 
 
 def describe(
-    nvml: NvmlModule, gpu: int | None, event_type: int, data: int
+    gpu: int | None, event_type: int, data: int
 ) -> tuple[str, str, dict[str, int | float | str]]:
     """(kind, message, data) of the journal entry for one NVML event."""
-    if event_type & nvml.nvmlEventTypeXidCriticalError:
+    if event_type & EVENT_XID:
         return "xid", *xid_event_text(data, gpu)
-    if event_type & nvml.nvmlEventTypeDoubleBitEccError:
+    if event_type & EVENT_DBE:
         return "ecc", f"GPU {gpu}: uncorrectable (double-bit) ECC error", {"type": "dbe"}
-    if event_type & getattr(nvml, "nvmlEventTypeSingleBitEccErrorStorm", 0):
+    if event_type & EVENT_SBE_STORM:
         return (
             "ecc",
             f"GPU {gpu}: storm of corrected (single-bit) ECC errors",
             {"type": "sbe_storm"},
         )
-    if event_type & getattr(nvml, "nvmlEventTypeDramRetirementEvent", 0):
+    if event_type & EVENT_DRAM_RETIREMENT:
         message = f"GPU {gpu}: memory row remapped or page retired; a GPU reset activates it"
         return "memory_retirement", message, {"outcome": "recorded"}
-    if event_type & getattr(nvml, "nvmlEventTypeDramRetirementFailure", 0):
+    if event_type & EVENT_DRAM_RETIREMENT_FAILURE:
         message = f"GPU {gpu}: memory row remapping or page retirement failed"
         return "memory_retirement", message, {"outcome": "failed"}
-    if event_type & getattr(nvml, "nvmlEventTypeGpuRecoveryAction", 0):
+    if event_type & EVENT_RECOVERY_ACTION:
         if 0 <= data < len(RECOVERY_ACTIONS):
             action = RECOVERY_ACTIONS[data]
             return "recovery_action", f"GPU {gpu}: the driver asks for {action}", {"action": action}

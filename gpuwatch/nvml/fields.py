@@ -36,6 +36,8 @@ RECOVERY_ACTIONS = (
     "bus_reset",
     "system_reboot",
 )
+# nvml.h's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R570); pynvml names it from 12.570 only.
+RECOVERY_ACTION_FIELD = 230
 # Legacy per-link CRC data counters exist for links 0-11 only; NVLink4+ parts do not report them.
 LEGACY_LINKS = 12
 # NVLink5 counters (nvml.h field ids; pynvml releases before 12.570 lack their names).
@@ -64,17 +66,10 @@ class FieldPlan:
         return f"{self.name}{dict(self.labels[2:]) or ''} (field {self.request})"
 
 
-def value_members(nvml: Any) -> dict[int, str]:
-    """NVML value type -> the member of the nvmlValue_t union that holds it."""
-    return {
-        nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-        nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-    }
+def value_members() -> dict[int, str]:
+    """NVML value type (nvmlValueType_t) -> the member of the nvmlValue_t union that holds
+    it. Numbers from nvml.h: pynvml releases before 12.570 lack the unsigned short's name."""
+    return {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 class FieldValues:
@@ -89,7 +84,7 @@ class FieldValues:
         self._return = cls.nvmlReturn.__get__
         self._type = cls.valueType.__get__
         self._value = cls.value.__get__
-        self._members = value_members(nvml)
+        self._members = value_members()
 
     def returned(self, fv: Any) -> int:
         return int(self._return(fv))
@@ -120,8 +115,7 @@ def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
         FieldPlan(n.NVML_FI_DEV_MEMORY_TEMP, m.MEMORY_TEMPERATURE, base, slow=False),
         FieldPlan(n.NVML_FI_DEV_ENERGY, m.ENERGY, base, scale=0.001, slow=False),
         FieldPlan(n.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
-        FieldPlan(n.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, m.RECOVERY_ACTION, base,
-                  one_hot=RECOVERY_ACTIONS),
+        FieldPlan(RECOVERY_ACTION_FIELD, m.RECOVERY_ACTION, base, one_hot=RECOVERY_ACTIONS),
     ]  # fmt: skip
     for link in range(links):
         lb = (*base, ("link", str(link)))

@@ -222,7 +222,7 @@ class NvmlSource:
     def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
-        kind, message, fields = describe(self._nvml, index, event_type, data)
+        kind, message, fields = describe(index, event_type, data)
         message, fields = with_jobs(message, fields, gpu.processes if gpu else ())
         log.warning("%s uuid=%s", message, uuid)
         self._on_event(Event(self._clock.now(), kind, index, uuid, message, fields))

@@ -20,6 +20,7 @@ import itertools
 import logging
 import threading
 import types
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,7 @@ class SimulatedNvml:
         self.profile = scenario.driver
         self.clock = clock
         self.calls = itertools.count()  # entry-point calls made (tests and benches read it)
+        self.called: Counter[str] = Counter()  # the same, by entry point (approximate)
         self._lock = threading.Lock()
         self._initialized = 0
         self._gpus = [_Device(gpu) for gpu in self.node.gpus]
@@ -190,8 +192,11 @@ class SimulatedNvml:
         restype = ctypes.c_void_p if name == "nvmlErrorString" else ctypes.c_int
         prototype = ctypes.CFUNCTYPE(restype, *c.SIGNATURES[name])
 
+        called = self.called
+
         def call(*args: Any) -> int | None:
             next(self.calls)
+            called[name] += 1
             try:
                 return impl(*args)
             except _Answer as answer:
@@ -473,9 +478,10 @@ class SimulatedNvml:
             slot.value.ullVal = value
         return c.SUCCESS
 
-    def _field(self, dev: _Device, field_id: int, scope: int) -> int:
-        """One field's value, or _Answer with the code its slot gets."""
-        if field_id >= self.profile.field_id_max:
+    def _field(self, dev: _Device, field_id: int, scope: int, by_id: bool = True) -> int:
+        """One field's value, or _Answer with the code its slot gets. `by_id`: asked for by
+        field id (which the driver may not have), not through a per-purpose call."""
+        if by_id and field_id >= self.profile.field_id_max:
             raise _Answer(c.ERROR_INVALID_ARGUMENT)  # this driver has no such field id
         if dev.instance is not None:
             raise _Answer(c.ERROR_NOT_SUPPORTED)  # MIG devices answer fields on the parent
@@ -567,7 +573,7 @@ class SimulatedNvml:
 
     # -- the per-purpose calls older drivers offer where they lack a field id ----------------
     def _by_field(self, handle: int, field_id: int, scope: int = 0) -> int:
-        return self._field(self._device(handle), field_id, scope)
+        return self._field(self._device(handle), field_id, scope, by_id=False)
 
     def nvmlDeviceGetTotalEccErrors(
         self, handle: int, error_type: int, counter_type: int, out: int
@@ -760,14 +766,17 @@ class SimulatedNvml:
             return c.ERROR_INVALID_ARGUMENT
         deadline = self.clock.now() + timeout_ms / 1000.0
         while True:
-            event = self._next_event(event_set)
+            # As a driver does (and NVIDIA's own mock NVML models): events up to a GPU's loss
+            # are delivered, its XID 79 among them; from then on the wait answers
+            # GPU_IS_LOST at once, for every GPU of the set, while the lost one is in it.
+            error, since = self._wait_error(event_set)
+            event = self._next_event(event_set, until=since)
             if event is not None:
                 data = c.EventData.from_address(out)
                 data.device = self._gpus[event.gpu].address
                 data.eventType, data.eventData = event.event_type, event.data
                 data.gpuInstanceId = data.computeInstanceId = c.NO_INSTANCE
                 return c.SUCCESS
-            error = self._wait_error(event_set)
             if error is not None:
                 return error
             now = self.clock.now()
@@ -776,25 +785,32 @@ class SimulatedNvml:
             # Sleep until the next scheduled event or the timeout, like a blocking wait.
             self.clock.block(min(deadline, self._next_event_time(event_set)) - now)
 
-    def _wait_error(self, event_set: _EventSet) -> int | None:
-        """nvml.h: the wait answers GPU_IS_LOST while a GPU of the set is lost; an
-        event_wait_error fault on a GPU of the set makes it answer that fault's error."""
+    def _wait_error(self, event_set: _EventSet) -> tuple[int | None, float]:
+        """The error the wait answers (GPU_IS_LOST while a GPU of the set is lost; an
+        event_wait_error fault's error), and since when: (None, inf) when none."""
         now = self.clock.now()
+        found: tuple[int | None, float] = (None, float("inf"))
         for index in list(event_set.masks):
             gpu = self.node.gpus[index]
-            if gpu.lost(now):
-                return c.ERROR_GPU_IS_LOST
-            error = gpu.error_now("event_wait_error")
-            if error is not None:
-                return error
-        return None
+            lost = gpu.active("fall_off_bus", now)
+            fault = gpu.active("event_wait_error", now)
+            if lost is not None:
+                candidate = (c.ERROR_GPU_IS_LOST, self.node.start + lost.at)
+            elif fault is not None and fault.error:
+                candidate = (c.ERRORS[fault.error], self.node.start + fault.at)
+            else:
+                continue
+            if candidate[1] < found[1]:
+                found = candidate
+        return found
 
-    def _next_event(self, event_set: _EventSet) -> SimEvent | None:
-        now = self.clock.now()
+    def _next_event(self, event_set: _EventSet, until: float) -> SimEvent | None:
+        """The set's next event due by now and no later than `until`, consumed."""
+        limit = min(self.clock.now(), until)
         with self._lock:
             while event_set.delivered < len(self.node.events):
                 event = self.node.events[event_set.delivered]
-                if event.time > now:
+                if event.time > limit:
                     return None
                 event_set.delivered += 1
                 if event_set.masks.get(event.gpu, 0) & event.event_type:

@@ -1,0 +1,395 @@
+"""The daemon through the real pynvml over each driver profile of the simulated NVML library:
+which metrics each driver generation gives, which are absent, and the verdict; and the
+defects a real driver shows (errors, event waits that fail, MIG, calls an old driver lacks)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pynvml
+import pytest
+
+from gpuwatch import metrics as m
+from gpuwatch.api import node_payload
+from gpuwatch.clock import ManualClock
+from gpuwatch.config import Config
+from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.model import Event, GpuStatus, Sample
+from gpuwatch.nvml.device import RECHECK_S
+from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.sim import cdefs
+from gpuwatch.sim.driver import PROFILES
+from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.node import RESERVED_FRACTION
+from gpuwatch.sim.scenario import load_scenario
+from tests.conftest import Simulate
+
+# Two real processes, so that pids survive the psutil check and the list has more than one.
+PIDS = [os.getpid(), os.getppid()]
+
+
+class Node:
+    """A simulated node's daemon, sampled on a manual clock."""
+
+    def __init__(self, daemon: Daemon, source: NvmlSource, clock: ManualClock,
+                 library: SimulatedNvml, events: Iterable[Event]) -> None:  # fmt: skip
+        self.daemon, self.source, self.clock = daemon, source, clock
+        self.library, self.events = library, events
+
+    async def sample(self, seconds: float = 1.0) -> list[Sample]:
+        self.clock.advance(seconds)
+        await self.daemon.sample_once()
+        batch = self.daemon.view.batch
+        assert batch is not None
+        return [*batch.samples, *batch.slow]
+
+    def node(self) -> dict[str, Any]:
+        return node_payload(self.daemon)
+
+
+@pytest.fixture
+async def node(simulate: Simulate, tmp_path: Path) -> AsyncIterator[Any]:
+    started: list[Node] = []
+
+    async def start(text: str, kind: type[SimulatedNvml] = SimulatedNvml) -> Node:
+        path = tmp_path / f"scenario{len(started)}.yaml"
+        path.write_text(text)
+        clock = ManualClock()
+        library = simulate(load_scenario(str(path)), clock, kind)
+        library.node.pids.extend(PIDS)
+        config = Config(state_dir=str(tmp_path / f"state{len(started)}"))
+        log = EventLog()
+        source = NvmlSource(pynvml, clock, config.sampling, log.publish)
+        daemon = Daemon(config, clock, source, log)
+        await source.start()
+        await daemon.sample_once()
+        started.append(Node(daemon, source, clock, library, log.recent))
+        return started[-1]
+
+    yield start
+    for n in started:  # the event thread waits on the manual clock: keep it moving
+        stopping = asyncio.ensure_future(n.source.stop())
+        while not stopping.done():
+            n.clock.advance(0.3)
+            await asyncio.sleep(0.005)
+
+
+def names(samples: list[Sample], gpu: str = "0") -> set[str]:
+    return {s.name for s in samples if dict(s.labels).get("gpu") == gpu}
+
+
+def values(
+    samples: list[Sample], name: str, gpu: str = "0"
+) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        s.labels[2:]: s.value for s in samples if s.name == name and s.labels[0] == ("gpu", gpu)
+    }
+
+
+def nvlink_types(samples: list[Sample]) -> set[str]:
+    return {dict(k)["type"] for k in values(samples, m.NVLINK_ERRORS)}
+
+
+def test_pynvml_is_the_real_nvidia_ml_py_at_the_version_asked_for() -> None:
+    """Nothing stands in for pynvml: the module is nvidia-ml-py's own file, and under
+    `make test-lowest-pin` it is the lowest release pyproject.toml allows."""
+    dist = importlib.metadata.distribution("nvidia-ml-py")
+    assert Path(pynvml.__file__).resolve() == Path(str(dist.locate_file("pynvml.py"))).resolve()
+    expected = os.environ.get("GPUWATCH_EXPECT_PYNVML")
+    if expected:
+        assert dist.version == expected
+
+
+ALWAYS = {m.GPU_UP, m.MEMORY_USED, m.MEMORY_TOTAL, m.SM_CLOCK, m.MEMORY_CLOCK, m.GPU_PROCESSES}
+BARE_METAL = {m.TEMPERATURE, m.POWER, m.POWER_LIMIT, m.ENERGY, m.CLOCK_EVENT, m.PCIE_REPLAYS,
+              m.MEMORY_TEMPERATURE, m.UTILIZATION}  # fmt: skip
+
+
+class Generation(NamedTuple):
+    driver: str
+    model: str
+    present: set[str]  # beyond what every bare-metal GPU has
+    absent: set[str]
+    links: set[str]  # NVLink error types
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # R470: no clock-event, memory-v2, _v3-process or energy-field entry points, no field
+        # ids past 160 (NVLink errors and states through their calls), no recovery action.
+        Generation("R470", "A100", {m.ECC_ERRORS, m.REMAPPED_ROWS, m.NVLINK_LINK_UP},
+                   {m.RECOVERY_ACTION}, {"replay", "recovery", "crc_flit", "crc_data"}),
+        Generation("R535", "H100", {m.ECC_ERRORS, m.NVLINK_BYTES}, {m.RECOVERY_ACTION},
+                   {"replay", "recovery", "crc_flit"}),
+        Generation("R550", "V100", {m.RETIRED_PAGES}, {m.RECOVERY_ACTION, m.REMAPPED_ROWS},
+                   {"replay", "recovery", "crc_flit", "crc_data"}),
+        Generation("R570", "H100", {m.RECOVERY_ACTION}, {m.RETIRED_PAGES},
+                   {"replay", "recovery", "crc_flit"}),
+        Generation("R580", "L4", {m.RECOVERY_ACTION}, {m.NVLINK_LINK_UP, m.NVLINK_BYTES},
+                   set()),
+        # Blackwell: the data-link error counters give way to NVLink5's.
+        Generation("R580", "B200", {m.RECOVERY_ACTION, m.NVLINK_BYTES}, set(),
+                   {"link_recovery", "link_recovery_failed", "effective", "symbol"}),
+        Generation("R615", "H100", {m.RECOVERY_ACTION}, set(),
+                   {"replay", "recovery", "crc_flit"}),
+    ],
+    ids=lambda case: f"{case.driver}-{case.model}",
+)  # fmt: skip
+async def test_each_driver_generation_gives_its_metrics_and_a_healthy_verdict(
+    node: Any, case: Generation
+) -> None:
+    n = await node(f"node: {{gpus: 2, model: {case.model}, driver: {case.driver}}}\n")
+    samples = await n.sample()
+    found = names(samples)
+    assert found >= ALWAYS | BARE_METAL | case.present
+    assert not found & case.absent
+    assert nvlink_types(samples) == case.links
+    assert values(samples, m.GPU_PROCESSES) == {(): 2.0}
+    assert {p.pid for p in n.daemon.view.batch.gpus[0].processes} == set(PIDS)
+    assert n.node()["verdict"] == "healthy", n.node()["reasons"]
+    assert n.node()["backend"]["driver_version"] == PROFILES[case.driver].driver_version
+
+
+async def test_process_memory_and_pids_come_through_the_driver_struct_intact(node: Any) -> None:
+    """pynvml 12.535.77 read the 24-byte nvmlProcessInfo_t that R535+ drivers write as 32-byte
+    entries: from the second process on, pids and memory were scrambled."""
+    n = await node("node: {gpus: 1, model: H100, driver: R535}\n")
+    await n.sample()
+    processes = n.daemon.view.batch.gpus[0].processes
+    assert [p.pid for p in processes] == PIDS
+    used = [p.gpu_memory_bytes for p in processes]
+    assert used[0] is not None and used[1] is not None
+    assert used[0] == pytest.approx(9 * used[1], rel=1e-6)  # the simulated 90/10 split
+
+
+async def test_an_r470_driver_without_the_v3_process_call_keeps_its_gpus_healthy(
+    node: Any,
+) -> None:
+    """nvidia-ml-py >= 12.550 raises NVMLLibraryMismatchError (not an NVMLError) for the
+    unversioned process call on drivers before R510; it must not make the GPU unresponsive."""
+    n = await node("node: {gpus: 2, model: A100, driver: R470}\n")
+    samples = await n.sample()
+    assert [g.status for g in n.daemon.view.batch.gpus] == [GpuStatus.OK, GpuStatus.OK]
+    assert values(samples, m.GPU_PROCESSES) == {(): 2.0}
+    assert values(samples, m.GPU_UP) == {(): 1.0}
+
+
+async def test_clock_reasons_and_energy_come_from_the_older_calls_on_r470(node: Any) -> None:
+    n = await node(
+        "node: {gpus: 1, model: A100, driver: R470}\n"
+        "faults: [{kind: hw_slowdown, gpu: 0, at: 5s}]\n"
+    )
+    await n.sample()
+    samples = await n.sample(10.0)
+    reasons = values(samples, m.CLOCK_EVENT)
+    assert reasons[(("reason", "hw_slowdown"),)] == 1.0
+    assert values(samples, m.ENERGY)[()] > 0
+    assert n.library.called["nvmlDeviceGetCurrentClocksThrottleReasons"] > 0
+    assert n.library.called["nvmlDeviceGetTotalEnergyConsumption"] > 0
+
+
+async def test_newer_drivers_are_read_through_their_current_calls(node: Any) -> None:
+    """Memory used from nvmlMemory_v2 (v1 counts what the driver reserves) and temperature
+    from nvmlDeviceGetTemperatureV (nvmlDeviceGetTemperature is deprecated in NVML 13), where
+    pynvml has its wrapper (12.570 and later)."""
+    n = await node("node: {gpus: 1, model: H100, driver: R580}\n")
+    samples = await n.sample()
+    used = values(samples, m.MEMORY_USED)[()]
+    total = values(samples, m.MEMORY_TOTAL)[()]
+    reading = n.library.node.gpus[0].reading()
+    assert used == reading.memory_used
+    assert used < reading.memory_used + total * RESERVED_FRACTION / 2
+    if hasattr(pynvml, "nvmlDeviceGetTemperatureV"):
+        assert n.library.called["nvmlDeviceGetTemperatureV"] > 0
+        assert n.library.called["nvmlDeviceGetTemperature"] == 0
+    else:
+        assert n.library.called["nvmlDeviceGetTemperature"] > 0
+    old = await node("node: {gpus: 1, model: H100, driver: R470}\n")
+    old_samples = await old.sample()
+    old_reading = old.library.node.gpus[0].reading()
+    assert values(old_samples, m.MEMORY_USED)[()] > old_reading.memory_used  # v1: + reserved
+
+
+async def test_a_gpu_that_answers_reset_required_is_failing_with_its_action(node: Any) -> None:
+    n = await node(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: nvml_error, gpu: 1, at: 5s, duration: 20s, error: RESET_REQUIRED}]\n"
+    )
+    await n.sample(6.0)
+    samples = await n.sample()
+    gpu1 = n.daemon.view.batch.gpus[1]
+    assert gpu1.status == GpuStatus.FAILING
+    assert values(samples, m.GPU_UP, "1") == {(): 0.0}
+    assert m.TEMPERATURE not in names(samples, "1")
+    payload = n.node()
+    assert payload["verdict"] == "unhealthy"
+    [cause] = payload["causes"]
+    assert cause["key"] == "gpu-nvml-error"
+    assert "NVML_ERROR_RESET_REQUIRED" in cause["reason"]
+    assert "reset the GPU" in cause["action"]
+    assert ("gpu_failing", 1) in [(e.kind, e.gpu) for e in n.events]
+    await n.sample(20.0)  # the fault is over: the GPU answers again
+    assert n.daemon.view.batch.gpus[1].status == GpuStatus.OK
+    assert n.node()["verdict"] == "healthy"
+
+
+async def test_an_unknown_error_on_every_call_is_failing_too(node: Any) -> None:
+    n = await node(
+        "node: {gpus: 1, model: H100}\n"
+        "faults: [{kind: nvml_error, gpu: 0, at: 5s, error: UNKNOWN}]\n"
+    )
+    samples = await n.sample(6.0)
+    assert values(samples, m.GPU_UP) == {(): 0.0}
+    cause = n.node()["causes"][0]
+    assert "NVML_ERROR_UNKNOWN" in cause["reason"] and "dmesg" in cause["action"]
+
+
+async def test_a_field_refused_once_is_asked_for_again(node: Any) -> None:
+    """A NOT_SUPPORTED answer (MIG switched off again, a transient state) retires a value only
+    until the next recheck, not for the life of the process."""
+    n = await node(
+        "node: {gpus: 1, model: H100}\n"
+        "faults: [{kind: nvml_error, gpu: 0, at: 5s, duration: 10s, error: NOT_SUPPORTED}]\n"
+    )
+    samples = await n.sample(6.0)
+    assert m.TEMPERATURE not in names(samples)
+    samples = await n.sample(20.0)
+    assert m.TEMPERATURE not in names(samples)  # retired until the recheck
+    samples = await n.sample(RECHECK_S)
+    assert names(samples) >= {m.TEMPERATURE, m.ECC_ERRORS, m.POWER, m.CLOCK_EVENT}
+
+
+async def _wait_for(n: Node, kind: str, gpu: int, seconds: float = 1.0) -> list[Event]:
+    """Samples until an event of `kind` on `gpu` is in the journal (the event thread waits on
+    the manual clock too)."""
+    for _ in range(200):
+        await n.sample(seconds)
+        found = [e for e in n.events if e.kind == kind and e.gpu == gpu]
+        if found:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {kind} event on GPU {gpu}: {[(e.kind, e.gpu) for e in n.events]}")
+
+
+async def test_a_lost_gpu_does_not_cost_the_others_their_xids(node: Any) -> None:
+    """nvml.h: the shared event set's wait answers GPU_IS_LOST while any of its GPUs is lost."""
+    n = await node(
+        "node: {gpus: 4, model: H100}\n"
+        "faults:\n"
+        "  - {kind: fall_off_bus, gpu: 1, at: 5s}\n"
+        "  - {kind: xid, gpu: 2, at: 20s, code: 48}\n"
+    )
+    await _wait_for(n, "xid", 1)
+    found = await _wait_for(n, "xid", 2)
+    assert found[0].data["xid"] == 48
+
+
+async def test_an_event_wait_error_on_one_gpu_does_not_cost_the_others_their_xids(
+    node: Any,
+) -> None:
+    n = await node(
+        "node: {gpus: 4, model: H100}\n"
+        "faults:\n"
+        "  - {kind: event_wait_error, gpu: 0, at: 2s, error: UNKNOWN}\n"
+        "  - {kind: xid, gpu: 3, at: 20s, code: 79}\n"
+    )
+    found = await _wait_for(n, "xid", 3)
+    assert found[0].data["xid"] == 79
+
+
+class _NoStormRegistration(SimulatedNvml):
+    """A driver that reports the SBE-storm event type as supported but refuses to register it
+    (nvml.h: then none of the requested types is registered)."""
+
+    def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, address: int) -> int:
+        if event_types & 0x200:
+            return cdefs.ERROR_NOT_SUPPORTED
+        return super().nvmlDeviceRegisterEvents(handle, event_types, address)
+
+
+async def test_one_event_type_a_gpu_refuses_does_not_cost_its_xids(node: Any) -> None:
+    n = await node(
+        "node: {gpus: 2, model: H100}\nfaults: [{kind: xid, gpu: 1, at: 5s, code: 94}]\n",
+        _NoStormRegistration,
+    )
+    found = await _wait_for(n, "xid", 1)
+    assert found[0].data["xid"] == 94
+
+
+async def test_a_gpu_opened_after_start_is_watched_for_events(node: Any) -> None:
+    n = await node(
+        "node: {gpus: 2, model: H100}\n"
+        "faults:\n"
+        "  - {kind: nvml_error, gpu: 1, at: 0s, duration: 5s, error: UNKNOWN}\n"
+        "  - {kind: xid, gpu: 1, at: 45s, code: 48}\n"
+    )
+    assert n.daemon.view.batch.gpus[1].status != GpuStatus.OK  # could not be opened at start
+    found = await _wait_for(n, "xid", 1)
+    assert found[0].data["xid"] == 48
+    assert n.daemon.view.batch.gpus[1].status == GpuStatus.OK
+
+
+@pytest.mark.parametrize(
+    ("action", "name"), [(5, "recover_imex_domain"), (6, "bus_reset"), (7, "system_reboot")]
+)
+async def test_the_newest_recovery_actions_are_known(node: Any, action: int, name: str) -> None:
+    n = await node(
+        "node: {gpus: 2, model: H100, driver: R615}\n"
+        f"faults: [{{kind: recovery_action, gpu: 1, at: 5s, action: {action}}}]\n"
+    )
+    found = await _wait_for(n, "recovery_action", 1)
+    assert found[0].message == f"GPU 1: the driver asks for {name}"
+    samples = await n.sample()
+    one_hot = values(samples, m.RECOVERY_ACTION, "1")
+    assert one_hot[(("action", name),)] == 1.0
+    assert sum(one_hot.values()) == 1.0
+    payload = n.node()
+    assert payload["verdict"] == "unhealthy"
+    assert payload["causes"][0]["key"] == "recovery-action"
+
+
+async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_read(
+    node: Any,
+) -> None:
+    guest = await node("node: {gpus: 1, model: A100, virtualization: vgpu_guest}\n")
+    samples = await guest.sample()
+    assert names(samples) >= ALWAYS | {m.UTILIZATION}
+    assert not names(samples) & {m.TEMPERATURE, m.POWER, m.ECC_ERRORS, m.MEMORY_TEMPERATURE,
+                                 m.NVLINK_LINK_UP, m.PCIE_REPLAYS}  # fmt: skip
+    assert guest.node()["verdict"] == "healthy"
+    no_ecc = await node("node: {gpus: 1, model: L4, ecc: false}\n")
+    samples = await no_ecc.sample()
+    assert m.ECC_ERRORS not in names(samples)
+    assert names(samples) >= ALWAYS | BARE_METAL
+    assert no_ecc.node()["verdict"] == "healthy"
+
+
+async def test_mig_instances_have_their_own_memory_and_processes(node: Any) -> None:
+    n = await node(
+        "node:\n  gpus: 2\n  model: H100\n"
+        "  mig: [{gpu: 0, instances: [3g.40gb, 2g.20gb, 1g.10gb]}]\n"
+    )
+    samples = await n.sample()
+    instances = {dict(k)["gpu_i_id"]: (dict(k)["gpu_i_profile"], v)
+                 for k, v in values(samples, m.INSTANCE_MEMORY_TOTAL).items()}  # fmt: skip
+    assert instances == {"1": ("3g.40gb", 40 * 2**30), "3": ("2g.20gb", 20 * 2**30),
+                         "7": ("1g.10gb", 10 * 2**30)}  # fmt: skip
+    used = {dict(k)["gpu_i_id"]: v for k, v in values(samples, m.INSTANCE_MEMORY_USED).items()}
+    assert used["1"] > 0 and used["3"] == used["7"] == 0
+    procs = {dict(k)["gpu_i_id"]: v for k, v in values(samples, m.INSTANCE_PROCESSES).items()}
+    assert procs == {"1": 2.0, "3": 0.0, "7": 0.0}
+    # The parent: no utilization of its own in MIG mode (absent, not 0); the rest as before.
+    assert m.UTILIZATION not in names(samples, "0")
+    assert names(samples, "0") >= {m.TEMPERATURE, m.POWER, m.ECC_ERRORS, m.MEMORY_USED}
+    assert not values(samples, m.INSTANCE_MEMORY_USED, "1")  # GPU 1 is not in MIG mode
+    gpu0 = n.daemon.view.batch.gpus[0]
+    assert [(i.gpu_instance_id, i.profile, i.pids) for i in gpu0.instances] == [
+        (1, "3g.40gb", tuple(PIDS)), (3, "2g.20gb", ()), (7, "1g.10gb", ())
+    ]  # fmt: skip
+    assert n.node()["verdict"] == "healthy"
