@@ -126,6 +126,7 @@ def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
                 "metrics": per_gpu.get(info.uuid, {}),
                 "processes": [p.as_json() for p in gpu.processes],
                 "jobs": gpu.jobs,
+                "mig_instances": [i.as_json() for i in gpu.instances],
             }
         )
     return out

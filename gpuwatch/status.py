@@ -73,6 +73,22 @@ def render_node(node: dict[str, Any]) -> Group:
             " ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle"),
             xids,
         )
+        for inst in gpu.get("mig_instances") or []:  # its MIG GPU instances, under it
+            i_used, i_total = inst.get("memory_used_bytes"), inst.get("memory_total_bytes")
+            pids = inst.get("pids")
+            table.add_row(
+                f"└ {inst.get('gpu_i_id')}",
+                Text(str(inst.get("gpu_i_profile")), style="dim"),
+                "",
+                "-"
+                if i_used is None or not i_total
+                else f"{i_used / GIB:.0f}/{i_total / GIB:.0f}G",
+                "",
+                "",
+                "",
+                "" if pids is None else f"{len(pids)} proc",
+                "",
+            )
     parts: list[Any] = [header]
     if lines:
         parts.append(reasons)

@@ -23,6 +23,7 @@ from gpuwatch.tui.rows import (
     fleet_cells,
     gpu_cells,
     health,
+    mig_rows,
     process_cells,
 )
 from rich.text import Text
@@ -30,6 +31,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -118,10 +120,11 @@ class NodeView(Vertical):
             header.append(f"\n  - {reason}", style="dim" if snap.error else "")
         self.query_one("#header", Static).update(header)
         table = self.query_one("#gpus", DataTable)
-        _keyed_update(
-            table,
-            {str(g["index"]): gpu_cells(g, snap.history.get(str(g["index"]), [])) for g in gpus},
-        )
+        rows: dict[str, tuple[Text | str, ...]] = {}
+        for g in gpus:
+            rows[str(g["index"])] = gpu_cells(g, snap.history.get(str(g["index"]), []))
+            rows.update(mig_rows(g))
+        _keyed_update(table, rows)
         self._show_processes()
         _keyed_update(
             self.query_one("#alerts", DataTable),
@@ -136,15 +139,26 @@ class NodeView(Vertical):
         )
 
     def _show_processes(self) -> None:
+        """The processes of the GPU under the cursor; on a MIG instance's row, the
+        instance's."""
         if self.snapshot is None:
             return
         gpus = self.snapshot.node.get("gpus", [])
         table = self.query_one("#gpus", DataTable)
-        row = table.cursor_row if gpus else -1
-        selected = gpus[row] if 0 <= row < len(gpus) else {}
+        key, instance = "", ""
+        if gpus and table.row_count:
+            cell = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            key, _, instance = str(cell.row_key.value).partition("/gi")
+        selected: dict[str, Any] = next((g for g in gpus if str(g["index"]) == key), {})
+        processes = selected.get("processes", [])
+        if instance:
+            found = [i for i in selected.get("mig_instances") or []
+                     if str(i.get("gpu_i_id")) == instance]  # fmt: skip
+            pids = set(found[0].get("pids") or []) if found else set()
+            processes = [p for p in processes if p["pid"] in pids]
         _keyed_update(
             self.query_one("#processes", DataTable),
-            {str(p["pid"]): process_cells(p) for p in selected.get("processes", [])},
+            {str(p["pid"]): process_cells(p) for p in processes},
         )
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -93,6 +93,23 @@ def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ..
     )
 
 
+def mig_rows(gpu: dict[str, Any]) -> dict[str, tuple[Text | str, ...]]:
+    """A row under a GPU in MIG mode for each GPU instance: its profile, memory and
+    processes, keyed `GPU/gi<id>`. Utilization, temperature and power are the parent's."""
+    rows: dict[str, tuple[Text | str, ...]] = {}
+    for inst in gpu.get("mig_instances") or []:
+        used, total = inst.get("memory_used_bytes"), inst.get("memory_total_bytes")
+        memory = Text("-", style="dim")
+        if isinstance(used, int | float) and isinstance(total, int | float) and total:
+            memory = bar(used / total, 8) + Text(f" {used / GIB:.0f}/{total / GIB:.0f}G")
+        pids = inst.get("pids")
+        procs = "-" if pids is None else f"{len(pids)} proc" + ("" if len(pids) == 1 else "s")
+        key = f"{gpu.get('index')}/gi{inst.get('gpu_i_id')}"
+        rows[key] = (f"  └ {inst.get('gpu_i_id')}", Text(f"MIG {inst.get('gpu_i_profile')}",
+                     style="dim"), "", "", "", memory, "", "", procs, "")  # fmt: skip
+    return rows
+
+
 FLEET_COLUMNS = ("Node", "Verdict", "GPUs ok", "Hottest", "Busiest", "Firing", "Why")
 
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES
 from tests.conftest import parse_metrics
 
 GPU_METRICS = [
@@ -129,7 +130,7 @@ def test_openmetrics_and_gzip_by_request_headers(demo) -> None:  # type: ignore[
 def test_json_api(demo) -> None:  # type: ignore[no-untyped-def]
     node = demo.json("/api/v1/node")["data"]
     assert node["backend"]["up"] is True
-    assert node["backend"]["driver_version"] == "550.127.05"
+    assert node["backend"]["driver_version"] == PROFILES[DEFAULT_PROFILE].driver_version
     assert len(node["gpus"]) == 8
     gpu = node["gpus"][0]
     assert gpu["status"] == "ok"
