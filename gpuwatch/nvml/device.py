@@ -390,12 +390,13 @@ class DeviceReader:
         out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
 
     def _read_instances(self, out: list[Sample]) -> None:
-        """MIG: each GPU instance's memory and processes, through its own handle."""
-        mode = self._try("mig_mode", lambda: self.nvml.nvmlDeviceGetMigMode(self.handle))
-        current = int(mode[0]) if mode is not None else 0
-        if current != self._mig_mode:
-            self._mig_mode = current
-            self._mig_handles = find_instances(self.nvml, self.handle) if current else []
+        """MIG: each GPU instance's memory and processes, through its own handle. The mode
+        and the instances are looked up after opening, at every recheck, and when an
+        instance stops answering (destroyed): not every cycle, which would cost a call."""
+        if self._mig_mode is None:
+            mode = self._try("mig_mode", lambda: self.nvml.nvmlDeviceGetMigMode(self.handle))
+            self._mig_mode = int(mode[0]) if mode is not None else 0
+            self._mig_handles = find_instances(self.nvml, self.handle) if self._mig_mode else []
             self._reported = {k for k in self._reported if not k[0].startswith("MIG ")}
         instances = []
         for inst in self._mig_handles:
@@ -408,6 +409,8 @@ class DeviceReader:
             if used is not None and total is not None:
                 out.append(Sample(m.INSTANCE_MEMORY_USED, labels, used))
                 out.append(Sample(m.INSTANCE_MEMORY_TOTAL, labels, total))
+            if mem is None and found is None:
+                self._mig_mode = None  # gone, or changed: look again next time
             pids: tuple[int, ...] | None = None
             if found is not None:
                 pids = tuple(int(p.pid) for p in found)

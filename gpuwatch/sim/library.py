@@ -19,6 +19,7 @@ import ctypes
 import itertools
 import logging
 import threading
+import time
 import types
 from collections import Counter
 from collections.abc import Callable
@@ -146,8 +147,12 @@ def _put_text(address: int | None, length: int, text: str) -> None:
 class SimulatedNvml:
     """libnvidia-ml.so.1 over one simulated node. `install()` puts it under pynvml."""
 
-    def __init__(self, scenario: Scenario, clock: Clock) -> None:
+    def __init__(self, scenario: Scenario, clock: Clock, *, account_cpu: bool = False) -> None:
         self.node = SimNode(scenario, clock)
+        # The CPU time spent inside this library's entry points (benches: what a real
+        # driver's C code would cost instead), when asked for.
+        self.account_cpu = account_cpu
+        self.cpu_seconds = 0.0
         self.scenario = scenario
         self.profile = scenario.driver
         self.clock = clock
@@ -205,7 +210,16 @@ class SimulatedNvml:
                 log.exception("simulated %s failed", name)
                 return c.ERROR_UNKNOWN
 
-        return prototype(call)
+        def accounted(*args: Any) -> int | None:
+            start = time.thread_time()
+            try:
+                return call(*args)
+            finally:
+                spent = time.thread_time() - start
+                with self._lock:
+                    self.cpu_seconds += spent
+
+        return prototype(accounted if self.account_cpu else call)
 
     def _check_init(self) -> None:
         if not self._initialized:

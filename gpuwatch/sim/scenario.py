@@ -145,7 +145,15 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         raw_faults = []
     for i, raw in enumerate(raw_faults):
         fault = _fault(c, raw, ("faults", i), gpus)
-        if fault is not None:
+        if (
+            fault is not None
+            and fault.action is not None
+            and fault.action > driver.recovery_action_max
+        ):
+            top = driver.recovery_action_max
+            known = f"knows recovery actions 0-{top}" if top >= 0 else "has none (field 230)"
+            c.problems.append(doc.problem(("faults", i, "action"), f"driver {driver.name} {known}"))
+        elif fault is not None:
             faults.append(fault)
     c.check()
     return Scenario(

@@ -3,6 +3,7 @@ NVML library."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,46 @@ def test_calls_before_init_fail_as_nvml_does(simulate: Simulate) -> None:
     simulate(load_scenario("healthy"), ManualClock())
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         pynvml.nvmlDeviceGetCount()
+
+
+def test_the_scenario_in_the_simulator_docs_loads(tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
+    [block] = re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
+    path = tmp_path / "doc.yaml"
+    path.write_text(block)
+    scenario = load_scenario(str(path))
+    assert (scenario.driver.name, scenario.mig) == ("R615", {0: ("3g.40gb", "2g.20gb", "1g.10gb")})
+    assert [f.kind for f in scenario.faults] == [
+        "nvml_error",
+        "event_wait_error",
+        "recovery_action",
+    ]
+
+
+def test_scenario_errors_for_the_node_and_library_faults(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "node: {gpus: 2, model: L4, driver: R999, mig: [{gpu: 0, instances: [9g.99gb]}]}\n"
+        "faults:\n"
+        "  - {kind: nvml_error, gpu: 0}\n"
+        "  - {kind: event_wait_error, gpu: 1, error: SOMETIMES}\n"
+        "  - {kind: recovery_action, gpu: 1, action: 9}\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    text = str(caught.value)
+    assert f"{path}:1: node.driver: expected one of R470, R535, R550, R570, R580, R615" in text
+    assert f"{path}:1: node.mig[0].instances: not a MIG profile like 3g.40gb: '9g.99gb'" in text
+    assert f"{path}:3: faults[0]: missing 'error' (the NVML error, e.g. UNKNOWN)" in text
+    assert f"{path}:4: faults[1].error: expected one of" in text
+    assert f"{path}:5: faults[2].action: expected a whole number from 0 to 7, got 9" in text
+    newer = tmp_path / "newer.yaml"
+    newer.write_text(
+        "node: {gpus: 1, driver: R580}\nfaults: [{kind: recovery_action, gpu: 0, action: 6}]\n"
+    )
+    with pytest.raises(FileError, match="driver R580 knows recovery actions 0-4"):
+        load_scenario(str(newer))
+    b200 = tmp_path / "b200.yaml"
+    b200.write_text("node: {gpus: 1, model: B200, driver: R535}\n")
+    with pytest.raises(FileError, match="NVIDIA B200 needs driver R570 or newer"):
+        load_scenario(str(b200))
