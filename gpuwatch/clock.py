@@ -27,6 +27,11 @@ class Clock(Protocol):
         """Block the calling (worker) thread for `seconds` of this clock's time."""
         ...
 
+    def block_until(self, event: threading.Event, seconds: float) -> bool:
+        """Block the calling thread until `event` is set or `seconds` of this clock's time
+        pass; whether the event was set."""
+        ...
+
 
 async def wait_event(clock: Clock, event: asyncio.Event, seconds: float | None) -> bool:
     """Wait for `event`, at most `seconds` of the clock's time (None: no limit). True when
@@ -56,6 +61,9 @@ class SystemClock:
     def block(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
+    def block_until(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
+
 
 class ScaledClock:
     """Time that runs `speed` times faster than real time, starting at `start` (default: now).
@@ -82,6 +90,9 @@ class ScaledClock:
 
     def block(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds) / self.speed)
+
+    def block_until(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds) / self.speed)
 
 
 class ManualClock:
@@ -119,6 +130,13 @@ class ManualClock:
         with self._cond:
             while self._now < deadline:
                 self._cond.wait(0.05)
+
+    def block_until(self, event: threading.Event, seconds: float) -> bool:
+        deadline = self._now + seconds
+        while not event.wait(0.005):  # time moves only when a test advances it
+            if self._now >= deadline:
+                return False
+        return True
 
 
 SIM_CLOCK_FILE = "sim-clock.json"

@@ -150,8 +150,10 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
             and fault.action is not None
             and fault.action > driver.recovery_action_max
         ):
-            top = driver.recovery_action_max
-            known = f"knows recovery actions 0-{top}" if top >= 0 else "has none (field 230)"
+            highest = driver.recovery_action_max
+            known = (
+                f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
+            )
             c.problems.append(doc.problem(("faults", i, "action"), f"driver {driver.name} {known}"))
         elif fault is not None:
             faults.append(fault)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
-from gpuwatch.clock import SystemClock
+from gpuwatch.clock import ManualClock, SystemClock
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 
 
@@ -89,4 +90,44 @@ async def test_many_calls_return_as_soon_as_the_last_one_finishes() -> None:
     assert results == list(range(64))
     assert loop.time() - started < 1.0  # not the 5 s deadline
     assert await caller.call_many(5.0, []) == []
+    caller.close()
+
+
+async def test_many_calls_take_turns_and_a_hung_one_holds_the_next_only_briefly() -> None:
+    """Reads running at once contend for the interpreter lock at every NVML call, so the calls
+    of one cycle take turns; a call that hangs holds the next one for deadline / 2n of the
+    clock's time, not for the deadline."""
+    clock = ManualClock()
+    caller = NvmlCaller(clock, max_stuck=4)
+    running: list[int] = []
+    overlaps: list[list[int]] = []
+    lock = threading.Lock()
+
+    def read(gpu: int) -> int:
+        with lock:
+            running.append(gpu)
+            overlaps.append(list(running))
+        time.sleep(0.002)
+        with lock:
+            running.remove(gpu)
+        return gpu
+
+    results = await caller.call_many(8.0, [(f"gpu{i}", read, (i,)) for i in range(8)])
+    assert results == list(range(8))
+    assert overlaps == [[i] for i in range(8)]  # one at a time, in order
+    release = threading.Event()
+    calls = [("gpu0", release.wait, ()), *((f"gpu{i}", read, (i,)) for i in range(1, 4))]
+    task = asyncio.ensure_future(caller.call_many(8.0, calls))
+    await asyncio.sleep(0.2)
+    assert not task.done() and running == []  # gpu1 waits its turn behind the hung gpu0
+    clock.advance(1.0)  # deadline 8 s over 4 calls: a turn is held at most 1 s
+    for _ in range(200):
+        if len(overlaps) == 11:
+            break
+        await asyncio.sleep(0.01)
+    assert overlaps[8:] == [[1], [2], [3]]
+    clock.advance(8.0)
+    results = await task
+    assert isinstance(results[0], NvmlTimeoutError) and results[1:] == [1, 2, 3]
+    release.set()
     caller.close()
