@@ -218,6 +218,8 @@ def read_dcgm(text: str) -> DcgmReading:
         return True
 
     passed: list[Sample] = []
+    # MIG: each GPU instance's framebuffer fields, under the labels the NVML source gives it.
+    instances: dict[Labels, dict[str, float]] = {}
     fb_free: dict[str, float] = {}
     fb_reserved: dict[str, float] = {}
     recovery: dict[str, float] = {}
@@ -240,6 +242,10 @@ def read_dcgm(text: str) -> DcgmReading:
                 )
             if is_blank(value):
                 continue
+            if labels.get("GPU_I_ID") and name in MIG_SUMMED:
+                key_labels = (*gpu.info.labels, ("gpu_i_id", labels["GPU_I_ID"]),
+                              ("gpu_i_profile", labels.get("GPU_I_PROFILE", "")))  # fmt: skip
+                instances.setdefault(key_labels, {}).setdefault(name, value * MIB)
             if name in XID_FIELDS:  # also passed through: DCGM rules on it keep working
                 gpu.xid = int(value)
                 passed.append(Sample(name, _passed(labels), value))
@@ -285,6 +291,16 @@ def read_dcgm(text: str) -> DcgmReading:
             for i, state in enumerate(RECOVERY_ACTIONS):
                 key = (m.RECOVERY_ACTION, (*base, ("action", state)))
                 mapped[key] = 1.0 if action == i else 0.0
+    for series, fb in instances.items():
+        in_use = fb.get("DCGM_FI_DEV_FB_USED")
+        if in_use is None:
+            continue
+        samples.append(Sample(m.INSTANCE_MEMORY_USED, series, in_use))
+        size = fb.get("DCGM_FI_DEV_FB_TOTAL")
+        if size is None and FB_FREE in fb:
+            size = in_use + fb[FB_FREE] + fb.get(FB_RESERVED, 0.0)
+        if size is not None:
+            samples.append(Sample(m.INSTANCE_MEMORY_TOTAL, series, size))
     for (name, series), value in mapped.items():
         if name == m.NVLINK_ERRORS and ("link", "all") in series:
             d = dict(series)

@@ -113,6 +113,14 @@ def test_mig_instances_add_up_their_memory_and_do_not_repeat_the_gpu() -> None:
     assert values(reading, m.MEMORY_USED) == {"0": (10477 + 2946) * MIB, "1": 68176 * MIB}
     assert values(reading, m.TEMPERATURE) == {"0": 39, "1": 52}
     assert values(reading, m.UTILIZATION) == {"1": 0.96}  # blank under MIG: absent, not 0
+    instances = {
+        (dict(s.labels)["gpu_i_id"], dict(s.labels)["gpu_i_profile"], s.name): s.value
+        for s in reading.samples
+        if s.name in (m.INSTANCE_MEMORY_USED, m.INSTANCE_MEMORY_TOTAL)
+    }  # the same names and labels as the NVML source gives MIG instances
+    assert instances[("1", "3g.40gb", m.INSTANCE_MEMORY_USED)] == 10477 * MIB
+    assert instances[("2", "3g.40gb", m.INSTANCE_MEMORY_USED)] == 2946 * MIB
+    assert len(instances) == 4
     gpu0 = next(g for g in reading.gpus.values() if g.info.index == 0)
     assert sorted(p.job for p in gpu0.processes) == [
         "Kubernetes pod embed-svc-7d9f6-x2kq of inference",
