@@ -34,14 +34,15 @@ class LaneStuckError(Exception):
 
 # A call after which another may start: set when it starts, set when it has finished.
 _Turn = tuple[threading.Event, threading.Event]
-# fn, its arguments, its future, its turn; and the turn of the call to let finish first,
-# waiting at most `hold` of the clock's time once that one has started.
+# fn, its arguments, its future, its turn; the turn of the call to let finish first, waiting
+# at most `hold` of the clock's time once that one has started; the calls' deadline.
 _Job = tuple[
     Callable[..., Any],
     tuple[Any, ...],
     "concurrent.futures.Future[Any]",
     _Turn,
     _Turn | None,
+    float,
     float,
 ]
 Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
@@ -72,10 +73,11 @@ class _Worker:
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
-            fn, args, future, (started, finished), after, hold = job
+            fn, args, future, (started, finished), after, hold, deadline = job
             if after is not None:
-                # The call before starts within `hold` of the one before it, and so on.
-                after[0].wait()
+                # The call before starts within `hold` of the one before it, and so on: well
+                # within the deadline, which bounds this wait all the same.
+                self._clock.block_until(after[0], deadline)
                 self._clock.block_until(after[1], hold)
             started.set()
             if not future.set_running_or_notify_cancel():
@@ -116,7 +118,9 @@ class NvmlCaller:
         """fn(*args) in the lane's worker; raises NvmlTimeoutError past `deadline` clock-seconds."""
         worker = self._worker_for(lane)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        worker.submit((fn, args, future, (threading.Event(), threading.Event()), None, 0.0))
+        worker.submit(
+            (fn, args, future, (threading.Event(), threading.Event()), None, 0.0, deadline)
+        )
         try:
             return await self._clock.wait_for(asyncio.wrap_future(future), deadline)
         except TimeoutError:
@@ -169,7 +173,7 @@ class NvmlCaller:
                 left[0] += 1
             future.add_done_callback(finished)
             turn = (threading.Event(), threading.Event())
-            worker.submit((fn, args, future, turn, before, hold))
+            worker.submit((fn, args, future, turn, before, hold, deadline))
             before = turn
         finished()
         with contextlib.suppress(TimeoutError):
