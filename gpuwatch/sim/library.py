@@ -28,7 +28,6 @@ from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.sim import cdefs as c
-from gpuwatch.sim import driver as d
 from gpuwatch.sim.node import RESERVED_FRACTION, SimEvent, SimGpu, SimInstance, SimNode, hash01
 from gpuwatch.sim.scenario import Scenario
 
@@ -842,13 +841,3 @@ class SimulatedNvml:
             event_set.masks.clear()
             self._event_sets.pop(address, None)
         return c.SUCCESS
-
-
-def install(scenario: Scenario, clock: Clock) -> tuple[Any, SimulatedNvml]:
-    """A simulated node's library under the real pynvml: (pynvml, the library)."""
-    library = SimulatedNvml(scenario, clock)
-    return library.install(), library
-
-
-def profile_names() -> list[str]:
-    return list(d.PROFILES)

@@ -91,11 +91,6 @@ class SimInstance:
     gpu_instance_id: int
     memory_total: int
 
-    @property
-    def slices(self) -> int:
-        match = MIG_PROFILE.match(self.profile)
-        return int(match.group(1)) if match else 1
-
 
 def _instances(gpu: int, profiles: tuple[str, ...]) -> tuple[SimInstance, ...]:
     taken: set[int] = set()
