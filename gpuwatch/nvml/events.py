@@ -6,7 +6,9 @@ One event set holds every watched GPU. Three things about NVML shape this (nvml.
 - the wait answers GPU_IS_LOST while any GPU of the set is lost (or another error for a GPU
   in trouble), which would cost every GPU its XIDs: on an error the waiter finds the GPUs
   whose own wait fails, leaves them out for QUARANTINE_S, and rebuilds the set without them;
-- a set cannot drop a GPU: a change in the watched GPUs rebuilds it.
+- a set cannot drop a GPU: a change in the watched GPUs rebuilds it;
+- a wait that answers TIMEOUT long before its timeout (a driver in trouble) would turn this
+  thread into a busy loop: such a wait is followed by a pause of the wait's length.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gpuwatch.clock import Clock
 from gpuwatch.nvml.device import NvmlModule, handle_key
 from gpuwatch.nvml.fields import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS, FieldValues
 from gpuwatch.xid import xid_event_text
@@ -58,17 +61,19 @@ class EventWaiter:
         self,
         nvml: NvmlModule,
         on_event: Callable[[str, int, int], None],
-        now: Callable[[], float],
+        clock: Clock,
     ) -> None:
         self._nvml = nvml
         self._on_event = on_event
-        self._now = now
+        self._clock = clock
+        self._now = clock.now
         self._stop = threading.Event()
         self._changed = threading.Event()
         self._lock = threading.Lock()
         self._wanted: dict[str, Any] = {}  # uuid -> device handle
         self._quarantined: dict[str, float] = {}  # uuid -> until when it stays out
         self._noted: set[str] = set()  # GPUs whose trouble was logged
+        self._early_noted = False  # whether a wait that returned early was logged
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self.registered: dict[str, int] = {}  # uuid -> the event types registered for it
         self._field_values = FieldValues(nvml)
@@ -184,15 +189,17 @@ class EventWaiter:
                         event_set, by_handle = self._build()
                     except nvml.NVMLError as exc:
                         log.warning("fault events unavailable: nvmlEventSetCreate: %s", exc)
-                        self._stop.wait(BACKOFF_MAX_S)
+                        self._clock.block_until(self._stop, BACKOFF_MAX_S)
                         continue
                 if not by_handle:
-                    self._changed.wait(1.0)
+                    self._clock.block_until(self._changed, 1.0)
                     continue
+                began = self._now()
                 try:
                     data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
                 except nvml.NVMLError_Timeout:
                     backoff = 1.0
+                    self._pace(began)
                     continue
                 except nvml.NVMLError as exc:
                     failing = self._find_failing(by_handle)
@@ -201,7 +208,7 @@ class EventWaiter:
                         self._quarantined[uuid] = now + QUARANTINE_S
                     if not failing:  # no GPU alone fails: wait before trying again
                         log.warning("nvml event wait failed: %s; retrying in %.0fs", exc, backoff)
-                        self._stop.wait(backoff)
+                        self._clock.block_until(self._stop, backoff)
                         backoff = min(backoff * 2, BACKOFF_MAX_S)
                     self._changed.set()  # rebuild without the failing GPUs
                     continue
@@ -209,6 +216,22 @@ class EventWaiter:
         finally:
             if event_set is not None:
                 self._free(event_set)
+
+    def _pace(self, began: float) -> None:
+        """After a wait that timed out: if it returned well before its timeout, pause for the
+        rest of it, so that a driver whose wait does not block costs no more than one that does."""
+        waited = self._now() - began
+        if waited >= WAIT_MS / 2000:
+            return
+        if not self._early_noted:
+            log.warning(
+                "the nvml event wait answers TIMEOUT without waiting (after %.3fs of %.3fs);"
+                " pausing between waits, fault events may be late or missing",
+                waited,
+                WAIT_MS / 1000,
+            )
+            self._early_noted = True
+        self._clock.block_until(self._stop, WAIT_MS / 1000 - waited)
 
     def _quarantine_over(self) -> bool:
         now = self._now()

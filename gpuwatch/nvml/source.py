@@ -110,7 +110,7 @@ class NvmlSource:
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[_Gpu] = []
-        self._events = EventWaiter(nvml, self._event_from_thread, clock.now)
+        self._events = EventWaiter(nvml, self._event_from_thread, clock)
         self._events_started = False
         self._next_init = 0.0
         self._slow_read: list[tuple[str, list[Sample]]] = []  # this cycle's, see Batch

@@ -21,6 +21,7 @@ from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import Event, GpuStatus, Sample
 from gpuwatch.nvml.device import RECHECK_S
+from gpuwatch.nvml.events import WAIT_MS
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.driver import PROFILES
@@ -301,6 +302,23 @@ async def test_an_event_wait_error_on_one_gpu_does_not_cost_the_others_their_xid
     )
     found = await _wait_for(n, "xid", 3)
     assert found[0].data["xid"] == 79
+
+
+async def test_an_event_wait_that_answers_timeout_at_once_is_not_a_busy_loop(
+    node: Any,
+) -> None:
+    """A wait that returns TIMEOUT without blocking: the event thread paces itself to about
+    one wait per WAIT_MS of the clock, instead of calling into the driver as fast as it can."""
+    n = await node(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: event_wait_error, gpu: 0, at: 0s, error: TIMEOUT}]\n"
+    )
+    before = n.library.called["nvmlEventSetWait_v2"]
+    for _ in range(20):  # 10 s of the clock, in steps the event thread can follow
+        n.clock.advance(0.5)
+        await asyncio.sleep(0.02)
+    waits = n.library.called["nvmlEventSetWait_v2"] - before
+    assert 5 <= waits <= 10 / (WAIT_MS / 1000) + 20
 
 
 class _NoStormRegistration(SimulatedNvml):
