@@ -12,7 +12,8 @@ pynvml's NVMLLibraryMismatchError, which is not an NVMLError) is absent from the
 0 or NaN; it is logged once and asked for again every RECHECK_S, since MIG mode, a driver
 upgrade or a transient state can change the answer. A GpuIsLost from any call propagates:
 the whole GPU is lost, not one field. A read whose calls all fail, or any call answering
-RESET_REQUIRED, is a GPU that cannot be used: NvmlGpuError.
+RESET_REQUIRED, is a GPU that cannot be used: NvmlGpuError. So is a GPU a whole read of which
+answered no value at all (each NOT_SUPPORTED, say), until one answers again: it is not watched.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ class DeviceReader:
         self._newly_unsupported: list[str] = []
         self._reported: set[tuple[str, str]] = set()
         self._errors: list[int] = []  # this read's failed calls, by NVML error code
-        self._answered = 0  # this read's calls that answered
+        self._answered = 0  # this read's values that answered
+        self._mute = False  # whether the last whole read answered nothing
         self._next_recheck = now() + RECHECK_S
         base = info.labels
         self._labels = base
@@ -243,8 +245,9 @@ class DeviceReader:
                 exc_info=None if nvml_error else exc,
             )
 
-    def _try(self, what: str, *calls: Callable[[], Any]) -> Any:
-        """The first answer among `calls` (one value, newest call first), or None."""
+    def _try(self, what: str, *calls: Callable[[], Any], counted: bool = True) -> Any:
+        """The first answer among `calls` (one value, newest call first), or None.
+        `counted`: whether an answer is a value read (not a call whose parts are)."""
         if what in self._retired:
             return None
         nvml = self.nvml
@@ -261,7 +264,7 @@ class DeviceReader:
                 return None
             if i != chosen:
                 self._choice[what] = i
-            self._answered += 1
+            self._answered += counted
             return value
         self._retire(what)
         return None
@@ -325,18 +328,25 @@ class DeviceReader:
                 "; ".join(_per_link_folded(self._newly_unsupported)),
             )
             self._newly_unsupported.clear()
-        self._check_errors()
+        self._check_errors(whole=slow)
         return out, slow_out
 
-    def _check_errors(self) -> None:
-        """A GPU whose calls all failed, or that asks for a reset, cannot be used."""
+    def _check_errors(self, whole: bool) -> None:
+        """A GPU whose calls all failed, or that asks for a reset, cannot be used; one that
+        answers nothing at all cannot be watched. `whole`: this read asked for both tiers (a
+        fast read answering nothing says little: every fast value may be unsupported)."""
         errors = self._errors
-        if not errors:
-            return
+        if self._answered:
+            self._mute = False
+        elif whole and not errors:
+            self._mute = True
         if ERROR_RESET_REQUIRED in errors:
             code = ERROR_RESET_REQUIRED
-        elif self._answered == 0:
+        elif errors and self._answered == 0:
             code = Counter(errors).most_common(1)[0][0]
+        elif self._mute:
+            code = self.nvml.NVML_ERROR_NOT_SUPPORTED
+            raise NvmlGpuError(code, f"{self._error_text(code)} for every value asked for")
         else:
             return
         raise NvmlGpuError(code, self._error_text(code))
@@ -451,7 +461,9 @@ class DeviceReader:
         if fields.plans:
             requests = fields.requests
             values = self._try(
-                "field_values", lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests)
+                "field_values",
+                lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests),
+                counted=False,
             )
             if values is not None:
                 self._read_field_values(fields, values, out)
@@ -469,6 +481,7 @@ class DeviceReader:
             ret = read.returned(fv)
             if ret == success:
                 keep.append(plan)
+                self._answered += 1
                 value = read.value(fv)
                 if plan.one_hot:
                     for i, state in enumerate(plan.one_hot):

@@ -72,7 +72,10 @@ class EventWaiter:
         self._lock = threading.Lock()
         self._wanted: dict[str, Any] = {}  # uuid -> device handle
         self._quarantined: dict[str, float] = {}  # uuid -> until when it stays out
-        self._noted: set[str] = set()  # GPUs whose trouble was logged
+        # GPUs whose trouble was logged, by kind: registering, and waiting (found by a probe
+        # while registering works; noted until a wait with the GPU in the set goes well).
+        self._noted: set[str] = set()
+        self._noted_wait: set[str] = set()
         self._early_noted = False  # whether a wait that returned early was logged
         self._thread = threading.Thread(target=self._run, name="nvml-events", daemon=True)
         self.registered: dict[str, int] = {}  # uuid -> the event types registered for it
@@ -165,9 +168,14 @@ class EventWaiter:
             except nvml.NVMLError_Timeout:
                 pass
             except nvml.NVMLError as exc:
-                if uuid not in self._noted:
-                    log.warning("uuid=%s: its fault events cannot be watched: %s", uuid, exc)
-                    self._noted.add(uuid)
+                if uuid not in self._noted_wait:
+                    log.warning(
+                        "uuid=%s: its fault events cannot be watched: %s; retrying every %.0fs",
+                        uuid,
+                        exc,
+                        QUARANTINE_S,
+                    )
+                    self._noted_wait.add(uuid)
                 failing.append(uuid)
             finally:
                 self._free(probe)
@@ -199,6 +207,7 @@ class EventWaiter:
                     data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
                 except nvml.NVMLError_Timeout:
                     backoff = 1.0
+                    self._waited_well(by_handle)
                     self._pace(began)
                     continue
                 except nvml.NVMLError as exc:
@@ -212,10 +221,20 @@ class EventWaiter:
                         backoff = min(backoff * 2, BACKOFF_MAX_S)
                     self._changed.set()  # rebuild without the failing GPUs
                     continue
+                self._waited_well(by_handle)
                 self._deliver(data, by_handle)
         finally:
             if event_set is not None:
                 self._free(event_set)
+
+    def _waited_well(self, by_handle: dict[int, tuple[str, Any]]) -> None:
+        """A wait went well: the GPUs in the set whose wait had failed are watched again."""
+        if not self._noted_wait:
+            return
+        for uuid, _ in by_handle.values():
+            if uuid in self._noted_wait:
+                self._noted_wait.discard(uuid)
+                log.info("uuid=%s: its fault events are watched again", uuid)
 
     def _pace(self, began: float) -> None:
         """After a wait that timed out: if it returned well before its timeout, pause for the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
 import os
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -251,6 +252,30 @@ async def test_an_unknown_error_on_every_call_is_failing_too(node: Any) -> None:
     assert "NVML_ERROR_UNKNOWN" in cause["reason"] and "dmesg" in cause["action"]
 
 
+async def test_a_gpu_that_answers_not_supported_to_everything_is_not_healthy(
+    node: Any,
+) -> None:
+    """Every value retired as NOT_SUPPORTED leaves nothing to judge: not a healthy GPU."""
+    n = await node(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: nvml_error, gpu: 1, at: 5s, duration: 1m, error: NOT_SUPPORTED}]\n"
+    )
+    for _ in range(3):  # also once every value is retired and nothing is asked for
+        samples = await n.sample(6.0)
+        assert values(samples, m.GPU_UP, "1") == {(): 0.0}
+        assert n.daemon.view.batch.gpus[1].status == GpuStatus.FAILING
+        payload = n.node()
+        assert payload["verdict"] == "unhealthy"
+        [cause] = payload["causes"]
+        assert cause["key"] == "gpu-nvml-error" and "GPU 1" in cause["reason"]
+        assert "NVML_ERROR_NOT_SUPPORTED" in cause["reason"]
+    await n.sample(60.0)
+    samples = await n.sample(RECHECK_S)  # the fault is over; the recheck asks again
+    assert values(samples, m.GPU_UP, "1") == {(): 1.0}
+    assert m.TEMPERATURE in names(samples, "1")
+    assert n.node()["verdict"] == "healthy"
+
+
 async def test_a_field_refused_once_is_asked_for_again(node: Any) -> None:
     """A NOT_SUPPORTED answer (MIG switched off again, a transient state) retires a value only
     until the next recheck, not for the life of the process."""
@@ -319,6 +344,22 @@ async def test_an_event_wait_that_answers_timeout_at_once_is_not_a_busy_loop(
         await asyncio.sleep(0.02)
     waits = n.library.called["nvmlEventSetWait_v2"] - before
     assert 5 <= waits <= 10 / (WAIT_MS / 1000) + 20
+
+
+async def test_a_gpu_whose_event_wait_keeps_failing_is_logged_once_until_it_recovers(
+    node: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    n = await node(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: event_wait_error, gpu: 0, at: 2s, duration: 100s, error: UNKNOWN}]\n"
+    )
+    caplog.set_level(logging.INFO, "gpuwatch.nvml.events")
+    for _ in range(150):  # 150 s of the clock: the GPU is tried again every QUARANTINE_S
+        n.clock.advance(1.0)
+        await asyncio.sleep(0.01)
+    messages = [r.getMessage() for r in caplog.records if r.name == "gpuwatch.nvml.events"]
+    assert sum("cannot be watched" in msg for msg in messages) == 1, messages
+    assert sum("watched again" in msg for msg in messages) == 1, messages
 
 
 class _NoStormRegistration(SimulatedNvml):
