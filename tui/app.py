@@ -63,11 +63,23 @@ def _table(id_: str, columns: Sequence[str]) -> DataTable[Any]:
 
 
 def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> None:
-    """Rows keyed and updated in place: the cursor and scroll stay where the user left them."""
+    """Rows keyed and updated in place, in the order of `rows`: the cursor and scroll stay
+    where the user left them. A new row that belongs above others (a MIG instance created on
+    a GPU above the last one) rebuilds the table, the cursor kept on its row."""
     keys = [str(c.key.value) for c in table.columns.values()]
-    present = {str(k.value) for k in table.rows}
-    for key in present - rows.keys():
-        table.remove_row(key)
+    shown = [str(k.value) for k in table.rows]  # in the order they are shown
+    present = set(shown)
+    kept = [k for k in rows if k in present]
+    cursor: str | None = None
+    if kept != [k for k in shown if k in rows] or kept != list(rows)[: len(kept)]:
+        if table.row_count:
+            cell = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            cursor = str(cell.row_key.value)
+        table.clear()
+        present = set()
+    else:
+        for key in present - rows.keys():
+            table.remove_row(key)
     for key, row in rows.items():
         cells = [c if isinstance(c, Text) else Text(c) for c in row]  # a str would be markup
         if key in present:
@@ -76,6 +88,8 @@ def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> No
                     table.update_cell(key, column, cell, update_width=True)
         else:
             table.add_row(*cells, key=key)
+    if cursor is not None and cursor in rows:
+        table.move_cursor(row=table.get_row_index(cursor), animate=False)
 
 
 class NodeView(Vertical):

@@ -98,6 +98,32 @@ async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() ->
         assert row[6] == "Cannot connect to host b:10040"
 
 
+async def test_mig_instances_created_later_are_shown_under_their_gpu() -> None:
+    source = FixedSource({NODE: snapshot(NODE)})
+    app = GpuwatchApp(source, [NODE], refresh=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, NodeScreen)
+        gpus = screen.query_one("#gpus", DataTable)
+        for _ in range(5):
+            await pilot.press("down")
+        assert gpus.cursor_row == 5
+        source.snapshots[NODE].node["gpus"][2]["mig_instances"] = [
+            {"gpu_i_id": 1, "gpu_i_profile": "4g.40gb", "memory_used_bytes": 2**30,
+             "memory_total_bytes": 40 * 2**30, "pids": [4242]},
+            {"gpu_i_id": 5, "gpu_i_profile": "3g.40gb", "memory_used_bytes": 0,
+             "memory_total_bytes": 40 * 2**30, "pids": []},
+        ]  # fmt: skip
+        screen.poll()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        order = [str(k.value) for k in gpus.rows]
+        assert order == ["0", "1", "2", "2/gi1", "2/gi5", "3", "4", "5", "6", "7"]
+        assert cells(gpus, 3)[:2] == ["  └ 1", "MIG 4g.40gb"]
+        assert cells(gpus, gpus.cursor_row)[0] == cells(gpus, 7)[0]  # still on GPU 5
+
+
 async def settled(pilot: Any) -> None:
     """Wait until the first refresh has filled the screen, and its layout has settled."""
     await pilot.app.workers.wait_for_complete()
