@@ -34,7 +34,9 @@ DEGRADING_REASONS = {
 # and a failure at 100/s (NVLink5's "effective" errors are what FEC could not correct), and
 # replay/recovery, a failure at any count. NVLink5's FEC-corrected symbol errors are neither.
 NVLINK_CRC_TYPES = frozenset({"crc_flit", "crc_data", "effective"})
-NVLINK_FAILURE_TYPES = frozenset({"replay", "recovery", "link_recovery", "link_recovery_failed"})
+# NVLink5's link_recovery counts every recovery, the failed ones (link_recovery_failed) too:
+# summing both would count a failed recovery twice.
+NVLINK_FAILURE_TYPES = frozenset({"replay", "recovery", "link_recovery"})
 
 RETIRED_PAGES_LIMIT = 63  # DCGM: retired pages (SBE + DBE) at or above this is a failure
 REMAPPED_UNCORRECTABLE_LIMIT = 512  # DCGM: uncorrectable remapped rows at or above: warning

@@ -413,6 +413,22 @@ async def test_the_newest_recovery_actions_are_known(node: Any, action: int, nam
     assert payload["causes"][0]["key"] == "recovery-action"
 
 
+async def test_a_failed_nvlink5_recovery_is_counted_once(node: Any) -> None:
+    """NVLink5's recovery count holds the failed recoveries too; the verdict counts each once."""
+    n = await node(
+        "node: {gpus: 2, model: B200}\n"
+        "faults: [{kind: nvlink_down, gpu: 1, at: 5s, duration: 10s}]\n"
+    )
+    await n.sample(6.0)
+    samples = await n.sample(20.0)
+    errors = values(samples, m.NVLINK_ERRORS, "1")
+    link = next(dict(k)["link"] for k, v in errors.items() if v)
+    assert errors[(("link", link), ("type", "link_recovery"))] == 1.0
+    assert errors[(("link", link), ("type", "link_recovery_failed"))] == 1.0
+    [cause] = [c for c in n.node()["causes"] if "NVLink replay" in c["reason"]]
+    assert cause["reason"] == "GPU 1: 1 NVLink replay or recovery errors in the last 5 minutes"
+
+
 async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_read(
     node: Any,
 ) -> None:
