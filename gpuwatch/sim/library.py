@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.sim import cdefs as c
+from gpuwatch.sim.driver import ECC_EVENTS
 from gpuwatch.sim.node import RESERVED_FRACTION, SimEvent, SimGpu, SimInstance, SimNode, hash01
 from gpuwatch.sim.scenario import Scenario
 
@@ -758,15 +759,19 @@ class SimulatedNvml:
             raise _Answer(c.ERROR_INVALID_ARGUMENT)
         return event_set
 
+    def _event_types(self) -> int:
+        types = self.profile.event_types
+        return types if self.scenario.ecc else types & ~ECC_EVENTS
+
     def nvmlDeviceGetSupportedEventTypes(self, handle: int, out: int) -> int:
         self._whole_gpu(handle)
-        _put(ctypes.c_ulonglong, out, self.profile.event_types)
+        _put(ctypes.c_ulonglong, out, self._event_types())
         return c.SUCCESS
 
     def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, address: int) -> int:
         gpu = self._whole_gpu(handle)
         event_set = self._event_set(address)
-        if event_types & ~self.profile.event_types:
+        if event_types & ~self._event_types():
             # nvml.h: NOT_SUPPORTED if some requested type is not; none of them is registered.
             return c.ERROR_NOT_SUPPORTED
         with self._lock:

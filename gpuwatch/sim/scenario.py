@@ -117,7 +117,6 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
     driver = PROFILES[c.value(node, ("node",), "driver", one_of(tuple(PROFILES)), DEFAULT_PROFILE)]
     ecc = c.value(node, ("node",), "ecc", boolean, True)
     virtualization = c.value(node, ("node",), "virtualization", one_of(VIRTUALIZATION), "none")
-    mig = _mig(c, node.get("mig"), gpus)
     model_name = str(node.get("model", "H100"))
     model = find_model(model_name)
     if model is None:
@@ -128,6 +127,7 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
             )
         )
         model = MODELS[ALIASES["H100"]]
+    mig = _mig(c, node.get("mig"), gpus, model)
     if mig and not model.mig_capable:
         c.problems.append(doc.problem(("node", "mig"), f"{model.name} has no MIG mode"))
     if model.nvlink_generation >= 5 and not driver.blackwell:
@@ -145,17 +145,12 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         raw_faults = []
     for i, raw in enumerate(raw_faults):
         fault = _fault(c, raw, ("faults", i), gpus)
-        if (
-            fault is not None
-            and fault.action is not None
-            and fault.action > driver.recovery_action_max
-        ):
-            highest = driver.recovery_action_max
-            known = (
-                f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
-            )
-            c.problems.append(doc.problem(("faults", i, "action"), f"driver {driver.name} {known}"))
-        elif fault is not None:
+        if fault is None:
+            continue
+        misfit = _misfit(fault, driver, ecc)
+        if misfit is not None:
+            c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
+        else:
             faults.append(fault)
     c.check()
     return Scenario(
@@ -173,9 +168,27 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
     )
 
 
-def _mig(c: Checker, raw: Any, gpus: int) -> dict[int, tuple[str, ...]]:
+# Faults of ECC-protected memory: a GPU with ECC off has no such errors, nor events of them.
+ECC_FAULT_KINDS = ("ecc_sbe", "ecc_dbe", "row_remap_pending", "row_remap_failure", "retired_pages")
+
+
+def _misfit(fault: Fault, driver: DriverProfile, ecc: bool) -> tuple[str, str] | None:
+    """(field, why) when a fault cannot happen on this node; None when it can."""
+    if fault.action is not None and fault.action > driver.recovery_action_max:
+        highest = driver.recovery_action_max
+        known = f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
+        return "action", f"driver {driver.name} {known}"
+    if fault.kind in ECC_FAULT_KINDS and not ecc:
+        return "kind", f"{fault.kind} needs ECC memory; this node has node.ecc: false"
+    return None
+
+
+MIG_SLICES = (1, 2, 3, 4, 7)  # the compute slices a GPU instance profile can have
+
+
+def _mig(c: Checker, raw: Any, gpus: int, model: GpuModel) -> dict[int, tuple[str, ...]]:
     """node.mig: a list of {gpu, instances: [profile, ...]}, profiles as nvidia-smi names
-    them (`3g.40gb`); at most 7 compute slices a GPU."""
+    them (`3g.40gb`); at most 7 compute slices and the GPU's memory a GPU."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
@@ -192,16 +205,24 @@ def _mig(c: Checker, raw: Any, gpus: int) -> dict[int, tuple[str, ...]]:
         if not isinstance(instances, list) or not instances:
             c.problems.append(c.doc.problem((*path, "instances"), "must list instance profiles"))
             continue
-        bad = [p for p in instances if not MIG_PROFILE.match(str(p))]
-        slices = sum(int(m.group(1)) for p in instances if (m := MIG_PROFILE.match(str(p))))
+        matches = [MIG_PROFILE.match(str(p)) for p in instances]
+        bad = [p for p, m in zip(instances, matches, strict=True)
+               if m is None or int(m.group(1)) not in MIG_SLICES]  # fmt: skip
+        sizes = [(int(m.group(1)), int(m.group(2))) for m in matches if m is not None]
+        slices, gigabytes = sum(s for s, _ in sizes), sum(g for _, g in sizes)
+        # Profile names round the memory up to whole GB: 7g.80gb on an H100's 79.6 GiB.
+        memory = -(-model.memory_bytes // 2**30)
+        problem = None
         if bad:
-            c.problems.append(
-                c.doc.problem((*path, "instances"), f"not a MIG profile like 3g.40gb: {bad[0]!r}")
-            )
+            problem = f"not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): {bad[0]!r}"
         elif slices > 7:
-            c.problems.append(
-                c.doc.problem((*path, "instances"), f"{slices} compute slices; a GPU has 7")
-            )
+            problem = f"{slices} compute slices; a GPU has 7"
+        elif gigabytes > memory:
+            problem = f"{gigabytes} GB of instances; the {model.name} has {memory} GB"
+        elif gpu in out:
+            problem = f"GPU {gpu} is listed twice"
+        if problem is not None:
+            c.problems.append(c.doc.problem((*path, "instances"), problem))
         else:
             out[gpu] = tuple(str(p) for p in instances)
     return out

@@ -443,6 +443,9 @@ async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_rea
     assert m.ECC_ERRORS not in names(samples)
     assert names(samples) >= ALWAYS | BARE_METAL
     assert no_ecc.node()["verdict"] == "healthy"
+    # nvml.h: ECC events only on ECC-enabled devices (DBE 0x2, SBE storm 0x200, retirement).
+    events = pynvml.nvmlDeviceGetSupportedEventTypes(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert events & 0x8 and not events & (0x2 | 0x200 | 0x400 | 0x800)
 
 
 async def test_mig_instances_have_their_own_memory_and_processes(node: Any) -> None:

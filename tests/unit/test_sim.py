@@ -204,7 +204,7 @@ def test_scenario_errors_for_the_node_and_library_faults(tmp_path: Path) -> None
         load_scenario(str(path))
     text = str(caught.value)
     assert f"{path}:1: node.driver: expected one of R470, R535, R550, R570, R580, R615" in text
-    assert f"{path}:1: node.mig[0].instances: not a MIG profile like 3g.40gb: '9g.99gb'" in text
+    assert f"{path}:1: node.mig[0].instances: not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): '9g.99gb'" in text  # noqa: E501
     assert f"{path}:3: faults[0]: missing 'error' (the NVML error, e.g. UNKNOWN)" in text
     assert f"{path}:4: faults[1].error: expected one of" in text
     assert f"{path}:5: faults[2].action: expected a whole number from 0 to 7, got 9" in text
@@ -218,3 +218,29 @@ def test_scenario_errors_for_the_node_and_library_faults(tmp_path: Path) -> None
     b200.write_text("node: {gpus: 1, model: B200, driver: R535}\n")
     with pytest.raises(FileError, match="NVIDIA B200 needs driver R570 or newer"):
         load_scenario(str(b200))
+
+
+def test_scenario_errors_for_what_the_node_cannot_have(tmp_path: Path) -> None:
+    path = tmp_path / "impossible.yaml"
+    path.write_text(
+        "node:\n"
+        "  gpus: 2\n"
+        "  model: H100\n"
+        "  ecc: false\n"
+        "  mig:\n"
+        "    - {gpu: 0, instances: [4g.40gb, 3g.60gb]}\n"
+        "    - {gpu: 1, instances: [5g.50gb]}\n"
+        "    - {gpu: 1, instances: [1g.10gb]}\n"
+        "    - {gpu: 1, instances: [2g.20gb]}\n"
+        "faults:\n"
+        "  - {kind: ecc_dbe, gpu: 0, at: 5s}\n"
+        "  - {kind: row_remap_pending, gpu: 1, at: 5s}\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    text = str(caught.value)
+    assert f"{path}:6: node.mig[0].instances: 100 GB of instances; the NVIDIA H100 80GB HBM3 has 80 GB" in text  # noqa: E501
+    assert f"{path}:7: node.mig[1].instances: not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): '5g.50gb'" in text  # noqa: E501
+    assert f"{path}:9: node.mig[3].instances: GPU 1 is listed twice" in text
+    assert f"{path}:11: faults[0].kind: ecc_dbe needs ECC memory; this node has node.ecc: false" in text  # noqa: E501
+    assert f"{path}:12: faults[1].kind: row_remap_pending needs ECC memory" in text
