@@ -214,7 +214,7 @@ def _mig(c: Checker, raw: Any, gpus: int, model: GpuModel) -> dict[int, tuple[st
         memory = -(-model.memory_bytes // 2**30)
         problem = None
         if bad:
-            problem = f"not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): {bad[0]!r}"
+            problem = f"not a MIG profile like 3g.40gb (1-4 or 7g): {bad[0]!r}"
         elif slices > 7:
             problem = f"{slices} compute slices; a GPU has 7"
         elif gigabytes > memory:

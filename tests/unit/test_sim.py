@@ -204,7 +204,7 @@ def test_scenario_errors_for_the_node_and_library_faults(tmp_path: Path) -> None
         load_scenario(str(path))
     text = str(caught.value)
     assert f"{path}:1: node.driver: expected one of R470, R535, R550, R570, R580, R615" in text
-    assert f"{path}:1: node.mig[0].instances: not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): '9g.99gb'" in text  # noqa: E501
+    assert f"{path}:1: node.mig[0].instances: not a MIG profile like 3g.40gb" in text
     assert f"{path}:3: faults[0]: missing 'error' (the NVML error, e.g. UNKNOWN)" in text
     assert f"{path}:4: faults[1].error: expected one of" in text
     assert f"{path}:5: faults[2].action: expected a whole number from 0 to 7, got 9" in text
@@ -238,9 +238,11 @@ def test_scenario_errors_for_what_the_node_cannot_have(tmp_path: Path) -> None:
     )
     with pytest.raises(FileError) as caught:
         load_scenario(str(path))
-    text = str(caught.value)
-    assert f"{path}:6: node.mig[0].instances: 100 GB of instances; the NVIDIA H100 80GB HBM3 has 80 GB" in text  # noqa: E501
-    assert f"{path}:7: node.mig[1].instances: not a MIG profile like 3g.40gb (1, 2, 3, 4 or 7 slices): '5g.50gb'" in text  # noqa: E501
-    assert f"{path}:9: node.mig[3].instances: GPU 1 is listed twice" in text
-    assert f"{path}:11: faults[0].kind: ecc_dbe needs ECC memory; this node has node.ecc: false" in text  # noqa: E501
-    assert f"{path}:12: faults[1].kind: row_remap_pending needs ECC memory" in text
+    problems = str(caught.value).splitlines()
+    mig = f"{path}:{{}}: node.mig[{{}}].instances: {{}}".format
+    assert mig(6, 0, "100 GB of instances; the NVIDIA H100 80GB HBM3 has 80 GB") in problems
+    assert mig(7, 1, "not a MIG profile like 3g.40gb (1-4 or 7g): '5g.50gb'") in problems
+    assert mig(9, 3, "GPU 1 is listed twice") in problems
+    fault = f"{path}:{{}}: faults[{{}}].kind: {{}} needs ECC memory; this node has {{}}".format
+    assert fault(11, 0, "ecc_dbe", "node.ecc: false") in problems
+    assert fault(12, 1, "row_remap_pending", "node.ecc: false") in problems
