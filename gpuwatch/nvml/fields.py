@@ -62,8 +62,10 @@ class FieldPlan:
 
     @property
     def what(self) -> str:
-        """How a log line names it."""
-        return f"{self.name}{dict(self.labels[2:]) or ''} (field {self.request})"
+        """How a log line names it: the link of a per-link field is in its labels, so that
+        the same field on every link folds into one entry."""
+        field_id = self.request[0] if isinstance(self.request, tuple) else self.request
+        return f"{self.name}{dict(self.labels[2:]) or ''} (field {field_id})"
 
 
 def value_members() -> dict[int, str]:

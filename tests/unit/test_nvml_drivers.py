@@ -276,6 +276,16 @@ async def test_a_gpu_that_answers_not_supported_to_everything_is_not_healthy(
     assert n.node()["verdict"] == "healthy"
 
 
+async def test_fields_a_driver_lacks_on_every_link_are_logged_as_one_entry(
+    node: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gpuwatch.nvml.device")
+    await node("node: {gpus: 1, model: H100, driver: R535}\n")
+    [line] = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "gpuwatch_gpu_nvlink_errors_total{'type': 'symbol'} (field 221) on 18 links" in line
+    assert len(line) < 1000
+
+
 async def test_a_field_refused_once_is_asked_for_again(node: Any) -> None:
     """A NOT_SUPPORTED answer (MIG switched off again, a transient state) retires a value only
     until the next recheck, not for the life of the process."""
