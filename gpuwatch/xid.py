@@ -74,8 +74,9 @@ def _entries() -> dict[int, Xid]:
         ((143,), "GPU initialisation error", "critical", "Reset the GPU."),
         (tuple(range(144, 151)), "NVLink5 error (Blackwell)", "critical",
          "Decode the error registers; the link or the GPU is in a fatal state: reset the GPU."),
-        ((154,), "The driver's recovery action changed (None, Drain P2P, Drain and Reset, "
-         "GPU Reset Required, Node Reboot Required)", "driver",
+        ((154,), "The driver's recovery action changed (None, GPU Reset Required, Node "
+         "Reboot Required, Drain P2P, Drain and Reset; newer drivers add IMEX domain recovery, "
+         "bus reset and system reboot)", "driver",
          "Do what the driver's text says: it is authoritative."),
     ]  # fmt: skip
     return {code: Xid(code, meaning, cls, action) for codes, meaning, cls, action in rows

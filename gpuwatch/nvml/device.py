@@ -9,8 +9,8 @@ Drivers and pynvml releases differ in which calls they have. A value with a newe
 call (clock event reasons and throttle reasons, memory v2 and v1, ...) is read through the
 first one this pair answers. A value neither answers (NOT_SUPPORTED, FUNCTION_NOT_FOUND, or
 pynvml's NVMLLibraryMismatchError, which is not an NVMLError) is absent from the output, never
-0 or NaN; it is logged once and asked for again every RECHECK_S, since MIG mode, a driver
-upgrade or a transient state can change the answer. A GpuIsLost from any call propagates:
+0 or NaN; it is logged once and asked for again every RECHECK_S, since MIG mode or a
+transient state can change the answer. A GpuIsLost from any call propagates:
 the whole GPU is lost, not one field. A read whose calls all fail, or any call answering
 RESET_REQUIRED, is a GPU that cannot be used: NvmlGpuError. So is a GPU a whole read of which
 answered no value at all (each NOT_SUPPORTED, say), until one answers again: it is not watched.
