@@ -73,8 +73,8 @@ def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> No
     cursor: str | None = None
     if kept != [k for k in shown if k in rows] or kept != list(rows)[: len(kept)]:
         if table.row_count:
-            cell = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
-            cursor = str(cell.row_key.value)
+            at = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+            cursor = str(at.row_key.value)
         table.clear()
         present = set()
     else:
