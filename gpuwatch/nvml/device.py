@@ -30,7 +30,13 @@ from typing import Any, TypeVar
 from gpuwatch import metrics as m
 from gpuwatch.model import GpuInfo, MigInstance, Sample
 from gpuwatch.nvml.fallbacks import Reader, fallback_reader
-from gpuwatch.nvml.fields import CLOCK_EVENT_REASONS, FieldPlan, FieldValues, plan_fields
+from gpuwatch.nvml.fields import (
+    CLOCK_EVENT_REASONS,
+    FieldPlan,
+    FieldRequest,
+    FieldValues,
+    plan_fields,
+)
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
 from gpuwatch.processes import GpuProcess, ProcessLookup
 
@@ -101,9 +107,9 @@ def open_device(
 
     def link_count() -> int:
         fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
-        read = FieldValues(nvml)
-        if read.returned(fv) == nvml.NVML_SUCCESS:
-            return int(read.value(fv))
+        returned, value = FieldValues(nvml).one(fv)
+        if returned == nvml.NVML_SUCCESS:
+            return int(value)
         # An older driver without the field: count the links that have a state.
         count = 0
         while count < nvml.NVML_NVLINK_MAX_LINKS:
@@ -139,17 +145,17 @@ class _FieldSet:
     refuses moves to `fallbacks` (read through its older call) or is dropped, until the next
     recheck puts it back."""
 
-    __slots__ = ("all_plans", "fallbacks", "plans", "requests")
+    __slots__ = ("all_plans", "fallbacks", "nvml", "plans", "request")
 
-    def __init__(self, plans: list[FieldPlan]) -> None:
+    def __init__(self, nvml: NvmlModule, plans: list[FieldPlan]) -> None:
+        self.nvml = nvml
         self.all_plans = plans
-        self.plans = plans
-        self.requests = [f.request for f in plans]
         self.fallbacks: list[tuple[FieldPlan, Reader]] = []
+        self.keep(plans)
 
     def keep(self, plans: list[FieldPlan]) -> None:
         self.plans = plans
-        self.requests = [f.request for f in plans]
+        self.request = FieldRequest(self.nvml, [f.request for f in plans])
 
     def reset(self) -> None:
         self.keep(self.all_plans)
@@ -189,8 +195,8 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         plans = plan_fields(nvml, base, info.nvlink_count)
-        self._fast_fields = _FieldSet([f for f in plans if not f.slow])
-        self._slow_fields = _FieldSet([f for f in plans if f.slow])
+        self._fast_fields = _FieldSet(nvml, [f for f in plans if not f.slow])
+        self._slow_fields = _FieldSet(nvml, [f for f in plans if f.slow])
         self._lookup = lookup if lookup is not None else ProcessLookup()
         self.processes: tuple[GpuProcess, ...] = ()
         self.instances: tuple[MigInstance, ...] = ()
@@ -457,14 +463,8 @@ class DeviceReader:
                 out.append(Sample(m.CLOCK_EVENT, labels, 1.0 if current & bit else 0.0))
 
     def _read_fields(self, fields: _FieldSet, out: list[Sample]) -> None:
-        nvml = self.nvml
         if fields.plans:
-            requests = fields.requests
-            values = self._try(
-                "field_values",
-                lambda: nvml.nvmlDeviceGetFieldValues(self.handle, requests),
-                counted=False,
-            )
+            values = self._try("field_values", partial(fields.request, self.handle), counted=False)
             if values is not None:
                 self._read_field_values(fields, values, out)
         for plan, reader in fields.fallbacks:
@@ -474,37 +474,33 @@ class DeviceReader:
 
     def _read_field_values(self, fields: _FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
-        keep: list[FieldPlan] = []
-        success, lost, read = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST, self._field_values
+        success, lost = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST
+        refused: list[FieldPlan] = []
+        answered = 0
         memory_temperature = m.MEMORY_TEMPERATURE
-        for plan, fv in zip(fields.plans, values, strict=True):
-            ret = read.returned(fv)
+        entries = self._field_values.entries(values)
+        for plan, (ret, value) in zip(fields.plans, entries, strict=True):
             if ret == success:
-                keep.append(plan)
-                self._answered += 1
-                value = read.value(fv)
+                answered += 1
                 if plan.one_hot:
                     for i, state in enumerate(plan.one_hot):
-                        out.append(
-                            Sample(
-                                plan.name,
-                                (*plan.labels, ("action", state)),
-                                1.0 if int(value) == i else 0.0,
-                            )
-                        )
+                        labels = (*plan.labels, ("action", state))
+                        out.append(Sample(plan.name, labels, 1.0 if int(value) == i else 0.0))
                 elif plan.name == memory_temperature and value == 0 and self._vgpu_guest:
                     continue  # a vGPU guest answers 0 where it has no sensor to read
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field:
-                self._refused(fields, plan)
+                refused.append(plan)
             elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
-                keep.append(plan)
                 self._failed(f"field {plan.request} ({plan.name})", nvml.NVMLError(ret))
-        if len(keep) != len(fields.plans):  # some fields turned out unsupported: stop asking
-            fields.keep(keep)
+        self._answered += answered
+        if refused:  # stop asking for these
+            fields.keep([p for p in fields.plans if p not in refused])
+            for plan in refused:
+                self._refused(fields, plan)
 
     def _refused(self, fields: _FieldSet, plan: FieldPlan) -> None:
         """The driver has no such field: read it through its call where there is one."""

@@ -274,9 +274,8 @@ class EventWaiter:
         except nvml.NVMLError as exc:
             log.warning("the recovery action cannot be read: %s", exc)
             return -1
-        if self._field_values.returned(fv) != nvml.NVML_SUCCESS:
-            return -1
-        return int(self._field_values.value(fv))
+        returned, value = self._field_values.one(fv)
+        return int(value) if returned == nvml.NVML_SUCCESS else -1
 
 
 def describe(

@@ -8,6 +8,10 @@ they are asked for on every part and answer NOT_SUPPORTED where they do not appl
 
 from __future__ import annotations
 
+import ctypes
+import struct
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,31 +72,46 @@ class FieldPlan:
         return f"{self.name}{dict(self.labels[2:]) or ''} (field {field_id})"
 
 
-def value_members() -> dict[int, str]:
-    """NVML value type (nvmlValueType_t) -> the member of the nvmlValue_t union that holds
-    it. Numbers from nvml.h: pynvml releases before 12.570 lack the unsigned short's name."""
-    return {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
-
 class FieldValues:
-    """Reads entries of an nvmlFieldValue_t array.
+    """Reads an nvmlFieldValue_t array: each entry's return code and value.
 
-    pynvml's structs override __getattribute__ (to decode strings); reading through the ctypes
-    field descriptors skips that, which matters at ~150 fields per GPU per cycle.
+    A whole array is unpacked in one struct call, at the offsets pynvml's struct declares:
+    reading entry by entry through pynvml's structs (which override __getattribute__ to decode
+    strings) was most of a read's own time at ~120 fields a GPU a cycle. The value union is
+    decoded by its type from its bytes, which also reads the unsigned short (type 6) that
+    pynvml releases before 12.570 have no name for.
     """
 
     def __init__(self, nvml: Any) -> None:
         cls = nvml.c_nvmlFieldValue_t
-        self._return = cls.nvmlReturn.__get__
-        self._type = cls.valueType.__get__
-        self._value = cls.value.__get__
-        self._members = value_members()
+        parts = sorted(
+            [(cls.valueType.offset, "I", 0), (cls.nvmlReturn.offset, "I", 1),
+             (cls.value.offset, "Q", 2)]
+        )  # fmt: skip
+        fmt, position = "=", 0  # native: as the library wrote it
+        for offset, code, _ in parts:
+            fmt += f"{offset - position}x{code}"
+            position = offset + struct.calcsize("=" + code)
+        self._entry = struct.Struct(f"{fmt}{ctypes.sizeof(cls) - position}x")
+        order = [i for _, _, i in parts]
+        self._type, self._return, self._value = (order.index(i) for i in range(3))
+        # The union's members all start at its first byte; read as an unsigned 64-bit
+        # number, types 2 and 3 (unsigned long, unsigned long long) need nothing more.
+        self._other_types = {0: "=d", 1: "=I", 4: "=q", 5: "=i", 6: "=H"}
 
-    def returned(self, fv: Any) -> int:
-        return int(self._return(fv))
+    def entries(self, array: Any) -> Iterator[tuple[int, float]]:
+        """(return code, value) of each entry; the value means something only where the
+        code is NVML_SUCCESS."""
+        t, r, v, other = self._type, self._return, self._value, self._other_types
+        for entry in self._entry.iter_unpack(memoryview(array).cast("B")):
+            kind, raw = entry[t], entry[v]
+            if kind in other:
+                raw = struct.unpack_from(other[kind], raw.to_bytes(8, sys.byteorder))[0]
+            yield entry[r], float(raw)
 
-    def value(self, fv: Any) -> float:
-        return float(getattr(self._value(fv), self._members.get(self._type(fv), "ullVal")))
+    def one(self, fv: Any) -> tuple[int, float]:
+        """(return code, value) of one entry."""
+        return next(self.entries(bytes(fv)))
 
 
 def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
@@ -146,3 +165,38 @@ def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
             )
             plan.append(FieldPlan(first + link, m.NVLINK_ERRORS, (*lb, ("type", "crc_data"))))
     return plan
+
+
+class FieldRequest:
+    """One tier's field ids as the nvmlFieldValue_t array nvmlDeviceGetFieldValues fills: built
+    once, filled again by every call (each entry's return code and value are the driver's).
+
+    pynvml's wrapper builds a new array on every call, through its structs' slow __setattr__;
+    at ~230 fields a GPU a second that was the largest part of a read's own time. This calls
+    the same entry point with the same arguments and maps the return code through pynvml, as
+    the wrapper does; with a pynvml that lacks the helpers for that, it calls the wrapper.
+    The array is read before the next call, in the GPU's own thread.
+    """
+
+    def __init__(self, nvml: Any, requests: Sequence[int | tuple[int, int]]) -> None:
+        self._nvml = nvml
+        self._requests = list(requests)
+        self._lookup = getattr(nvml, "_nvmlGetFunctionPointer", None)
+        self._check = getattr(nvml, "_nvmlCheckReturn", None)
+        self._array: Any = None
+        if self._lookup is None or self._check is None or not requests:
+            return
+        array = (nvml.c_nvmlFieldValue_t * len(requests))()
+        for slot, request in zip(array, requests, strict=True):
+            field_id, scope = request if isinstance(request, tuple) else (request, 0)
+            slot.fieldId, slot.scopeId = field_id, scope
+        self._array = array
+        self._count = ctypes.c_int32(len(requests))
+        self._pointer = ctypes.byref(array)
+
+    def __call__(self, handle: Any) -> Any:
+        if self._array is None or self._lookup is None or self._check is None:
+            return self._nvml.nvmlDeviceGetFieldValues(handle, self._requests)
+        call = self._lookup("nvmlDeviceGetFieldValues")  # FunctionNotFound, as the wrapper
+        self._check(call(handle, self._count, self._pointer))
+        return self._array

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
 from gpuwatch.model import Event, GpuStatus, Sample
 from gpuwatch.nvml.device import DeviceReader, open_device
+from gpuwatch.nvml.fields import FieldRequest, FieldValues
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.library import SimulatedNvml
@@ -313,3 +315,56 @@ async def test_at_the_default_interval_every_cycle_reads_both_tiers(simulate: Si
         )
         clock.advance(1.0)
     await source.stop()
+
+
+def test_a_kept_field_request_answers_as_pynvmls_own_call(simulate: Simulate) -> None:
+    """The request array built once gets, call after call, what pynvml's wrapper returns, and
+    the driver's errors raise the same pynvml exceptions."""
+    clock = ManualClock()
+    scenario = load_scenario("fall_off_bus")
+    simulate(scenario, clock)
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(scenario.faults[0].gpu)
+    requests: list[int | tuple[int, int]] = [
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+        (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 3),
+        (pynvml.NVML_FI_DEV_NVLINK_GET_STATE, 17),
+        (215, 2),  # NVLink5 only: NOT_SUPPORTED on an H100
+        pynvml.NVML_FI_DEV_MEMORY_TEMP,
+    ]
+    kept = FieldRequest(pynvml, requests)
+    read = FieldValues(pynvml)
+    for _ in range(3):
+        clock.advance(1.0)
+        ours = list(read.entries(kept(handle)))
+        theirs = [read.one(v) for v in pynvml.nvmlDeviceGetFieldValues(handle, requests)]
+        assert ours == theirs
+        assert [r for r, _ in ours] == [0, 0, 0, pynvml.NVML_ERROR_NOT_SUPPORTED, 0]
+    clock.advance(scenario.faults[0].at)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetFieldValues(handle, requests)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        kept(handle)
+
+
+def test_field_values_of_every_value_type_unpack_as_pynvmls_struct_reads_them() -> None:
+    array = (pynvml.c_nvmlFieldValue_t * 7)()
+    for slot, (kind, member, value) in zip(array, [
+        (0, "dVal", 1.5), (1, "uiVal", 7), (2, "ulVal", 2**40), (3, "ullVal", 2**63 + 5),
+        (4, "sllVal", -3), (5, "siVal", -2),
+    ], strict=False):  # fmt: skip
+        slot.valueType, slot.nvmlReturn = kind, 0
+        setattr(slot.value, member, value)
+    # An unsigned short (6): pynvml before 12.570 has no name for it in the union.
+    array[6].valueType, array[6].nvmlReturn = 6, pynvml.NVML_ERROR_NOT_SUPPORTED
+    ctypes.c_uint16.from_buffer(array[6].value).value = 9
+    read = FieldValues(pynvml)
+    entries = list(read.entries(array))
+    assert entries == [read.one(v) for v in array]
+    # What pynvml's own struct reads, where it has a name for the member.
+    members = ["dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal"]
+    assert [v for _, v in entries[:6]] == [
+        float(getattr(e.value, n)) for e, n in zip(array[:6], members, strict=True)
+    ]
+    assert [v for _, v in entries] == [1.5, 7, 2**40, float(2**63 + 5), -3, -2, 9]
+    assert [r for r, _ in entries][5:] == [0, pynvml.NVML_ERROR_NOT_SUPPORTED]
