@@ -1,10 +1,12 @@
-"""Every NVML call goes through here: off the event loop, in a per-GPU worker, with a deadline.
+"""Every NVML call goes through here: off the event loop, on behalf of a lane (a GPU, or the
+driver), with a deadline. Single calls run in the lane's own worker thread; a cycle's reads
+of every GPU run one after another in a runner thread (`call_many`).
 
 A wedged driver leaves the calling thread in uninterruptible sleep; nothing can kill it. So a
-call past its deadline is abandoned: its worker is left to finish whenever it can, the lane
-gets a fresh worker for later calls, and the caller learns of the timeout at once. A lane with
-an abandoned call still stuck takes no new calls (that GPU is reported unresponsive without
-piling up threads), and the number of stuck workers across all lanes is bounded.
+call past its deadline is abandoned: its thread is left to finish whenever it can, later calls
+go to a fresh one, and the caller learns of the timeout at once. A lane with an abandoned call
+still stuck takes no new calls (that GPU is reported unresponsive without piling up threads),
+and the number of stuck threads across all lanes is bounded.
 """
 
 from __future__ import annotations
@@ -32,25 +34,15 @@ class LaneStuckError(Exception):
     """An earlier call on this lane is still stuck, or too many workers are stuck overall."""
 
 
-# A call after which another may start: set when it starts, set when it has finished.
-_Turn = tuple[threading.Event, threading.Event]
-# fn, its arguments, its future, its turn; the turn of the call to let finish first, waiting
-# at most `hold` of the clock's time once that one has started; the calls' deadline.
-_Job = tuple[
-    Callable[..., Any],
-    tuple[Any, ...],
-    "concurrent.futures.Future[Any]",
-    _Turn,
-    _Turn | None,
-    float,
-    float,
-]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "concurrent.futures.Future[Any]"]
 Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
+IDLE_RUNNERS = 2  # runner threads kept waiting for the next cycle's calls
 
 
 class _Worker:
-    def __init__(self, name: str, on_freed: Callable[[_Worker], None], clock: Clock) -> None:
-        self._clock = clock
+    """One lane's thread, for single calls."""
+
+    def __init__(self, name: str, on_freed: Callable[[_Worker], None]) -> None:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._busy = False
@@ -73,15 +65,8 @@ class _Worker:
 
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
-            fn, args, future, (started, finished), after, hold, deadline = job
-            if after is not None:
-                # The call before starts within `hold` of the one before it, and so on: well
-                # within the deadline, which bounds this wait all the same.
-                self._clock.block_until(after[0], deadline)
-                self._clock.block_until(after[1], hold)
-            started.set()
+            fn, args, future = job
             if not future.set_running_or_notify_cancel():
-                finished.set()
                 continue
             with self._lock:
                 self._busy = True
@@ -89,13 +74,119 @@ class _Worker:
                 future.set_result(fn(*args))
             except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
                 future.set_exception(exc)
-            finished.set()
             with self._lock:
                 self._busy = False
                 if self._abandoned:
                     break
         if self._abandoned:
             self._on_freed(self)
+
+
+class _Relay:
+    """One cycle's calls, run one after another by one runner thread. When a call has run for
+    `hold`, the caller hands the rest to another runner (`take_over`), and the one holding
+    the slow call stops after it. `wake` is called once every call has finished, by the runner
+    that finished the last, after that runner is back among the idle ones: the next cycle
+    finds it there instead of starting a thread."""
+
+    def __init__(
+        self, jobs: list[tuple[str, _Job]], clock: Clock, wake: Callable[[], None]
+    ) -> None:
+        self.jobs = jobs
+        self._clock = clock
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._left = len(jobs)  # calls not finished
+        self._woken = False
+        self._next = 0
+        self._owner: _Runner | None = None
+        self._started = 0.0  # when the call running now started, in the clock's time
+        self.running_in: dict[int, _Runner] = {}  # job -> the runner that runs or ran it
+
+    def take_over(self, runner: _Runner) -> None:
+        with self._lock:
+            self._owner = runner
+
+    def overdue(self, hold: float) -> bool:
+        """Whether the call running now has run for `hold`, with calls left after it."""
+        with self._lock:
+            last = self._next - 1  # the call its runner started last
+            if last < 0 or self._next >= len(self.jobs) or self.running_in[last] is not self._owner:
+                return False
+            started = self._started
+        return not self.jobs[last][1][2].done() and self._clock.now() - started >= hold
+
+    def run(self, runner: _Runner) -> None:
+        while True:
+            with self._lock:
+                if self._owner is not runner or self._next >= len(self.jobs):
+                    return
+                i = self._next
+                self._next += 1
+                self._started = self._clock.now()
+                self.running_in[i] = runner
+            lane, (fn, args, future) = self.jobs[i]
+            if future.set_running_or_notify_cancel():
+                runner.execute(lane, fn, args, future)
+            with self._lock:
+                self._left -= 1
+            if runner.abandoned:
+                return
+
+    def settle(self) -> None:
+        """Wake the caller if every call has finished (once)."""
+        with self._lock:
+            done = self._left == 0 and not self._woken
+            self._woken |= done
+        if done:
+            self._wake()
+
+
+class _Runner:
+    """A thread that runs relays of calls, each call on behalf of its lane."""
+
+    def __init__(self, on_done: Callable[[_Runner], None]) -> None:
+        self._queue: queue.SimpleQueue[_Relay | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._lane: str | None = None  # the lane whose call runs now
+        self.abandoned = False
+        self._on_done = on_done
+        self.thread = threading.Thread(target=self._run, name="nvml-runner", daemon=True)
+        self.thread.start()
+
+    def submit(self, relay: _Relay) -> None:
+        self._queue.put(relay)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def abandon(self, lane: str) -> bool:
+        """Mark the runner abandoned while it runs `lane`'s call; False when that call has
+        already finished (nothing is stuck)."""
+        with self._lock:
+            if self._lane != lane:
+                return False
+            self.abandoned = True
+            return True
+
+    def execute(self, lane: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                future: concurrent.futures.Future[Any]) -> None:  # fmt: skip
+        with self._lock:
+            self._lane = lane
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
+            future.set_exception(exc)
+        with self._lock:
+            self._lane = None
+
+    def _run(self) -> None:
+        while (relay := self._queue.get()) is not None:
+            relay.run(self)
+            self._on_done(self)
+            relay.settle()
+            if self.abandoned:
+                return
 
 
 class NvmlCaller:
@@ -106,7 +197,8 @@ class NvmlCaller:
         self._max_stuck = max_stuck
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
-        self._stuck: dict[str, _Worker] = {}
+        self._stuck: dict[str, _Worker | _Runner] = {}
+        self._idle: list[_Runner] = []
         self.timeouts: dict[str, int] = {}
 
     @property
@@ -118,87 +210,123 @@ class NvmlCaller:
         """fn(*args) in the lane's worker; raises NvmlTimeoutError past `deadline` clock-seconds."""
         worker = self._worker_for(lane)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        worker.submit(
-            (fn, args, future, (threading.Event(), threading.Event()), None, 0.0, deadline)
-        )
+        worker.submit((fn, args, future))
         try:
             return await self._clock.wait_for(asyncio.wrap_future(future), deadline)
         except TimeoutError:
             raise self._timed_out(lane, worker, deadline) from None
 
     async def call_many(self, deadline: float, calls: Sequence[Call]) -> list[Any]:
-        """Each (lane, fn, args) in its lane's worker, all at once, awaited together: the event
-        loop is woken once, when the last one finishes, not once per call (at 64 GPUs and 10 Hz
-        the per-call wake-ups were a sixth of the daemon's time). Returns, in order, each call's
+        """Each (lane, fn, args) on behalf of its lane, awaited together: the event loop is
+        woken once, when the last one finishes, not once per call (at 64 GPUs and 10 Hz the
+        per-call wake-ups were a sixth of the daemon's time). Returns, in order, each call's
         value or the exception it raised; NvmlTimeoutError for one past `deadline`,
         LaneStuckError for a lane that takes no call.
 
-        The calls run one after another, each in its own lane, a call starting when the one
-        before it has finished or has taken deadline / 2n: Python threads reading at once
-        contend for the interpreter lock at every NVML call (each releases it), which cost
-        more CPU than the reads (8.4 ms a cycle more at 8 simulated GPUs). A hung GPU delays
-        the ones after it by that hold only, and slow reads still overlap."""
+        The calls run one after another in one runner thread. Python threads reading at once
+        contend for the interpreter lock at every NVML call (each releases it), and handing
+        each call to its own thread in turn still cost a thread switch a call (2.5 ms a cycle
+        at 8 simulated GPUs, a third of the reads' own time). A call that has run for
+        deadline / 2n is left to its runner and the rest go on in another, so a hung GPU
+        delays the ones after it by that much only; one past the deadline is abandoned, as in
+        `call`, and its lane refuses calls until it returns."""
         loop = asyncio.get_running_loop()
         all_done: asyncio.Future[None] = loop.create_future()
         results: list[Any] = [None] * len(calls)
-        pending: dict[int, tuple[str, _Worker, concurrent.futures.Future[Any]]] = {}
-        lock = threading.Lock()
-        # Calls not finished, under `lock`, plus one held until all are submitted: a call that
-        # finishes before the next is submitted must not wake the loop early.
-        left = [1]
+        jobs: list[tuple[str, _Job]] = []
+        index: list[int] = []  # the call each job is
 
-        def wake() -> None:
-            if not all_done.done():
-                all_done.set_result(None)
+        def wake() -> None:  # in the runner that finished the last call
+            def done() -> None:
+                if not all_done.done():
+                    all_done.set_result(None)
 
-        def finished(_: object = None) -> None:  # in the worker's thread, but for the last
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
-                    loop.call_soon_threadsafe(wake)
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                loop.call_soon_threadsafe(done)
 
-        hold = deadline / (2 * max(1, len(calls)))
-        before: _Turn | None = None
         for i, (lane, fn, args) in enumerate(calls):
             try:
-                worker = self._worker_for(lane)
+                self._check_lane(lane)
             except LaneStuckError as exc:
                 results[i] = exc
                 continue
-            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            pending[i] = (lane, worker, future)
-            with lock:
-                left[0] += 1
-            future.add_done_callback(finished)
-            turn = (threading.Event(), threading.Event())
-            worker.submit((fn, args, future, turn, before, hold, deadline))
-            before = turn
-        finished()
-        with contextlib.suppress(TimeoutError):
-            await self._clock.wait_for(all_done, deadline)
-        for i, (lane, worker, future) in pending.items():
-            if not future.done():
-                results[i] = self._timed_out(lane, worker, deadline)
-            else:
+            jobs.append((lane, (fn, args, concurrent.futures.Future())))
+            index.append(i)
+        relay = _Relay(jobs, self._clock, wake)
+        if jobs:
+            self._hand(relay)
+        else:
+            all_done.set_result(None)
+        hold = deadline / (2 * max(1, len(calls)))
+        end = self._clock.now() + deadline
+        while not all_done.done() and (remaining := end - self._clock.now()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(asyncio.shield(all_done), min(hold, remaining))
+            if relay.overdue(hold):
+                self._hand(relay)
+        for j, (i, (lane, (_, _, future))) in enumerate(zip(index, jobs, strict=True)):
+            if future.done():
                 error = future.exception()
                 results[i] = error if error is not None else future.result()
+            else:
+                results[i] = self._run_out(lane, future, relay.running_in.get(j), deadline)
         return results
+
+    def _run_out(
+        self,
+        lane: str,
+        future: concurrent.futures.Future[Any],
+        runner: _Runner | None,
+        deadline: float,
+    ) -> NvmlTimeoutError:
+        """A call of call_many past the deadline: cancelled where it has not started, else
+        abandoned to its runner; its lane refuses calls until it returns."""
+        with self._lock:
+            self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
+            if not future.cancel() and runner is not None and runner.abandon(lane):
+                self._stuck[lane] = runner
+        log.warning("nvml call timed out lane=%s deadline=%.3gs: runner abandoned", lane, deadline)
+        return NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s")
+
+    def _hand(self, relay: _Relay) -> None:
+        """Give the relay's remaining calls to an idle runner, or a new one."""
+        with self._lock:
+            runner = self._idle.pop() if self._idle else None
+        if runner is None:
+            runner = _Runner(self._runner_done)
+        relay.take_over(runner)
+        runner.submit(relay)
+
+    def _runner_done(self, runner: _Runner) -> None:
+        """A runner's relay is over (or it was abandoned, and its call has now returned)."""
+        with self._lock:
+            lane = next((k for k, v in self._stuck.items() if v is runner), None)
+            if lane is not None:
+                del self._stuck[lane]
+            elif not runner.abandoned and len(self._idle) < IDLE_RUNNERS:
+                self._idle.append(runner)
+                return
+        if lane is not None:
+            log.info("nvml call on %s returned after its deadline; lane usable again", lane)
+        if not runner.abandoned:
+            runner.stop()
+
+    def _check_lane(self, lane: str) -> None:
+        with self._lock:
+            self._check_lane_locked(lane)
+
+    def _check_lane_locked(self, lane: str) -> None:
+        if lane in self._stuck:
+            raise LaneStuckError(f"an earlier NVML call on {lane} is still stuck")
+        if len(self._stuck) >= self._max_stuck:
+            raise LaneStuckError(f"{len(self._stuck)} NVML calls are stuck; not starting another")
 
     def _worker_for(self, lane: str) -> _Worker:
         with self._lock:
-            if lane in self._stuck:
-                raise LaneStuckError(f"an earlier NVML call on {lane} is still stuck")
-            if len(self._stuck) >= self._max_stuck:
-                raise LaneStuckError(
-                    f"{len(self._stuck)} NVML calls are stuck; not starting another"
-                )
+            self._check_lane_locked(lane)
             worker = self._workers.get(lane)
             if worker is None:
-                worker = self._workers[lane] = _Worker(
-                    f"nvml-{lane}", self._freed_callback(lane), self._clock
-                )
+                worker = self._workers[lane] = _Worker(f"nvml-{lane}", self._freed_callback(lane))
             return worker
 
     def _timed_out(self, lane: str, worker: _Worker, deadline: float) -> NvmlTimeoutError:
@@ -227,3 +355,6 @@ class NvmlCaller:
             for worker in self._workers.values():
                 worker.stop()
             self._workers.clear()
+            for runner in self._idle:
+                runner.stop()
+            self._idle.clear()

@@ -131,3 +131,42 @@ async def test_many_calls_take_turns_and_a_hung_one_holds_the_next_only_briefly(
     assert isinstance(results[0], NvmlTimeoutError) and results[1:] == [1, 2, 3]
     release.set()
     caller.close()
+
+
+async def test_a_cycle_of_calls_runs_in_one_thread_that_is_kept_for_the_next() -> None:
+    """Handing each call to a thread of its own cost a thread switch a call."""
+    caller = NvmlCaller(SystemClock(), max_stuck=4)
+    calls = [(f"gpu{i}", threading.get_ident, ()) for i in range(8)]
+    first = await caller.call_many(5.0, calls)
+    second = await caller.call_many(5.0, calls)
+    assert len(set(first)) == 1 and set(first) == set(second)
+    assert threading.get_ident() not in first
+    caller.close()
+
+
+async def test_a_call_many_lane_past_its_deadline_refuses_until_its_call_returns() -> None:
+    clock = ManualClock()
+    caller = NvmlCaller(clock, max_stuck=4)
+    release = threading.Event()
+    calls = [("gpu0", lambda: 0, ()), ("gpu1", release.wait, ()), ("gpu2", lambda: 2, ())]
+    task = asyncio.ensure_future(caller.call_many(3.0, calls))
+    for _ in range(400):  # the hung call holds gpu2 for 3 / 6 s, then the deadline passes
+        if task.done():
+            break
+        clock.advance(0.1)
+        await asyncio.sleep(0.005)
+    results = task.result()
+    assert results[0] == 0 and isinstance(results[1], NvmlTimeoutError) and results[2] == 2
+    assert caller.stuck_workers == 1 and caller.timeouts == {"gpu1": 1}
+    again = await caller.call_many(3.0, calls)
+    assert isinstance(again[1], LaneStuckError) and again[0::2] == [0, 2]
+    with pytest.raises(LaneStuckError):
+        await caller.call("gpu1", 1.0, lambda: 1)
+    release.set()
+    for _ in range(200):
+        if caller.stuck_workers == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert caller.stuck_workers == 0
+    assert await caller.call_many(3.0, calls) == [0, True, 2]
+    caller.close()
