@@ -1,4 +1,4 @@
-"""Reading one GPU: opened once, then sampled every cycle inside its NVML worker thread.
+"""Reading one GPU: opened once, then sampled every cycle in an NVML thread (nvml/caller.py).
 
 Fields come in two tiers. The fast tier (temperatures, power, utilization, memory used, clocks,
 throttle reasons, energy) is read every cycle. The slow tier (ECC, retired pages, row
@@ -288,7 +288,7 @@ class DeviceReader:
     # -- sampling ------------------------------------------------------------------------
     def read(self, slow: bool = True) -> tuple[list[Sample], list[Sample] | None]:
         """One cycle's samples for this GPU: (fast tier, slow tier or None when `slow` is
-        False). Runs in the GPU's worker thread."""
+        False). Runs in an NVML thread, never two at once for one GPU."""
         if self._now() >= self._next_recheck:
             self._recheck()
         self._errors.clear()

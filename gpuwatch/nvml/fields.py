@@ -175,7 +175,7 @@ class FieldRequest:
     at ~230 fields a GPU a second that was the largest part of a read's own time. This calls
     the same entry point with the same arguments and maps the return code through pynvml, as
     the wrapper does; with a pynvml that lacks the helpers for that, it calls the wrapper.
-    The array is read before the next call, in the GPU's own thread.
+    The array is read before the next call, by the thread that made it.
     """
 
     def __init__(self, nvml: Any, requests: Sequence[int | tuple[int, int]]) -> None:
