@@ -39,6 +39,15 @@ Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, argume
 IDLE_RUNNERS = 2  # runner threads kept waiting for the next cycle's calls
 
 
+def _run_into(
+    future: concurrent.futures.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
+        future.set_exception(exc)
+
+
 class _Worker:
     """One lane's thread, for single calls."""
 
@@ -70,10 +79,7 @@ class _Worker:
                 continue
             with self._lock:
                 self._busy = True
-            try:
-                future.set_result(fn(*args))
-            except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
-                future.set_exception(exc)
+            _run_into(future, fn, args)
             with self._lock:
                 self._busy = False
                 if self._abandoned:
@@ -173,10 +179,7 @@ class _Runner:
                 future: concurrent.futures.Future[Any]) -> None:  # fmt: skip
         with self._lock:
             self._lane = lane
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
-            future.set_exception(exc)
+        _run_into(future, fn, args)
         with self._lock:
             self._lane = None
 
