@@ -75,11 +75,10 @@ class _Worker:
     def _run(self) -> None:
         while (job := self._queue.get()) is not None:
             fn, args, future = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            with self._lock:
+            with self._lock:  # busy before the call can start, as in _Runner.execute
                 self._busy = True
-            _run_into(future, fn, args)
+            if future.set_running_or_notify_cancel():
+                _run_into(future, fn, args)
             with self._lock:
                 self._busy = False
                 if self._abandoned:
@@ -91,9 +90,9 @@ class _Worker:
 class _Relay:
     """One cycle's calls, run one after another by one runner thread. When a call has run for
     `hold`, the caller hands the rest to another runner (`take_over`), and the one holding
-    the slow call stops after it. `wake` is called once every call has finished, by the runner
-    that finished the last, after that runner is back among the idle ones: the next cycle
-    finds it there instead of starting a thread."""
+    the slow call stops after it. `wake` is called once every call has finished and every
+    runner handed the relay is back among the idle ones: the next cycle finds them there
+    instead of starting threads. `close` (at the deadline) stops runners taking more calls."""
 
     def __init__(
         self, jobs: list[tuple[str, _Job]], clock: Clock, wake: Callable[[], None]
@@ -103,6 +102,7 @@ class _Relay:
         self._wake = wake
         self._lock = threading.Lock()
         self._left = len(jobs)  # calls not finished
+        self._runners = 0  # runners handed the relay that have not settled
         self._woken = False
         self._next = 0
         self._owner: _Runner | None = None
@@ -112,6 +112,13 @@ class _Relay:
     def take_over(self, runner: _Runner) -> None:
         with self._lock:
             self._owner = runner
+            self._runners += 1
+
+    def close(self) -> None:
+        """Stop every thread that is idle; a runner still busy stops when its calls return."""
+        with self._lock:
+            self._closed = True
+            self._owner = None
 
     def overdue(self, hold: float) -> bool:
         """Whether the call running now has run for `hold`, with calls left after it."""
@@ -132,17 +139,18 @@ class _Relay:
                 self._started = self._clock.now()
                 self.running_in[i] = runner
             lane, (fn, args, future) = self.jobs[i]
-            if future.set_running_or_notify_cancel():
-                runner.execute(lane, fn, args, future)
+            runner.execute(lane, fn, args, future)
             with self._lock:
                 self._left -= 1
             if runner.abandoned:
                 return
 
     def settle(self) -> None:
-        """Wake the caller if every call has finished (once)."""
+        """A runner is done with the relay: wake the caller if every call has finished and
+        every runner is done (once)."""
         with self._lock:
-            done = self._left == 0 and not self._woken
+            self._runners -= 1
+            done = self._left == 0 and self._runners == 0 and not self._woken
             self._woken |= done
         if done:
             self._wake()
@@ -177,9 +185,12 @@ class _Runner:
 
     def execute(self, lane: str, fn: Callable[..., Any], args: tuple[Any, ...],
                 future: concurrent.futures.Future[Any]) -> None:  # fmt: skip
+        # The lane is this runner's before the call can start: a deadline passing in between
+        # either cancels the call or finds the runner holding it to abandon.
         with self._lock:
             self._lane = lane
-        _run_into(future, fn, args)
+        if future.set_running_or_notify_cancel():
+            _run_into(future, fn, args)
         with self._lock:
             self._lane = None
 
@@ -202,6 +213,7 @@ class NvmlCaller:
         self._workers: dict[str, _Worker] = {}
         self._stuck: dict[str, _Worker | _Runner] = {}
         self._idle: list[_Runner] = []
+        self._closed = False
         self.timeouts: dict[str, int] = {}
 
     @property
@@ -262,11 +274,14 @@ class NvmlCaller:
             all_done.set_result(None)
         hold = deadline / (2 * max(1, len(calls)))
         end = self._clock.now() + deadline
-        while not all_done.done() and (remaining := end - self._clock.now()) > 0:
-            with contextlib.suppress(TimeoutError):
-                await self._clock.wait_for(asyncio.shield(all_done), min(hold, remaining))
-            if relay.overdue(hold):
-                self._hand(relay)
+        try:
+            while not all_done.done() and (remaining := end - self._clock.now()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    await self._clock.wait_for(asyncio.shield(all_done), min(hold, remaining))
+                if relay.overdue(hold) and end > self._clock.now():
+                    self._hand(relay)
+        finally:
+            relay.close()  # no call starts after the deadline, or once nobody waits
         for j, (i, (lane, (_, _, future))) in enumerate(zip(index, jobs, strict=True)):
             if future.done():
                 error = future.exception()
@@ -306,7 +321,7 @@ class NvmlCaller:
             lane = next((k for k, v in self._stuck.items() if v is runner), None)
             if lane is not None:
                 del self._stuck[lane]
-            elif not runner.abandoned and len(self._idle) < IDLE_RUNNERS:
+            elif not runner.abandoned and not self._closed and len(self._idle) < IDLE_RUNNERS:
                 self._idle.append(runner)
                 return
         if lane is not None:
@@ -354,7 +369,9 @@ class NvmlCaller:
         return freed
 
     def close(self) -> None:
+        """Stop every thread that is idle; a runner still busy stops when its calls return."""
         with self._lock:
+            self._closed = True
             for worker in self._workers.values():
                 worker.stop()
             self._workers.clear()

@@ -121,8 +121,8 @@ async def test_many_calls_take_turns_and_a_hung_one_holds_the_next_only_briefly(
     await asyncio.sleep(0.2)
     assert not task.done() and running == []  # gpu1 waits its turn behind the hung gpu0
     clock.advance(1.0)  # deadline 8 s over 4 calls: a turn is held at most 1 s
-    for _ in range(200):
-        if len(overlaps) == 11:
+    for _ in range(500):  # gpu3 started and finished
+        if len(overlaps) == 11 and not running:
             break
         await asyncio.sleep(0.01)
     assert overlaps[8:] == [[1], [2], [3]]
@@ -170,3 +170,31 @@ async def test_a_call_many_lane_past_its_deadline_refuses_until_its_call_returns
     assert caller.stuck_workers == 0
     assert await caller.call_many(3.0, calls) == [0, True, 2]
     caller.close()
+
+
+async def test_close_during_a_cycle_leaves_no_thread_once_its_call_returns() -> None:
+    """Shutting down cancels the sampling task mid-cycle and then closes the caller: the
+    runner still in a call stops when the call returns, instead of waiting for a next cycle."""
+    caller = NvmlCaller(SystemClock(), max_stuck=4)
+    release, started = threading.Event(), threading.Event()
+    before = set(threading.enumerate())
+
+    def hang() -> None:
+        started.set()
+        release.wait()
+
+    task = asyncio.ensure_future(caller.call_many(5.0, [("gpu0", hang, ()), ("gpu1", int, ())]))
+    for _ in range(500):
+        if started.is_set():
+            break
+        await asyncio.sleep(0.01)
+    runners = [t for t in threading.enumerate() if t not in before]
+    assert [t.name for t in runners] == ["nvml-runner"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    caller.close()
+    release.set()
+    for runner in runners:
+        runner.join(2.0)
+    assert not any(t.is_alive() for t in runners)
