@@ -99,9 +99,11 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         # Good pushes still work, on both paths, and the daemon kept sampling all along.
         status, reply = over_tcp(daemon, b'train_step{rank="0"} 7\n', TOKEN)
         assert (status, reply["data"]) == (200, {"job": "tcp", "series": 1})
-        status, _ = over_socket(state, "/api/v1/push?job=llama", b'train_loss{rank="0"} NaN\n')
+        # Not job llama: the simulated training job pushes as llama every second and would
+        # overwrite this series before a slow scrape sees it.
+        status, _ = over_socket(state, "/api/v1/push?job=bert", b'train_loss{rank="0"} NaN\n')
         assert status == 200
-        wait_for(lambda: 'train_loss{job="llama",rank="0"} NaN' in daemon.metrics())
+        wait_for(lambda: 'train_loss{job="bert",rank="0"} NaN' in daemon.metrics())
         assert 'train_step{job="tcp",rank="0"} 7.0' in daemon.metrics()
         assert "gpuwatch_up 1.0" in daemon.metrics()
         wait_for(lambda: last_sample(daemon) > before + 1)
