@@ -2,7 +2,9 @@
 
 - 5xx, 408, timeouts and connection errors: retried with exponential backoff and jitter
   (1 s doubling to a 60 s cap), never skipping ahead, so notifications arrive in order.
-- 429: retried when the service says (`Retry-After`, or Discord's `retry_after`).
+- 429: retried when the service says (`Retry-After`, or Discord's `retry_after`), within
+  0.25 s to 5 minutes: a service that answers "in a year" (or inf) must not silence its
+  receiver for good, nor one that answers -5 or NaN draw a request every few milliseconds.
 - Any other 4xx: the service refuses this message for good; it is dropped and logged.
 - A per-receiver rate limit keeps under each service's own (Slack: one a second).
 Each receiver has its own task, so one that is down holds up no other. The receiver's URL is
@@ -15,6 +17,7 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -29,6 +32,8 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
+RETRY_AFTER_MIN_S = 0.25
+RETRY_AFTER_CAP_S = 300.0  # also the longest any outbox row waits, whatever it recorded
 
 
 def backoff(attempts: int, rng: random.Random) -> float:
@@ -38,22 +43,38 @@ def backoff(attempts: int, rng: random.Random) -> float:
 
 
 def retry_after(headers: dict[str, str], body: bytes, now_wall: float) -> float | None:
-    """Seconds to wait, from Retry-After (seconds or an HTTP date) or Discord's JSON."""
+    """Seconds to wait, from Retry-After (seconds or an HTTP date) or Discord's JSON, within
+    RETRY_AFTER_MIN_S..RETRY_AFTER_CAP_S; None (back off as for an error) where there is none
+    or it is negative, NaN or infinite."""
     value = headers.get("Retry-After", "").strip()
+    seconds: float | None = None
     if value:
         try:
-            return max(0.0, float(value))
+            seconds = float(value)
         except ValueError:
-            parsed = email.utils.parsedate_to_datetime(value) if value else None
-            if parsed is not None:
-                return max(0.0, parsed.timestamp() - now_wall)
-    try:
-        data = json.loads(body)
-    except ValueError:
+            try:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - now_wall
+            except (TypeError, ValueError, OverflowError):
+                seconds = None
+            else:
+                seconds = max(0.0, seconds)  # a date gone by: now
+    if seconds is None:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("retry_after"), int | float):
+            seconds = float(data["retry_after"])
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return None
-    if isinstance(data, dict) and isinstance(data.get("retry_after"), int | float):
-        return max(0.0, float(data["retry_after"]))
-    return None
+    return min(RETRY_AFTER_CAP_S, max(RETRY_AFTER_MIN_S, seconds))
+
+
+def wait_for_head(next_attempt: float, now: float) -> float:
+    """How long until an outbox row's next attempt: never more than RETRY_AFTER_CAP_S, so a
+    row an older release scheduled for ever (`inf`) or far ahead is tried again."""
+    wait = next_attempt - now
+    return wait if wait <= RETRY_AFTER_CAP_S else RETRY_AFTER_CAP_S
 
 
 class ReceiverSender:
@@ -79,7 +100,7 @@ class ReceiverSender:
         while True:
             item = self.db.head(name)
             now = self.clock.now()
-            wait = None if item is None else item.next_attempt - now
+            wait = None if item is None else wait_for_head(item.next_attempt, now)
             if item is not None and self.receiver.rate_limit > 0:
                 wait = max(wait or 0.0, self._last_send + 1 / self.receiver.rate_limit - now)
             if wait is None or wait > 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -11,7 +12,14 @@ from gpuwatch.cli import main
 from gpuwatch.config import load_config
 from gpuwatch.notify.matchers import parse_matcher
 from gpuwatch.notify.secrets import Secret
-from gpuwatch.notify.sender import BACKOFF_CAP_S, backoff, retry_after
+from gpuwatch.notify.sender import (
+    BACKOFF_CAP_S,
+    RETRY_AFTER_CAP_S,
+    RETRY_AFTER_MIN_S,
+    backoff,
+    retry_after,
+    wait_for_head,
+)
 from gpuwatch.yamlfile import FileError
 
 
@@ -34,6 +42,35 @@ def test_retry_after_in_seconds_as_a_date_or_in_discords_body() -> None:
     assert retry_after({"Retry-After": "Thu, 01 Jan 1970 00:00:30 GMT"}, b"", 10.0) == 20.0
     assert retry_after({}, b'{"retry_after": 0.25, "global": false}', 0.0) == 0.25
     assert retry_after({}, b"slow down", 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "expected"),
+    [
+        ({"Retry-After": "1e12"}, b"", RETRY_AFTER_CAP_S),
+        ({"Retry-After": "inf"}, b"", None),
+        ({"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}, b"", RETRY_AFTER_CAP_S),
+        ({}, b'{"retry_after": 1e300}', RETRY_AFTER_CAP_S),
+        ({"Retry-After": "-5"}, b"", None),
+        ({"Retry-After": "nan"}, b"", None),
+        ({"Retry-After": "0"}, b"", RETRY_AFTER_MIN_S),
+        ({"Retry-After": "soon"}, b'{"retry_after": 2}', 2.0),
+        ({}, b"[" * 100_000, None),
+    ],
+)
+def test_a_retry_after_out_of_bounds_is_capped_or_ignored(
+    headers: dict[str, str], body: bytes, expected: float | None
+) -> None:
+    """A service answering "in a year" must not silence its receiver for good; one answering
+    -5 or NaN must not draw a request every few milliseconds (None: back off as for an error)."""
+    assert retry_after(headers, body, 1_800_000_000.0) == expected
+
+
+def test_an_outbox_row_scheduled_for_ever_is_tried_again_within_the_cap() -> None:
+    assert wait_for_head(math.inf, 100.0) == RETRY_AFTER_CAP_S
+    assert wait_for_head(1e15, 100.0) == RETRY_AFTER_CAP_S
+    assert wait_for_head(130.0, 100.0) == 30.0
+    assert wait_for_head(90.0, 100.0) == -10.0
 
 
 def test_backoff_doubles_with_jitter_up_to_a_cap() -> None:
