@@ -193,6 +193,9 @@ def _simulated(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Files the daemon creates (the outbox with receivers' keys, its -wal, the journal) are its
+    # own, whoever starts it and whatever the umask: 0600, directories 0700.
+    os.umask(0o077)
     try:
         config = load_config(args.config).with_overrides(
             args.listen, args.state_dir, args.web_config, args.dcgm

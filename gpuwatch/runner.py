@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import signal
 import sqlite3
 from collections.abc import Callable, Coroutine
@@ -57,17 +59,54 @@ def real_nvml() -> NvmlModule:
     return pynvml
 
 
-def prepare_state_dir(path: str) -> Path:
+STATE_DIR_MODE = 0o700  # the outbox holds receivers' keys; the journal, what ran where
+LOCK_NAME = ".lock"
+
+
+class StateDirLock:
+    """The state directory held by one daemon alone: an flock on its lock file, which the
+    kernel releases when the process ends, however it ends. Taken before anything in the
+    directory is opened, so a second daemon is refused before it touches the first's state."""
+
+    def __init__(self, state: Path) -> None:
+        fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StartupError(
+                f"state directory {state} is in use by another gpuwatch (pid {holder});"
+                " stop it, or give this one its own --state-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def prepare_state_dir(path: str) -> tuple[Path, StateDirLock]:
     state = Path(path)
+    hint = "pass --state-dir DIR or set state_dir in the config"
     try:
-        state.mkdir(parents=True, exist_ok=True)
+        state.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
         probe = state / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        hint = "pass --state-dir DIR or set state_dir in the config"
         raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
-    return state
+    try:
+        state.chmod(STATE_DIR_MODE)
+    except OSError as exc:  # writable but not ours: say so, and go on
+        log.warning("state directory %s: cannot make it private (%s)", path, exc.strerror)
+    try:
+        return state, StateDirLock(state)
+    except OSError as exc:
+        raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
 
 
 @dataclass
@@ -78,6 +117,7 @@ class Running:
     control: web.AppRunner
     control_path: Path
     scheme: str = "http"
+    lock: StateDirLock | None = None
 
     @property
     def url(self) -> str:
@@ -94,6 +134,8 @@ class Running:
             await self.daemon.notifier.stop()
         if self.daemon.journal is not None:
             self.daemon.journal.close()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def load_rules(config: Config, state_dir: Path) -> RuleEngine:
@@ -129,7 +171,17 @@ def make_source(
 
 
 async def start(config: Config, nvml: NvmlModule | None, clock: Clock) -> Running:
-    state_dir = prepare_state_dir(config.state_dir)
+    state_dir, lock = prepare_state_dir(config.state_dir)
+    try:
+        running = await _start(config, nvml, clock, state_dir)
+    except BaseException:
+        lock.release()
+        raise
+    running.lock = lock
+    return running
+
+
+async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
     rules = load_rules(config, state_dir)
     try:
         journal = Journal(state_dir, config.journal.retention, current_boot_id())
