@@ -6,6 +6,8 @@ socket (`gpuwatch silence add|list|expire`)."""
 from __future__ import annotations
 
 import json
+import logging
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +18,12 @@ from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.matchers import Matcher, matches_all, parse_matcher
 from gpuwatch.timefmt import rfc3339
 from gpuwatch.units import parse_duration
+
+log = logging.getLogger(__name__)
+
+# The longest a silence may last: a year covers a node awaiting an RMA; a silence for ever is a
+# route or a rule to change (and "300000y" overflowed every time shown, failing each listing).
+MAX_SILENCE_S = 366 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +52,15 @@ class Silences:
         rows = self._db.execute(
             "SELECT id, matchers, starts_at, ends_at, created_by, comment FROM silences"
         )
-        for id_, matchers, starts, ends, by, comment in rows:
+        for id_, matchers, starts, stored_ends, by, comment in rows:
             parsed = tuple(parse_matcher(m) for m in json.loads(matchers))
+            ends = stored_ends
+            if not _within_bounds(starts, ends):  # stored by a release that let it through
+                if not math.isfinite(starts):
+                    log.warning("silence %s has no usable start; dropped", id_)
+                    continue
+                log.warning("silence %s lasts longer than a silence may; cut to that", id_)
+                ends = starts + MAX_SILENCE_S
             self._all[id_] = Silence(id_, parsed, starts, ends, by, comment)
 
     def all(self) -> list[Silence]:
@@ -58,6 +73,11 @@ class Silences:
             raise ValueError("a silence needs at least one matcher")
         if ends_at <= starts_at:
             raise ValueError("a silence must end after it starts")
+        if not _within_bounds(starts_at, ends_at):
+            raise ValueError(
+                f"a silence lasts at most {MAX_SILENCE_S / 86400:.0f} days; for longer,"
+                " change the route or the rule"
+            )
         silence = Silence(str(uuid.uuid4()), matchers, starts_at, ends_at, by, comment)
         self._db.execute(
             "INSERT INTO silences VALUES (?,?,?,?,?,?)",
@@ -89,6 +109,14 @@ class Silences:
 
     def silenced(self, labels: Mapping[str, str], now: float) -> bool:
         return any(s.silences(labels, now) for s in self._all.values())
+
+
+def _within_bounds(starts_at: float, ends_at: float) -> bool:
+    return (
+        math.isfinite(starts_at)
+        and math.isfinite(ends_at)
+        and (ends_at - starts_at <= MAX_SILENCE_S)
+    )
 
 
 def silence_json(silence: Silence, now: float) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from gpuwatch.notify.alerts import NotifyAlert, fingerprint
 from gpuwatch.notify.config import DEFAULT_INHIBIT_RULES, NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.db import NotifyDb, Outgoing
@@ -13,7 +15,7 @@ from gpuwatch.notify.dispatch import Dispatcher
 from gpuwatch.notify.matchers import parse_matcher
 from gpuwatch.notify.message import Notification
 from gpuwatch.notify.secrets import Secret
-from gpuwatch.notify.silences import Silences
+from gpuwatch.notify.silences import Silences, silence_json, silence_request
 
 T0 = 1_800_000_000.0
 
@@ -114,6 +116,28 @@ def test_a_silence_mutes_what_it_matches_until_it_expires() -> None:
     assert h.step(
         5, alert("GpuXidCritical", "1", "critical"), alert("GpuXidCritical", "2", "critical")
     ) == [[("GpuXidCritical", "2", "firing")]]
+
+
+def test_a_silence_for_ever_is_refused_and_one_stored_so_still_lists(tmp_path: Path) -> None:
+    """300000y overflowed the time shown for it: each listing failed, for good."""
+    h = Harness(tmp_path)
+    body = {"matchers": ['gpu="2"'], "duration": "300000y"}
+    with pytest.raises(ValueError, match="a silence lasts at most 366 days"):
+        h.silences.add(*silence_request(body, T0))
+    with pytest.raises(ValueError, match="at most 366 days"):
+        h.silences.add(*silence_request({**body, "endsAt": "9999-12-31T23:59:59Z"}, T0))
+    year = h.silences.add(*silence_request({**body, "duration": "365d"}, T0))
+    assert silence_json(year, T0)["status"] == {"state": "active"}
+    # What an older release stored, read back after an upgrade:
+    h.db.db.execute(
+        "INSERT INTO silences VALUES (?,?,?,?,?,?)",
+        ("old", json.dumps(['gpu="3"']), T0, T0 + 300000 * 365.25 * 86400, "bob", ""),
+    )
+    h.db.close()
+    again = Harness(tmp_path)
+    listed = [silence_json(s, T0) for s in again.silences.all()]
+    assert {s["id"]: s["status"]["state"] for s in listed} == {year.id: "active", "old": "active"}
+    assert again.step(0, alert("GpuXidCritical", "3", "critical")) == []  # still silenced
 
 
 def test_the_notification_log_survives_a_restart(tmp_path: Path) -> None:
