@@ -115,9 +115,8 @@ class _Relay:
             self._runners += 1
 
     def close(self) -> None:
-        """Stop every thread that is idle; a runner still busy stops when its calls return."""
+        """No call starts from now on: the deadline has passed, or nobody waits."""
         with self._lock:
-            self._closed = True
             self._owner = None
 
     def overdue(self, hold: float) -> bool:

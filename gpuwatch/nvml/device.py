@@ -347,15 +347,14 @@ class DeviceReader:
         elif whole and not errors:
             self._mute = True
         if ERROR_RESET_REQUIRED in errors:
-            code = ERROR_RESET_REQUIRED
+            code, what = ERROR_RESET_REQUIRED, ""
         elif errors and self._answered == 0:
-            code = Counter(errors).most_common(1)[0][0]
+            code, what = Counter(errors).most_common(1)[0][0], ""
         elif self._mute:
-            code = self.nvml.NVML_ERROR_NOT_SUPPORTED
-            raise NvmlGpuError(code, f"{self._error_text(code)} for every value asked for")
+            code, what = self.nvml.NVML_ERROR_NOT_SUPPORTED, " for every value asked for"
         else:
             return
-        raise NvmlGpuError(code, self._error_text(code))
+        raise NvmlGpuError(code, self._error_text(code) + what)
 
     def _error_text(self, code: int) -> str:
         if code == ERROR_OTHER:

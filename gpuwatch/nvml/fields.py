@@ -181,9 +181,9 @@ class FieldRequest:
     def __init__(self, nvml: Any, requests: Sequence[int | tuple[int, int]]) -> None:
         self._nvml = nvml
         self._requests = list(requests)
-        self._lookup = getattr(nvml, "_nvmlGetFunctionPointer", None)
-        self._check = getattr(nvml, "_nvmlCheckReturn", None)
-        self._array: Any = None
+        self._lookup: Any = getattr(nvml, "_nvmlGetFunctionPointer", None)
+        self._check: Any = getattr(nvml, "_nvmlCheckReturn", None)
+        self._array: Any = None  # None: call pynvml's wrapper
         if self._lookup is None or self._check is None or not requests:
             return
         array = (nvml.c_nvmlFieldValue_t * len(requests))()
@@ -195,7 +195,7 @@ class FieldRequest:
         self._pointer = ctypes.byref(array)
 
     def __call__(self, handle: Any) -> Any:
-        if self._array is None or self._lookup is None or self._check is None:
+        if self._array is None:
             return self._nvml.nvmlDeviceGetFieldValues(handle, self._requests)
         call = self._lookup("nvmlDeviceGetFieldValues")  # FunctionNotFound, as the wrapper
         self._check(call(handle, self._count, self._pointer))

@@ -12,6 +12,15 @@ from gpuwatch.clock import ManualClock, SystemClock
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 
 
+async def _until_unstuck(caller: NvmlCaller, seconds: float) -> None:
+    """Until the stuck calls have returned (up to `seconds`), then that they have."""
+    for _ in range(round(seconds / 0.01)):
+        if caller.stuck_workers == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert caller.stuck_workers == 0
+
+
 async def test_results_and_errors_come_back() -> None:
     caller = NvmlCaller(SystemClock(), max_stuck=4)
     assert await caller.call("gpu0", 1.0, lambda a, b: a + b, 2, 3) == 5
@@ -32,11 +41,7 @@ async def test_a_hung_call_is_abandoned_and_its_lane_refuses_until_it_returns() 
         await caller.call("gpu1", 0.05, lambda: 1)
     assert await caller.call("gpu0", 1.0, lambda: "ok") == "ok"
     release.set()
-    for _ in range(100):
-        if caller.stuck_workers == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert caller.stuck_workers == 0
+    await _until_unstuck(caller, 1.0)
     assert await caller.call("gpu1", 1.0, lambda: "back") == "back"
     caller.close()
 
@@ -163,11 +168,7 @@ async def test_a_call_many_lane_past_its_deadline_refuses_until_its_call_returns
     with pytest.raises(LaneStuckError):
         await caller.call("gpu1", 1.0, lambda: 1)
     release.set()
-    for _ in range(200):
-        if caller.stuck_workers == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert caller.stuck_workers == 0
+    await _until_unstuck(caller, 2.0)
     assert await caller.call_many(3.0, calls) == [0, True, 2]
     caller.close()
 
