@@ -1,4 +1,5 @@
-"""Parsing of the durations and addresses users write in config and scenario files."""
+"""Parsing of the durations, addresses and numbers users write in config, scenario files and
+labels."""
 
 from __future__ import annotations
 
@@ -39,6 +40,16 @@ def parse_duration(value: object) -> float:
     raise ValueError(f"expected a duration such as 1s, 500ms or 5m, got {value!r}")
 
 
+def label_int(text: str) -> int | None:
+    """A label value such as gpu="3" or xid="79" as an int; None for anything else.
+
+    str.isdigit() alone is not enough: "²" and "٣" are digits to it but not to int(), and a
+    value a user pushed must never raise where an alert is rendered or journaled."""
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    return None
+
+
 def format_duration(seconds: float) -> str:
     if seconds and seconds < 1:
         return f"{round(seconds * 1000)}ms"
@@ -53,7 +64,7 @@ def format_duration(seconds: float) -> str:
 def parse_listen(value: str) -> tuple[str, int]:
     """'HOST:PORT' or '[v6]:PORT' -> (host, port). Raises ValueError."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or label_int(port_text) is None:
         raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:

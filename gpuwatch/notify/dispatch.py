@@ -12,8 +12,10 @@ that was told they fired.
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuwatch.model import Labels
 from gpuwatch.notify.alerts import NotifyAlert
@@ -22,6 +24,8 @@ from gpuwatch.notify.db import LogEntry, NotifyDb, Outgoing
 from gpuwatch.notify.matchers import matches_all
 from gpuwatch.notify.message import GpuIdentity, Notification
 from gpuwatch.notify.silences import Silences
+
+log = logging.getLogger(__name__)
 
 Render = Callable[[ReceiverConfig, Notification], Outgoing]
 
@@ -90,6 +94,7 @@ class Dispatcher:
         self._log = db.log_entries()
         self._gpus: Mapping[str, GpuIdentity] = {}
         self._silences_seen = silences.generation
+        self.render_failures: Counter[str] = Counter()  # by receiver
 
     def update(
         self, now: float, alerts: list[NotifyAlert], gpus: Mapping[str, GpuIdentity]
@@ -135,22 +140,30 @@ class Dispatcher:
         return min((g.next_flush for g in self.groups.values()), default=None)
 
     def flush_due(self, now: float) -> int:
-        """Flush every group that is due; returns how many notifications went to the outbox."""
+        """Flush every group that is due; returns how many notifications went to the outbox.
+
+        Nothing is remembered as told until the outbox has committed it: when the commit
+        raises (a full disk), the groups stay due and the same news is tried again."""
+        due = [group for group in self.groups.values() if group.next_flush <= now]
         items: list[Outgoing] = []
         log: list[tuple[str, str, LogEntry | None]] = []
-        for key, group in list(self.groups.items()):
-            if group.next_flush > now:
-                continue
+        for group in due:
             for receiver in group.route.receivers:
                 self._flush(now, group, receiver, items, log)
+        if items or log:
+            self.db.enqueue(now, items, log)
+        for key, receiver_name, entry in log:
+            if entry is None:
+                self._log.pop((key, receiver_name), None)
+            else:
+                self._log[(key, receiver_name)] = entry
+        for group in due:
             group.next_flush = now + group.route.group_interval
             for fp, alert in list(group.alerts.items()):
                 if not alert.firing:
                     del group.alerts[fp]
             if not group.alerts:
-                del self.groups[key]
-        if items or log:
-            self.db.enqueue(now, items, log)
+                del self.groups[group.key]
         return len(items)
 
     def _flush(
@@ -186,20 +199,43 @@ class Dispatcher:
                 receiver=receiver_name,
                 group_key=group.key,
                 group_labels=group.labels,
-                alerts=tuple(sorted(firing, key=_order) + sorted(shown[len(firing) :], key=_order)),
+                alerts=tuple(shown),
                 time=now,
                 node=self.node,
                 external_url=self.config.external_url or self.external_url,
                 runbook_url=self.config.runbook_url,
                 gpus=self._gpus,
             )
-            items.append(self.render(receiver, notification))
+            outgoing = self._render(receiver, notification)
+            if outgoing is None:
+                return  # not remembered as told: tried again at the next flush
+            items.append(outgoing)
         new_entry = LogEntry(firing_ids, resolved_ids, now) if firing_ids else None
-        if new_entry is None:
-            self._log.pop((group.key, receiver_name), None)
-        else:
-            self._log[(group.key, receiver_name)] = new_entry
         log.append((group.key, receiver_name, new_entry))
+
+    def _render(self, receiver: ReceiverConfig, notification: Notification) -> Outgoing | None:
+        """One group's message for one receiver. A label or annotation a format cannot take
+        costs that one message its decorations, never the batch: it is rendered again from
+        plain ASCII text, and only if that fails too is it left out (and tried again)."""
+        try:
+            return self.render(receiver, notification)
+        except Exception:
+            self.render_failures[receiver.name] += 1
+            log.exception(
+                "receiver %s: cannot render the notification for group %s; sending it as "
+                "plain text",
+                receiver.name,
+                notification.group_key,
+            )
+        try:
+            return self.render(receiver, _plain(notification))
+        except Exception:
+            log.exception(
+                "receiver %s: cannot render group %s even as plain text; left out",
+                receiver.name,
+                notification.group_key,
+            )
+            return None
 
 
 def _needs_update(
@@ -221,6 +257,21 @@ def _needs_update(
     if send_resolved and not resolved <= entry.resolved:
         return True
     return entry.time + repeat <= now
+
+
+def _plain(n: Notification) -> Notification:
+    """The notification with every label and annotation as printable ASCII, no GPU details."""
+
+    def plain(pairs: Labels) -> Labels:
+        return tuple((_ascii(k), _ascii(v)) for k, v in pairs)
+
+    alerts = tuple(replace(a, labels=plain(a.labels), annotations=plain(a.annotations))
+                   for a in n.alerts)  # fmt: skip
+    return replace(n, group_labels=plain(n.group_labels), alerts=alerts, gpus={})
+
+
+def _ascii(text: str) -> str:
+    return "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in text)
 
 
 def _order(alert: NotifyAlert) -> tuple[float, Labels]:

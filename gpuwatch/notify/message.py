@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from gpuwatch.model import Labels
 from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.units import label_int
 from gpuwatch.xid import lookup
 
 
@@ -75,9 +76,9 @@ def alert_details(n: Notification, alert: NotifyAlert) -> list[tuple[str, str]]:
         elif alert.label("uuid"):
             text += f" ({alert.label('uuid')})"
         out.append(("GPU", text))
-    xid = alert.label("xid")
-    if xid.isdigit():
-        out.append(("XID", f"{xid}: {lookup(int(xid)).meaning}"))
+    xid = label_int(alert.label("xid"))
+    if xid is not None:
+        out.append(("XID", f"{xid}: {lookup(xid).meaning}"))
     identity = n.gpus.get(gpu) if gpu else None
     if identity is not None and identity.jobs:
         out.append(("Running", identity.jobs))

@@ -26,6 +26,7 @@ from gpuwatch.promql.values import (
     with_label,
 )
 from gpuwatch.promql.window import CounterStats, Window
+from gpuwatch.units import label_int
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
@@ -326,7 +327,7 @@ def expand_go_replacement(template: str, match: re.Match[str]) -> str:
             return "$"
         key = m.group(2) if m.group(2) is not None else m.group(3)
         try:
-            group = match.group(int(key)) if key.isdigit() else match.group(key)
+            group = match.group(key if (index := label_int(key)) is None else index)
         except IndexError:
             return ""
         return group or ""
