@@ -145,9 +145,14 @@ async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
     clear_stale_socket(path)
     runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
+    await add_control_site(runner, path)
+    log.info("control socket on %s", path)
+    return runner
+
+
+async def add_control_site(runner: web.AppRunner, path: Path) -> None:
+    """Listen on `path` (again, when the socket file was removed under the daemon)."""
     site = web.UnixSite(runner, str(path))
     await site.start()
     with contextlib.suppress(OSError):
         os.chmod(path, 0o660)
-    log.info("control socket on %s", path)
-    return runner

@@ -23,6 +23,7 @@ from gpuwatch.notify.notifier import Notifier
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.source import Source
+from gpuwatch.statedir import StateProblems
 from gpuwatch.store import Store
 from gpuwatch.webconfig import WebGuard
 from gpuwatch.xid_counter import XidCounter, xid_history
@@ -37,6 +38,7 @@ RECENT_EVENTS = 1000
 URGENT_EVENT_KINDS = frozenset(
     {"xid", "ecc", "memory_retirement", "recovery_action", "gpu_lost", "gpu_unresponsive"}
 )
+NODE_CAUSE_PREFIXES = ("gpu-missing-", "state-")
 RESTORE_LIMIT = 1_000_000  # XIDs restored from the journal at start, at most
 
 
@@ -78,6 +80,7 @@ class Daemon:
         journal: Journal | None = None,
         acks: AckStore | None = None,
         notifier: Notifier | None = None,
+        problems: StateProblems | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -86,6 +89,7 @@ class Daemon:
         self.rules = rules
         self.journal = journal
         self.notifier = notifier
+        self.problems = problems if problems is not None else StateProblems(None)
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
         self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
@@ -179,7 +183,11 @@ class Daemon:
         self.last_cycle_end = ended
         self.cycles += 1
         gpu_verdicts, verdict = self.judge.judge(
-            ended, self.source.backend, batch.gpus, chain(batch.samples, batch.slow)
+            ended,
+            self.source.backend,
+            batch.gpus,
+            chain(batch.samples, batch.slow),
+            self.problems.causes(),
         )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [
@@ -193,6 +201,7 @@ class Daemon:
             Sample(m.SAMPLING_OVERRUNS, (), float(self.overruns)),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
             *(self.notifier.samples() if self.notifier is not None else ()),
+            *self.problems.samples(),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
         for part, part_samples in batch.slow_read:  # own timelines: current between reads
@@ -218,9 +227,9 @@ class Daemon:
         index: int | None = None
         uuid = ""
         causes: tuple[Cause, ...] = ()
-        if gpu == "node":  # the node's own causes that can be acknowledged: missing GPUs
+        if gpu == "node":  # the node's own: missing GPUs, damaged or unwritable state files
             own = view.node_verdict.causes if view.node_verdict else ()
-            causes = tuple(c for c in own if c.key.startswith("gpu-missing-"))
+            causes = tuple(c for c in own if c.key.startswith(NODE_CAUSE_PREFIXES))
         else:
             states = view.batch.gpus if view.batch else []
             found = next((g for g in states if gpu in (str(g.info.index), g.info.uuid)), None)

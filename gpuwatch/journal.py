@@ -2,7 +2,10 @@
 
 WAL mode with synchronous=FULL: an entry is on disk before record() returns, so what the API
 has shown survives a crash or a power cut. Old entries are deleted after the retention window
-(30 days by default). A journal that cannot be written is logged, never fatal.
+(30 days by default). A journal that cannot be written is logged and shown as a cause in the
+node's verdict, never fatal; its events are kept in memory (a bounded number) and written when
+the disk takes them again. A damaged journal is set aside at start; one deleted while open is
+recreated at its path.
 """
 
 from __future__ import annotations
@@ -10,16 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import Event
+from gpuwatch.statedir import StateProblems, open_sqlite, reopen_if_unlinked
 from gpuwatch.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "journal.db"
 TRIM_EVERY_S = 3600.0
+HELD_LIMIT = 10_000  # events kept in memory while the journal cannot be written
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -48,44 +54,58 @@ def event_json(event: Event) -> dict[str, Any]:
 
 
 class Journal:
-    def __init__(self, state_dir: Path, retention: float, boot_id: str = "") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        retention: float,
+        boot_id: str = "",
+        problems: StateProblems | None = None,
+    ) -> None:
         self.path = state_dir / FILE_NAME
         self.retention = retention
         self.boot_id = boot_id  # every entry is stamped with the boot it happened in
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
+        self.problems = problems if problems is not None else StateProblems(None)
+        self._db = open_sqlite(self.path, SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
         if "boot_id" not in columns:  # a journal written before entries carried their boot
             self._db.execute("ALTER TABLE events ADD COLUMN boot_id TEXT NOT NULL DEFAULT ''")
         self._next_trim = 0.0
-        self._failing = False
+        self._held: deque[Event] = deque(maxlen=HELD_LIMIT)  # not yet on disk
 
     def close(self) -> None:
         self._db.close()
 
     def record(self, event: Event) -> None:
+        self._held.append(event)
+        self.flush()
+
+    def flush_if_needed(self) -> None:
+        """Write held events, and recreate the file if it was deleted while open."""
+        if self._held or not self.path.exists():
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the events held in memory, oldest first; on failure they stay held."""
         try:
-            self._db.execute(
-                "INSERT INTO events (time, kind, gpu, uuid, message, data, boot_id)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (event.time, event.kind, event.gpu, event.uuid, event.message,
-                 json.dumps(event.data), self.boot_id),
-            )  # fmt: skip
-            if event.time >= self._next_trim:
-                self._next_trim = event.time + TRIM_EVERY_S
-                self._db.execute(
-                    "DELETE FROM events WHERE time < ?", (event.time - self.retention,)
-                )
-        except sqlite3.Error as exc:
-            if not self._failing:  # once per outage, not once per event
-                log.error("journal %s: cannot write: %s", self.path, exc)
-            self._failing = True
+            self._db = reopen_if_unlinked(self._db, self.path, SCHEMA)
+            with self._db:
+                self._db.execute("BEGIN")
+                for event in self._held:
+                    self._db.execute(
+                        "INSERT INTO events (time, kind, gpu, uuid, message, data, boot_id)"
+                        " VALUES (?,?,?,?,?,?,?)",
+                        (event.time, event.kind, event.gpu, event.uuid, event.message,
+                         json.dumps(event.data), self.boot_id),
+                    )  # fmt: skip
+            newest = self._held[-1].time if self._held else 0.0
+            self._held.clear()
+            if newest >= self._next_trim:
+                self._next_trim = newest + TRIM_EVERY_S
+                self._db.execute("DELETE FROM events WHERE time < ?", (newest - self.retention,))
+        except (sqlite3.Error, OSError) as exc:
+            self.problems.write_failed(FILE_NAME, str(exc))
         else:
-            if self._failing:
-                log.info("journal %s: writing again", self.path)
-            self._failing = False
+            self.problems.write_ok(FILE_NAME)
 
     def events(
         self, since: float, limit: int, kind: str = "", this_boot: bool = False
@@ -103,7 +123,9 @@ class Journal:
         query += " ORDER BY time DESC, id DESC LIMIT ?"
         args.append(limit)
         rows = self._db.execute(query, args).fetchall()
-        return [
+        stored = [
             Event(time, kind_, gpu, uuid, message, json.loads(data))
             for time, kind_, gpu, uuid, message, data in reversed(rows)
         ]
+        held = [e for e in self._held if e.time > since and (not kind or e.kind == kind)]
+        return (stored + held)[-limit:] if limit > 0 else []

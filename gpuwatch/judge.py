@@ -133,17 +133,24 @@ class HealthJudge:
         self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
 
     def judge(
-        self, now: float, backend: BackendState, gpus: list[GpuState], samples: Iterable[Sample]
+        self,
+        now: float,
+        backend: BackendState,
+        gpus: list[GpuState],
+        samples: Iterable[Sample],
+        own: Iterable[Cause] = (),
     ) -> tuple[dict[int, Verdict], Verdict]:
+        """Verdicts per GPU and for the node; `own` are the node's causes that are not about a
+        GPU (the daemon's state files)."""
         facts = gpu_facts(samples)
         verdicts = {
             g.info.index: self._judge_gpu(now, g, facts.get(g.info.uuid, GpuFacts())) for g in gpus
         }
         node = node_verdict(backend, verdicts)
-        if backend.up:
-            causes, acked = self._with_acks("", [missing_cause(g) for g in backend.missing], True)
-            node = verdict_of([*node.causes, *causes], [*node.acknowledged, *acked])
-        return verdicts, node
+        missing = [missing_cause(g) for g in backend.missing] if backend.up else []
+        # Only a backend that answers shows which missing GPUs have come back.
+        causes, acked = self._with_acks("", [*missing, *own], prune=backend.up)
+        return verdicts, verdict_of([*node.causes, *causes], [*node.acknowledged, *acked])
 
     def _judge_gpu(self, now: float, gpu: GpuState, facts: GpuFacts) -> Verdict:
         uuid = gpu.info.uuid

@@ -65,6 +65,8 @@ INSTANCE_MEMORY_TOTAL = "gpuwatch_gpu_instance_memory_total_bytes"
 INSTANCE_PROCESSES = "gpuwatch_gpu_instance_processes"
 NOTIFICATIONS = "gpuwatch_notifications_total"
 OUTBOX_PENDING = "gpuwatch_outbox_pending"
+NOTIFICATIONS_UNRENDERED = "gpuwatch_notifications_unrendered_total"
+STATE_WRITE_FAILURES = "gpuwatch_state_write_failures_total"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -131,6 +133,16 @@ _DEFS = [
         "Notification attempts per receiver and outcome (sent, failed, throttled, rejected).",
     ),
     MetricDef(OUTBOX_PENDING, "gauge", "Notifications in the outbox, not yet delivered."),
+    MetricDef(
+        NOTIFICATIONS_UNRENDERED,
+        "counter",
+        "Notifications a receiver's format could not render in full; sent as plain text.",
+    ),
+    MetricDef(
+        STATE_WRITE_FAILURES,
+        "counter",
+        "Writes to a state file (journal.db, notify.db) that failed, e.g. on a full disk.",
+    ),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

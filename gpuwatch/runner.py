@@ -20,12 +20,13 @@ from gpuwatch.api import Api, start_http
 from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, default_rule_interval
-from gpuwatch.control import ControlApi, socket_path, start_control
+from gpuwatch.control import ControlApi, add_control_site, socket_path, start_control
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.gctune import tune_gc
 from gpuwatch.inventory import Inventory
 from gpuwatch.journal import Journal
+from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.device import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
@@ -33,6 +34,7 @@ from gpuwatch.reload import reload_daemon
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.sdnotify import SystemdNotifier
 from gpuwatch.source import Source
+from gpuwatch.statedir import DIR_MODE, StateProblems, ensure_dir
 from gpuwatch.store import Store
 from gpuwatch.units import parse_listen
 from gpuwatch.webconfig import WebGuard, load_web_config
@@ -59,7 +61,6 @@ def real_nvml() -> NvmlModule:
     return pynvml
 
 
-STATE_DIR_MODE = 0o700  # the outbox holds receivers' keys; the journal, what ran where
 LOCK_NAME = ".lock"
 
 
@@ -69,7 +70,11 @@ class StateDirLock:
     directory is opened, so a second daemon is refused before it touches the first's state."""
 
     def __init__(self, state: Path) -> None:
-        fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        self.path = state / LOCK_NAME
+        self._fd = self._take(state)
+
+    def _take(self, state: Path) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -81,7 +86,15 @@ class StateDirLock:
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        return fd
+
+    def renew(self) -> None:
+        """Take the lock again on a new file if the old one was deleted (the directory removed
+        under the daemon): a lock on an unlinked file keeps no second daemon out."""
+        if self._fd >= 0 and not self.path.exists():
+            os.close(self._fd)
+            self._fd = -1
+            self._fd = self._take(self.path.parent)
 
     def release(self) -> None:
         if self._fd >= 0:
@@ -93,14 +106,14 @@ def prepare_state_dir(path: str) -> tuple[Path, StateDirLock]:
     state = Path(path)
     hint = "pass --state-dir DIR or set state_dir in the config"
     try:
-        state.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+        state.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         probe = state / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
     try:
-        state.chmod(STATE_DIR_MODE)
+        state.chmod(DIR_MODE)
     except OSError as exc:  # writable but not ours: say so, and go on
         log.warning("state directory %s: cannot make it private (%s)", path, exc.strerror)
     try:
@@ -118,6 +131,7 @@ class Running:
     control_path: Path
     scheme: str = "http"
     lock: StateDirLock | None = None
+    control_task: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -178,19 +192,58 @@ async def start(config: Config, nvml: NvmlModule | None, clock: Clock) -> Runnin
         lock.release()
         raise
     running.lock = lock
+    running.daemon.cycle_listeners.append(lambda _: _keep_state_dir(running, state_dir))
     return running
+
+
+def _keep_state_dir(running: Running, state_dir: Path) -> None:
+    """After each cycle: a state directory removed under the daemon is recreated with its lock,
+    its databases (with what they held) and the control socket; held journal entries are
+    written once the disk takes them. A few stat calls when nothing is wrong."""
+    daemon = running.daemon
+    try:
+        ensure_dir(state_dir)
+        if running.lock is not None:
+            running.lock.renew()
+        if daemon.journal is not None:
+            daemon.journal.flush_if_needed()
+        if daemon.notifier is not None:
+            daemon.notifier.db.reopen_if_unlinked()
+    except (OSError, sqlite3.Error, StartupError) as exc:
+        log.error("state directory %s: %s", state_dir, exc)
+    if not running.control_path.exists() and running.control_task is None:
+        running.control_task = asyncio.create_task(_recreate_control(running))
+
+
+async def _recreate_control(running: Running) -> None:
+    try:
+        running.control_path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        await add_control_site(running.control, running.control_path)
+        log.error("control socket %s was removed: recreated it", running.control_path)
+    except OSError as exc:
+        log.error("control socket %s: cannot recreate it: %s", running.control_path, exc)
+    finally:
+        running.control_task = None
 
 
 async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
     rules = load_rules(config, state_dir)
+    problems = StateProblems(state_dir)
     try:
-        journal = Journal(state_dir, config.journal.retention, current_boot_id())
+        journal = Journal(state_dir, config.journal.retention, current_boot_id(), problems)
     except sqlite3.Error as exc:
         raise StartupError(f"journal in {state_dir}: {exc}") from exc
     events = EventLog()
     source = make_source(config, nvml, clock, events, state_dir)
     daemon = Daemon(
-        config, clock, source, events, rules=rules, journal=journal, acks=AckStore(state_dir)
+        config,
+        clock,
+        source,
+        events,
+        rules=rules,
+        journal=journal,
+        acks=AckStore(state_dir),
+        problems=problems,
     )
     guard = None
     if config.web_config is not None:
@@ -211,6 +264,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
             node=config.node_name,
             external_url=f"http://{config.node_name}:{bound}",
             interval=rules.default_interval,
+            problems=problems,
         )
     except sqlite3.Error as exc:
         await runner.cleanup()
@@ -222,6 +276,12 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     except OSError as exc:
         await runner.cleanup()
         raise StartupError(f"cannot create the control socket {control_path}: {exc}") from exc
+    for path in problems.damaged():
+        events.publish(
+            Event(clock.now(), "state_damaged", None, None,
+                  f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
+                  f"{path.name}", {"file": path.name})
+        )  # fmt: skip
     await daemon.start()
     scheme = "https" if guard is not None and guard.config.tls is not None else "http"
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwatch.statedir import open_sqlite, reopen_if_unlinked
+
 FILE_NAME = "notify.db"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -82,12 +84,18 @@ class Outgoing:
 
 class NotifyDb:
     def __init__(self, state_dir: Path | None) -> None:
-        path = str(state_dir / FILE_NAME) if state_dir is not None else ":memory:"
-        self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA)
+        self.file = state_dir / FILE_NAME if state_dir is not None else None
+        self.path = str(self.file) if self.file is not None else ":memory:"
+        if self.file is not None:  # a damaged file is set aside, a fresh one started
+            self.db = open_sqlite(self.file, SCHEMA)
+        else:
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.executescript(SCHEMA)
+
+    def reopen_if_unlinked(self) -> None:
+        """Recreate the file, with everything it held, if it was deleted while open."""
+        if self.file is not None:
+            self.db = reopen_if_unlinked(self.db, self.file, SCHEMA)
 
     def close(self) -> None:
         self.db.close()

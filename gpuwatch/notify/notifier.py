@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -27,10 +28,13 @@ from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.notify.silences import Silences
 from gpuwatch.rules.alerting import AlertingRule
+from gpuwatch.statedir import StateProblems
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("sent", "failed", "throttled", "rejected")
+STORE_RETRY_S = 5.0  # after the outbox could not commit (a full disk): try again this soon
+NOTIFY_DB = "notify.db"
 
 
 class Notifier:
@@ -43,6 +47,7 @@ class Notifier:
         node: str,
         external_url: str,
         interval: float,
+        problems: StateProblems | None = None,
     ) -> None:
         self.config = config
         self.state_dir = state_dir
@@ -51,6 +56,8 @@ class Notifier:
         self.default_external_url = external_url  # the daemon's own, when the config has none
         self.external_url = config.external_url or external_url
         self.interval = interval
+        self.problems = problems if problems is not None else StateProblems(None)
+        self._store_retry_at = float("-inf")  # after a failed commit: when to try again
         self.db = NotifyDb(state_dir)
         self.silences = Silences(self.db)
         grouped = [r for r in config.receivers if r.type != "alertmanager"]
@@ -116,9 +123,25 @@ class Notifier:
         self._wake.set()
 
     def _flush(self, now: float) -> None:
-        if self.dispatcher.flush_due(now):
+        if now < self._store_retry_at:
+            return
+        try:
+            self.db.reopen_if_unlinked()
+            flushed = self.dispatcher.flush_due(now)
+        except (sqlite3.Error, OSError) as exc:
+            # Nothing was remembered as told: the same groups are flushed again once the
+            # outbox can take them.
+            self._store_failed(now, exc)
+            return
+        self.problems.write_ok(NOTIFY_DB)
+        if flushed:
             for sender in self.senders.values():
                 sender.wake.set()
+
+    def _store_failed(self, now: float, exc: Exception) -> None:
+        self.problems.write_failed(NOTIFY_DB, str(exc))
+        self._store_retry_at = now + STORE_RETRY_S
+        self._wake.set()
 
     def _forward(self, now: float, alerts: list[NotifyAlert]) -> None:
         if not self.forwarded:
@@ -132,7 +155,12 @@ class Notifier:
             alertmanager.render(r.name, alerts, now, self.interval, generator)
             for r in self.forwarded
         ]
-        self.db.enqueue(now, items)
+        try:
+            self.db.enqueue(now, items)
+        except (sqlite3.Error, OSError) as exc:
+            self._forwarded_state = ()  # not forwarded: sent again at the next evaluation
+            self._store_failed(now, exc)
+            return
         for r in self.forwarded:
             self.senders[r.name].wake.set()
 
@@ -140,6 +168,8 @@ class Notifier:
         """Flush groups whose group_wait or group_interval ends between evaluations."""
         while True:
             due = self.dispatcher.next_due()
+            if due is not None:
+                due = max(due, self._store_retry_at)
             self._wake.clear()
             now = self.clock.now()
             if due is not None and due <= now:
@@ -161,6 +191,8 @@ class Notifier:
                     )
                 )
             out.append(Sample(m.OUTBOX_PENDING, labels, float(pending.get(r.name, 0))))
+            failures = float(self.dispatcher.render_failures[r.name])
+            out.append(Sample(m.NOTIFICATIONS_UNRENDERED, labels, failures))
         return out
 
 

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import random
+import sqlite3
 import time
 from collections import Counter
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
+OUTBOX_RETRY_S = 5.0
 RETRY_AFTER_MIN_S = 0.25
 RETRY_AFTER_CAP_S = 300.0  # also the longest any outbox row waits, whatever it recorded
 
@@ -96,25 +98,36 @@ class ReceiverSender:
         self._last_send = float("-inf")
 
     async def run(self, session: aiohttp.ClientSession) -> None:
-        name = self.receiver.name
         while True:
-            item = self.db.head(name)
-            now = self.clock.now()
-            wait = None if item is None else wait_for_head(item.next_attempt, now)
-            if item is not None and self.receiver.rate_limit > 0:
-                wait = max(wait or 0.0, self._last_send + 1 / self.receiver.rate_limit - now)
-            if wait is None or wait > 0:
-                await self._sleep(wait)
-                continue
-            assert item is not None
-            self._last_send = now
             try:
-                await self._deliver(session, item)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug here must not stop this receiver's deliveries for good
-                log.exception("receiver=%s delivery failed unexpectedly", name)
-                self.db.retry_at(item.id, self.clock.now() + backoff(item.attempts, self._rng))
+                await self._next(session)
+            except (sqlite3.Error, OSError) as exc:
+                # The outbox cannot be read or updated (a full disk): what was not marked
+                # delivered is sent again later, which the Idempotency-Key makes harmless.
+                log.error("receiver=%s outbox: %s; trying again in %.0fs", self.receiver.name,
+                          exc, OUTBOX_RETRY_S)  # fmt: skip
+                await self._sleep(OUTBOX_RETRY_S)
+
+    async def _next(self, session: aiohttp.ClientSession) -> None:
+        """Deliver the head of this receiver's queue if it is due; otherwise wait for it."""
+        name = self.receiver.name
+        item = self.db.head(name)
+        now = self.clock.now()
+        wait = None if item is None else wait_for_head(item.next_attempt, now)
+        if item is not None and self.receiver.rate_limit > 0:
+            wait = max(wait or 0.0, self._last_send + 1 / self.receiver.rate_limit - now)
+        if wait is None or wait > 0:
+            await self._sleep(wait)
+            return
+        assert item is not None
+        self._last_send = now
+        try:
+            await self._deliver(session, item)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must not stop this receiver's deliveries for good
+            log.exception("receiver=%s delivery failed unexpectedly", name)
+            self.db.retry_at(item.id, self.clock.now() + backoff(item.attempts, self._rng))
 
     async def _sleep(self, seconds: float | None) -> None:
         self.wake.clear()

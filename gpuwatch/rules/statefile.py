@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.atomicfile import read_json, write_json
+from gpuwatch.atomicfile import read_json, set_aside_quietly, write_json
 from gpuwatch.rules.alerting import Alert, AlertingRule, AlertState
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,18 @@ def _alert_from_json(data: dict[str, Any]) -> Alert:
         state=AlertState(data["state"]),
         value=float("nan") if value is None else float(value),
         active_at=float(data["active_at"]),
-        fired_at=data.get("fired_at"),
-        resolved_at=data.get("resolved_at"),
-        keep_firing_since=data.get("keep_firing_since"),
+        fired_at=_optional_time(data.get("fired_at")),
+        resolved_at=_optional_time(data.get("resolved_at")),
+        keep_firing_since=_optional_time(data.get("keep_firing_since")),
     )
+
+
+def _optional_time(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a time must be a number or null, not {value!r}")
+    return float(value)
 
 
 def signature(rules: Iterable[AlertingRule]) -> tuple[object, ...]:
@@ -71,15 +79,21 @@ def save(path: Path, rules: Iterable[AlertingRule]) -> None:
 
 
 def restore(path: Path, rules: Iterable[AlertingRule]) -> int:
-    """Put saved alerts back into their rules; returns how many. A bad file is logged, not fatal."""
+    """Put saved alerts back into their rules; returns how many. A file of the wrong shape is
+    set aside; a bad entry is skipped; neither is fatal."""
     data = read_json(path, "alert state")
-    saved = data.get("rules", {}) if isinstance(data, dict) else {}
+    if data is None:
+        return 0
+    saved = data.get("rules") if isinstance(data, dict) else None
+    if not isinstance(saved, dict) or not all(isinstance(v, list) for v in saved.values()):
+        set_aside_quietly(path, 'alert state: expected {"rules": {rule: [alert, ...]}}')
+        return 0
     count = 0
     for rule in rules:
         for item in saved.get(rule_key(rule), []):
             try:
                 alert = _alert_from_json(item)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 log.warning("alert state %s: skipping a saved alert: %s", path, exc)
                 continue
             rule.active[alert.labels] = alert
