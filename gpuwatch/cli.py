@@ -23,6 +23,7 @@ from gpuwatch import __version__, logs
 from gpuwatch.client_tls import open_url, redact, tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
+from gpuwatch.printable import printable, printable_json
 from gpuwatch.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
@@ -172,8 +173,8 @@ def _control(
     except ControlError as exc:
         return _fail(str(exc), EXIT_UNREACHABLE), None
     if status != 200:
-        return _fail(str(reply.get("error", f"HTTP {status}")), 1), None
-    return 0, reply["data"]
+        return _fail(printable(str(reply.get("error", f"HTTP {status}"))), 1), None
+    return 0, printable_json(reply["data"])
 
 
 def _fail(message: str, code: int = EXIT_CONFIG) -> int:
@@ -267,7 +268,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         try:
             if args.once:
                 await asyncio.sleep(3)
-                console.print(render_node(node_payload(running.daemon)))
+                console.print(render_node(printable_json(node_payload(running.daemon))))
                 return
             from gpuwatch.tui.app import GpuwatchApp
             from gpuwatch.tui.data import HttpSource
@@ -305,7 +306,7 @@ def _why(exc: Exception) -> str:
 
 def _fetch_json(url: str, ca_file: str | None) -> Any:
     with open_url(url, ca_file, timeout=5) as response:
-        return json.load(response)
+        return printable_json(json.load(response))
 
 
 def read_hosts(path: str) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpuwatch.client_tls import basic_auth, host_and_port
+from gpuwatch.printable import printable_json
 
 MAX_BODY = 16 * 1024 * 1024  # a node's JSON is a few KB; anything this big is not a daemon
 MAX_HEAD = 64 * 1024
@@ -332,8 +333,8 @@ class JsonClient:
             connection.transport.close()
         if not 200 <= status < 300:
             return HttpError(status)
-        try:
-            return json.loads(body)
+        try:  # what a daemon sends may hold a process's ESC sequences: shown, never obeyed
+            return printable_json(json.loads(body))
         except ValueError as exc:
             return exc
 

@@ -1,4 +1,5 @@
-"""Mattermost incoming webhooks: Slack-compatible attachments, at most 16383 characters of text."""
+"""Mattermost incoming webhooks: Slack-compatible attachments, at most 16383 characters of text.
+Whatever came from a label, annotation or job is Markdown-escaped and its mentions broken."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from gpuwatch.notify.formats.common import (
     alert_text,
     colour,
     link,
+    markdown_escape,
     outgoing,
     title,
     truncate,
@@ -19,12 +21,14 @@ MAX_CHARS = 16383
 
 
 def render(receiver: ReceiverConfig, n: Notification) -> Outgoing:
-    parts = [f"**{alert_heading(a)}**\n{alert_text(n, a)}" for a in n.alerts]
+    esc = markdown_escape
+    parts = [f"**{alert_heading(a, esc)}**\n{alert_text(n, a, esc)}" for a in n.alerts]
     if link(n):
-        parts.append(f"[Open in gpuwatch on {n.node}]({link(n)})")
-    text = truncate("\n\n".join(parts), MAX_CHARS - len(title(n)) - 1)
+        parts.append(f"[Open in gpuwatch on {esc(n.node)}]({link(n)})")
+    heading = title(n, esc)
+    text = truncate("\n\n".join(parts), MAX_CHARS - len(heading) - 1)
     payload = {
-        "text": title(n),
-        "attachments": [{"fallback": title(n), "color": colour(n), "text": text}],
+        "text": heading,
+        "attachments": [{"fallback": heading, "color": colour(n), "text": text}],
     }
     return outgoing(n, payload)

@@ -1,5 +1,6 @@
 """Slack incoming webhooks: `text` for notifications, an attachment with the severity colour
-holding Block Kit sections. Slack allows 50 blocks and 3000 characters a section."""
+holding Block Kit sections. Slack allows 50 blocks and 3000 characters a section. Whatever came
+from a label, annotation or job is escaped in mrkdwn; the header is plain_text, shown as is."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gpuwatch.notify.formats.common import (
     colour,
     link,
     outgoing,
+    slack_escape,
     title,
     truncate,
 )
@@ -32,12 +34,13 @@ def blocks(n: Notification) -> list[dict[str, Any]]:
             left = len(n.alerts) - room
             out.append(_context(f"… and {left} more alerts, left out to fit Slack's limits"))
             return out
-        text = f"*{alert_heading(alert)}*\n{alert_text(n, alert)}"
+        heading = alert_heading(alert, slack_escape)
+        text = f"*{heading}*\n{alert_text(n, alert, slack_escape)}"
         out.append(
             {"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, SECTION_CHARS)}}
         )
     if link(n):
-        out.append(_context(f"<{link(n)}|Open in gpuwatch on {n.node}>"))
+        out.append(_context(f"<{link(n)}|Open in gpuwatch on {slack_escape(n.node)}>"))
     return out
 
 
@@ -46,5 +49,8 @@ def _context(text: str) -> dict[str, Any]:
 
 
 def render(receiver: ReceiverConfig, n: Notification) -> Outgoing:
-    payload = {"text": title(n), "attachments": [{"color": colour(n), "blocks": blocks(n)}]}
+    payload = {
+        "text": title(n, slack_escape),
+        "attachments": [{"color": colour(n), "blocks": blocks(n)}],
+    }
     return outgoing(n, payload)

@@ -1,0 +1,36 @@
+"""Text from a process name, a label, a file or another daemon, made safe to print on a terminal.
+
+A process can name itself with ESC sequences (which move the cursor, retitle the window or
+rewrite what was printed before) and newlines (which forge lines of `gpuwatch events`). Every
+control character, and the Unicode controls that reorder or hide text, is shown as a visible
+escape instead: `\\x1b`, `\\n`, `\\u202e`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}.get(code)
+    if named is not None:
+        return named
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    return _UNSAFE.sub(_escape, text)
+
+
+def printable_json(value: Any) -> Any:
+    """`value` (parsed JSON) with every string, keys included, made printable."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): printable_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_json(v) for v in value]
+    return value
