@@ -30,6 +30,9 @@ def socket_path(state_dir: str) -> Path:
     return base / SOCKET_NAME
 
 
+NESTED_TOO_DEEPLY = "the body's JSON is nested too deeply"
+
+
 def _error(message: str, status: int = 400) -> web.Response:
     return web.json_response(
         {"status": "error", "errorType": "bad_data", "error": message}, status=status
@@ -80,6 +83,8 @@ class ControlApi:
             silence = silences.add(*silence_request(body, now))
         except ValueError as exc:
             return _error(str(exc))
+        except RecursionError:
+            return _error(NESTED_TOO_DEEPLY)
         log.info(
             "silence %s added by %s: %s",
             silence.id,
@@ -112,7 +117,7 @@ class ControlApi:
         """Body: {"gpu": "3" | UUID | "node", "cause": KEY, "note": TEXT}."""
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return _error('the body must be JSON: {"gpu": ..., "cause": ..., "note": ...}')
         if not isinstance(body, dict):
             return _error("the body must be a JSON object")

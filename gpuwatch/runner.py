@@ -148,6 +148,8 @@ class Running:
             await self.daemon.notifier.stop()
         if self.daemon.journal is not None:
             self.daemon.journal.close()
+        if self.daemon.web_guard is not None:
+            self.daemon.web_guard.close()
         if self.lock is not None:
             self.lock.release()
 

@@ -3,6 +3,7 @@ labels."""
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
@@ -24,7 +25,7 @@ def parse_duration(value: object) -> float:
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value!r}")
-        return float(value)
+        return _bounded(float(value), value)
     if isinstance(value, str):
         text = value.strip()
         if text == "0":
@@ -36,8 +37,18 @@ def parse_duration(value: object) -> float:
             total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
             pos = match.end()
         if pos == len(text) and text:
-            return total
+            return _bounded(total, value)
     raise ValueError(f"expected a duration such as 1s, 500ms or 5m, got {value!r}")
+
+
+MAX_DURATION_S = 1000 * 31536000.0  # a thousand years: past it, a typo or an attack
+
+
+def _bounded(seconds: float, value: object) -> float:
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"a duration must be under 1000y, got {shown}")
+    return seconds
 
 
 def label_int(text: str) -> int | None:

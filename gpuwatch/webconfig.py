@@ -15,8 +15,10 @@ import asyncio
 import hashlib
 import logging
 import ssl
-from collections import OrderedDict
+import time
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,15 @@ BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 # Checked when the user is unknown, so that answering takes as long as for a known one.
 _DUMMY_HASH = b"$2b$10$kTDuPZYt8Nrw6M5hDLgvTOsHpVMQOADnkrRtNQ4pSjYx30yCAJcFG"
 AUTH_CACHE_SIZE = 256  # bcrypt takes ~60 ms a check; a scraper sends the same pair each time
+BCRYPT_MAX_BYTES = 72  # bcrypt reads no further; longer is refused, as Go's bcrypt does
+# bcrypt runs on its own threads, so a flood of wrong passwords waits for them and never for
+# the pool that evaluates rules; past AUTH_QUEUE_LIMIT checks waiting, one more is answered 429
+# at once. A client with AUTH_FAILURES_LIMIT failures in AUTH_FAILURES_WINDOW_S is answered
+# 429 without a check until the window has passed: a flood costs the flooder.
+AUTH_THREADS = 2
+AUTH_QUEUE_LIMIT = 64
+AUTH_FAILURES_LIMIT = 10
+AUTH_FAILURES_WINDOW_S = 10.0
 PUSH_PATH = "/api/v1/push"  # guarded by its own bearer token (push.token) instead
 
 
@@ -208,9 +219,16 @@ class WebGuard:
     """The listener's basic auth, response headers and client SAN check, as aiohttp middleware.
     Holds the current WebConfig, so a reload changes users and headers for the next request."""
 
-    def __init__(self, config: WebConfig) -> None:
+    def __init__(self, config: WebConfig, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self._now = now
         self._verdicts: OrderedDict[tuple[str, bytes], bool] = OrderedDict()
+        self._checkers = ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="bcrypt")
+        self._checking: Counter[str] = Counter()  # by client: checks running or waiting
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()  # by client address
+
+    def close(self) -> None:
+        self._checkers.shutdown(wait=False, cancel_futures=True)
 
     def reload(self, config: WebConfig) -> None:
         """Users, headers and allowed SANs as `config` has them, and its certificate files
@@ -231,34 +249,78 @@ class WebGuard:
         config = self.config
         if config.allowed_sans and not _san_allowed(request, config.allowed_sans):
             return web.Response(status=403, text="client certificate not allowed\n")
-        if config.users and request.path != PUSH_PATH and not await self._authorized(request):
-            return web.Response(
-                status=401,
-                text="Unauthorized\n",
-                headers={"WWW-Authenticate": 'Basic realm="gpuwatch"'},
-            )
+        if config.users and request.path != PUSH_PATH:
+            verdict = await self._authorized(request)
+            if verdict is None:
+                return web.Response(
+                    status=429,
+                    text="too many failed or pending logins; try again later\n",
+                    headers={"Retry-After": f"{AUTH_FAILURES_WINDOW_S:.0f}"},
+                )
+            if not verdict:
+                return web.Response(
+                    status=401,
+                    text="Unauthorized\n",
+                    headers={"WWW-Authenticate": 'Basic realm="gpuwatch"'},
+                )
         response = await handler(request)
         response.headers.update(config.headers)
         return response
 
-    async def _authorized(self, request: web.Request) -> bool:
+    async def _authorized(self, request: web.Request) -> bool | None:
+        """True or False; None when the client has failed too often or too many checks wait."""
         try:
             auth = BasicAuth.decode(request.headers.get("Authorization", ""))
         except ValueError:
             return False
-        key = (auth.login, hashlib.sha256(auth.password.encode()).digest())
+        password = auth.password.encode()
+        key = (auth.login, hashlib.sha256(password).digest())
         verdict = self._verdicts.get(key)
-        if verdict is None:
+        if verdict is not None:
+            return verdict
+        client = request.remote or ""
+        # Checks still running count as failures to come: a burst is cut short at once.
+        if self._recent_failures(client) + self._checking[client] >= AUTH_FAILURES_LIMIT:
+            return None
+        if len(password) > BCRYPT_MAX_BYTES:
+            verdict = False
+        else:
+            if self._checking.total() >= AUTH_QUEUE_LIMIT:
+                return None
             hashed = self.config.users.get(auth.login, _DUMMY_HASH)
-            # ~60 ms of CPU: off the event loop, which samples the GPUs.
-            verdict = await asyncio.to_thread(bcrypt.checkpw, auth.password.encode(), hashed)
+            self._checking[client] += 1
+            try:  # ~60 ms of CPU: off the event loop, and off the rules' threads
+                loop = asyncio.get_running_loop()
+                verdict = await loop.run_in_executor(
+                    self._checkers, bcrypt.checkpw, password, hashed
+                )
+            finally:
+                self._checking[client] -= 1
+                if not self._checking[client]:
+                    del self._checking[client]
             verdict = verdict and auth.login in self.config.users
-            self._verdicts[key] = verdict
-            if len(self._verdicts) > AUTH_CACHE_SIZE:
-                self._verdicts.popitem(last=False)
-            if not verdict:
-                log.warning("basic auth refused for user %r from %s", auth.login, request.remote)
+        self._verdicts[key] = verdict
+        if len(self._verdicts) > AUTH_CACHE_SIZE:
+            self._verdicts.popitem(last=False)
+        if not verdict:
+            self._failed(client)
+            log.warning("basic auth refused for user %r from %s", auth.login, client)
         return verdict
+
+    def _recent_failures(self, client: str) -> int:
+        times = self._failures.get(client)
+        if times is None:
+            return 0
+        while times and times[0] <= self._now() - AUTH_FAILURES_WINDOW_S:
+            times.popleft()
+        return len(times)
+
+    def _failed(self, client: str) -> None:
+        times = self._failures.pop(client, None) or deque(maxlen=AUTH_FAILURES_LIMIT)
+        times.append(self._now())
+        self._failures[client] = times  # the most recent last; the oldest client forgotten
+        if len(self._failures) > AUTH_CACHE_SIZE:
+            self._failures.popitem(last=False)
 
 
 def _san_allowed(request: web.Request, allowed: tuple[str, ...]) -> bool:

@@ -103,6 +103,8 @@ def parse_json(body: bytes) -> tuple[str, list[Sample]]:
         data = json.loads(body)
     except ValueError as exc:
         raise PushError(400, f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise PushError(400, "not valid JSON: nested too deeply") from exc
     if not isinstance(data, dict):
         raise PushError(400, 'expected {"job": ..., "labels": {...}, "metrics": {name: value}}')
     job = check_job(data.get("job"))
