@@ -193,7 +193,7 @@ class Daemon:
         samples = [
             *batch.samples,
             *self.xids.samples(batch.gpus),
-            *self.jobs.collect(ended),
+            *await self.jobs.collect(ended),
             *health_samples(batch.gpus, gpu_verdicts, verdict),
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
             Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),

@@ -3,14 +3,17 @@ configured bearer token. Text format needs `?job=NAME`; JSON names its job in th
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
 import logging
 
 from aiohttp import web
 
+from gpuwatch.model import Sample
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.push.jobs import JobInputs
-from gpuwatch.push.parse import PushError, check_job, parse_json, parse_text
+from gpuwatch.push.parse import PushError, check_job, parse_json, parse_text, sample_lines
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +44,38 @@ def authorized(request: web.Request, token: Secret | None) -> None:
         raise PushError(401, "missing or wrong bearer token (Authorization: Bearer ...)")
 
 
+PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, no thread hop
+
+
 async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:
+    limits = jobs.pushed.limits
     try:
-        body = await _body(request, jobs.pushed.limits.max_body_bytes)
+        body = await _body(request, limits.max_body_bytes)
         if request.content_type == "application/json":
-            job, samples = parse_json(body)
+            parse = functools.partial(parse_json, body)
         else:
             job = check_job(request.query.get("job"))
-            samples = parse_text(body, job)
+            lines = sample_lines(body)  # a cheap upper bound, before any parsing
+            if lines > limits.max_series_per_job:
+                raise PushError(
+                    422,
+                    f"too many series: {lines} sample lines for job {job!r}, the limit per job"
+                    f" is {limits.max_series_per_job} (push.max_series_per_job)",
+                )
+            parse = functools.partial(_parse_text_of, body, job)
+        # A large body is parsed on a thread: the event loop keeps answering /healthz.
+        if len(body) <= PARSE_ON_LOOP_BYTES:
+            job, samples = parse()
+        else:
+            job, samples = await asyncio.to_thread(parse)
         count = jobs.pushed.apply(job, samples, now)
     except PushError as exc:
         return error_response(exc)
     return web.json_response({"status": "success", "data": {"job": job, "series": count}})
+
+
+def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
+    return job, parse_text(body, job)
 
 
 def error_response(exc: PushError) -> web.Response:

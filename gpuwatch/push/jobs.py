@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -21,10 +22,12 @@ class JobInputs:
         )
         self._over_limit: set[str] = set()
 
-    def collect(self, now: float) -> list[Sample]:
-        """The live job series, sampled into the store with this cycle's batch."""
+    async def collect(self, now: float) -> list[Sample]:
+        """The live job series, sampled into the store with this cycle's batch. The textfile
+        directory is read on a thread: a slow disk or ten thousand files never hold the loop."""
         if self.textfiles is not None:
-            for job, samples in self.textfiles.read().items():
+            files = await asyncio.to_thread(self.textfiles.read)
+            for job, samples in files.items():
                 try:
                     self.pushed.apply(job, samples, now)  # refreshed while the file is there
                 except PushError as exc:

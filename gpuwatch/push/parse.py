@@ -78,6 +78,14 @@ def _value(value: Any, where: str) -> float:
     raise PushError(400, f"{where}: expected a number, NaN, +Inf or -Inf, got {value!r}")
 
 
+def sample_lines(body: bytes) -> int:
+    """Lines that may hold a sample (not blank, not a comment): at least the series a text
+    body carries, counted without parsing it."""
+    return sum(
+        1 for line in body.split(b"\n") if line.strip() and not line.lstrip().startswith(b"#")
+    )
+
+
 def parse_text(body: bytes, job: str) -> list[Sample]:
     """Prometheus text format; every series gains (or has overridden) the label job."""
     try:

@@ -81,8 +81,8 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         reasons = {name: (status, reply["error"]) for name, (status, reply) in cases.items()}
         assert reasons["10 MB body"][0] == 413 and "limit is 4194304" in reasons["10 MB body"][1]
         assert reasons["100,000 series"] == (
-            422, "too many series: job 'many' would have 100000, the limit per job is 1000 "
-            "(push.max_series_per_job)",
+            422, "too many series: 100000 sample lines for job 'many', the limit per job is "
+            "1000 (push.max_series_per_job)",
         )  # fmt: skip
         assert reasons["gpuwatch_up"] == (
             400, "metric name 'gpuwatch_up': names starting with gpuwatch_ are the daemon's own"
