@@ -1,11 +1,13 @@
 """Label matchers in Alertmanager's syntax: `severity="critical"`, `alertname=~"Gpu.*"`,
-`gpu!="3"`, `job!~"test.*"`. Regular expressions are anchored, as in Alertmanager."""
+`gpu!="3"`, `job!~"test.*"`. Regular expressions are RE2 and anchored, as in Alertmanager."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from gpuwatch.regex import Regex, RegexError, compile_regex
 
 _MATCHER = re.compile(
     r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|([^\s",{}]*))\s*$'
@@ -18,7 +20,7 @@ class Matcher:
     name: str
     op: str  # one of = != =~ !~
     value: str
-    pattern: re.Pattern[str] | None = None
+    pattern: Regex | None = None
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         have = labels.get(self.name, "")
@@ -46,9 +48,9 @@ def parse_matcher(text: str) -> Matcher:
     pattern = None
     if op in ("=~", "!~"):
         try:
-            pattern = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{text!r}: bad regular expression: {exc}") from exc
+            pattern = compile_regex(value)
+        except RegexError as exc:
+            raise ValueError(f"{text!r}: bad regular expression: {exc} (RE2 syntax)") from None
     return Matcher(name, op, value, pattern)
 
 

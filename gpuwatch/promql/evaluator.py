@@ -6,7 +6,6 @@ lookback is (t - 5m, t], and a stale marker ends a series at once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -26,6 +25,7 @@ from gpuwatch.promql.values import (
     VSample,
 )
 from gpuwatch.promql.window import CounterStats, Window
+from gpuwatch.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
 MEMO_LIMIT = 100_000  # label sets remembered per aggregation before the memo starts over
@@ -61,7 +61,10 @@ def _matcher(m: pp.Matcher) -> Callable[[str], bool]:
         return lambda v: v == value
     if op == pp.MatchOp.NotEqual:
         return lambda v: v != value
-    pattern = re.compile(value, re.DOTALL)
+    try:  # parse() has checked it; a reload that skipped that check still fails cleanly
+        pattern = compile_regex(value, dot_matches_newline=True)
+    except RegexError as exc:
+        raise EvalError(f"invalid regular expression {value!r}: {exc}") from None
     if op == pp.MatchOp.Re:
         return lambda v: pattern.fullmatch(v) is not None
     return lambda v: pattern.fullmatch(v) is None

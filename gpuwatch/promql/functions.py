@@ -26,6 +26,7 @@ from gpuwatch.promql.values import (
     with_label,
 )
 from gpuwatch.promql.window import CounterStats, Window
+from gpuwatch.regex import Match, RegexError, compile_regex
 from gpuwatch.units import label_int
 
 if TYPE_CHECKING:
@@ -319,7 +320,7 @@ def _string(ev: Evaluator, arg: pp.Expr, t: float) -> str:
 _GO_TEMPLATE_REF = re.compile(r"\$(\$|\{([^}]*)\}|([a-zA-Z0-9_]+))")
 
 
-def expand_go_replacement(template: str, match: re.Match[str]) -> str:
+def expand_go_replacement(template: str, match: Match) -> str:
     """regexp.Expand: $1, ${1}, $name, ${name}; an unknown group is empty; $$ is a dollar."""
 
     def ref(m: re.Match[str]) -> str:
@@ -348,9 +349,11 @@ def _label_replace(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
     vector = ev.vector(args[0], t)
     dst, replacement, src, regex_text = (_string(ev, a, t) for a in args[1:5])
     try:
-        regex = re.compile(regex_text, re.DOTALL)
-    except re.error as exc:
-        raise EvalError(f"invalid regular expression in label_replace(): {regex_text}") from exc
+        regex = compile_regex(regex_text, dot_matches_newline=True)
+    except RegexError as exc:
+        raise EvalError(
+            f"invalid regular expression in label_replace(): {regex_text}: {exc}"
+        ) from None
     if not _LABEL_NAME.fullmatch(dst):
         raise EvalError(f"invalid destination label name in label_replace(): {dst}")
     out: Vector = []

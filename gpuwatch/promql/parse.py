@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import promql_parser as pp
 
+from gpuwatch.regex import RegexError, compile_regex
+
 AGGREGATIONS = frozenset(
     {
         "sum",
@@ -49,6 +51,8 @@ def parse(text: str) -> pp.Expr:
     problems: list[str] = []
     pp.walk(expr, lambda node: _check(node, problems) or None)
     if problems:
+        if problems[0].startswith("regular expression"):
+            raise QueryError(f"invalid {problems[0]}")
         raise QueryError(f"unsupported in gpuwatch's PromQL subset: {problems[0]}")
     return expr
 
@@ -58,6 +62,13 @@ def _check(node: pp.Expr, problems: list[str]) -> bool:
         problems.append("subquery [range:step]")
     elif isinstance(node, pp.VectorSelector) and node.at is not None:
         problems.append("the @ modifier")
+    elif isinstance(node, pp.VectorSelector):
+        for m in node.matchers.matchers:
+            if m.op in (pp.MatchOp.Re, pp.MatchOp.NotRe):
+                try:
+                    compile_regex(m.value, dot_matches_newline=True)
+                except RegexError as exc:
+                    problems.append(f"regular expression {m.value!r} ({exc}; RE2 syntax)")
     elif isinstance(node, pp.AggregateExpr) and str(node.op) not in AGGREGATIONS:
         problems.append(f"aggregation {node.op}")
     elif isinstance(node, pp.Call) and node.func.name not in FUNCTIONS:

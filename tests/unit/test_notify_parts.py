@@ -140,5 +140,5 @@ def test_bad_notify_config_is_reported_with_line_and_field(tmp_path: Path) -> No
         "notify.route.receiver: no receiver named 'nobody'",
         "notify.route.group_wait: expected a duration such as 1s, 500ms or 5m, got 'soon'",
         "notify.route.routes[0].matchers: 'severity=~\"(\"': bad regular expression: "
-        "missing ), unterminated subpattern at position 0",
+        "missing ): ( (RE2 syntax)",
     ]
