@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gpuwatch import __version__
 from gpuwatch import metrics as m
+from gpuwatch.connlimit import IDLE_TIMEOUT_S, MAX_STREAMS, ConnectionCap
 from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
@@ -35,7 +36,8 @@ from gpuwatch.webconfig import WebGuard
 
 log = logging.getLogger(__name__)
 
-STREAM_BACKLOG = 1000
+STREAM_BACKLOG = 256  # events held for one stream client; more drop the oldest
+STREAM_WRITE_TIMEOUT_S = 10.0
 STREAM_KEEPALIVE_S = 15.0
 SHUTDOWN_S = 1.0  # how long open requests (event streams) may finish when the daemon stops
 
@@ -195,9 +197,10 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
 
 
 class Api:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Daemon, cap: ConnectionCap | None = None) -> None:
         self.daemon = daemon
         self.renderer = MetricsRenderer(daemon.store, daemon.clock)
+        self.cap = cap if cap is not None else ConnectionCap()
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""
@@ -295,7 +298,15 @@ class Api:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: `cycle` after every sample (data: its time), and every journal
-        event as it happens (event: its kind, data: the event's JSON)."""
+        event as it happens (event: its kind, data: the event's JSON). A client that reads
+        nothing for STREAM_WRITE_TIMEOUT_S is dropped: it holds a bounded queue meanwhile."""
+        streams = self.cap.streams
+        if len(streams) >= MAX_STREAMS:
+            return web.json_response(
+                {"status": "error", "error": f"{MAX_STREAMS} event streams are open already"},
+                status=503,
+                headers={"Retry-After": "10"},
+            )
         queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=STREAM_BACKLOG)
 
         def put(kind: str, data: str) -> None:
@@ -313,19 +324,26 @@ class Api:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
+        handler = request.protocol
+        streams.add(handler)
         self.daemon.events.listeners.append(on_event)
         self.daemon.cycle_listeners.append(on_cycle)
         try:
             while True:
                 try:
                     kind, data = await asyncio.wait_for(queue.get(), STREAM_KEEPALIVE_S)
+                    chunk = f"event: {kind}\ndata: {data}\n\n".encode()
                 except TimeoutError:
-                    await response.write(b": keepalive\n\n")
-                    continue
-                await response.write(f"event: {kind}\ndata: {data}\n\n".encode())
+                    chunk = b": keepalive\n\n"
+                await asyncio.wait_for(response.write(chunk), STREAM_WRITE_TIMEOUT_S)
+        except TimeoutError:
+            log.info("event stream to %s dropped: it read nothing for %.0f s",
+                     request.remote, STREAM_WRITE_TIMEOUT_S)  # fmt: skip
+            handler.force_close()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
+            streams.discard(handler)
             self.daemon.events.listeners.remove(on_event)
             self.daemon.cycle_listeners.remove(on_cycle)
         return response
@@ -424,9 +442,15 @@ async def start_http(
     the port bound (useful when port is 0)."""
     # Open event streams are cut after a second at shutdown, not waited on for a minute.
     runner = web.AppRunner(
-        api.app(guard), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        api.app(guard),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_S,
+        keepalive_timeout=IDLE_TIMEOUT_S,
     )
     await runner.setup()
+    assert runner.server is not None
+    api.cap.attach(runner.server)
     tls = guard.config.tls if guard is not None else None
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls)
     await site.start()

@@ -17,6 +17,9 @@ from gpuwatch.push.parse import PushError, check_job, parse_json, parse_text, sa
 
 log = logging.getLogger(__name__)
 
+BODY_TIMEOUT_S = 30.0
+PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, no thread hop
+
 
 async def _body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
@@ -26,11 +29,15 @@ async def _body(request: web.Request, limit: int) -> bytes:
         )
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.read(65536):
-        size += len(chunk)
-        if size > limit:
-            raise PushError(413, f"body over {limit} bytes (push.max_body_bytes)")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):  # a body trickled in holds a connection
+            while chunk := await request.content.read(65536):
+                size += len(chunk)
+                if size > limit:
+                    raise PushError(413, f"body over {limit} bytes (push.max_body_bytes)")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise PushError(408, f"body not received within {BODY_TIMEOUT_S:.0f} s") from None
     return b"".join(chunks)
 
 
@@ -42,9 +49,6 @@ def authorized(request: web.Request, token: Secret | None) -> None:
     expected = f"Bearer {token.reveal()}"
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise PushError(401, "missing or wrong bearer token (Authorization: Bearer ...)")
-
-
-PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, no thread hop
 
 
 async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:

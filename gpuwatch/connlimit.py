@@ -1,0 +1,63 @@
+"""Bounds on the listener's connections, so clients that open sockets and send nothing (or
+never read) cannot take the file descriptors /metrics and /healthz need.
+
+- A connection that sends no complete request within IDLE_TIMEOUT_S of opening, or of its
+  last answer, is closed (aiohttp's keep-alive timer, which also runs before the first request).
+- At most MAX_CONNECTIONS are open; one more closes the oldest that is not an event stream,
+  so a new client (a probe, a scraper) always gets in and a flood only displaces itself.
+- Event streams are counted apart: at most MAX_STREAMS at once (more are answered 503).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 15.0
+MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
+MAX_STREAMS = 64
+
+
+class ConnectionCap:
+    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.max_connections = max_connections
+        self.streams: set[RequestHandler] = set()  # connections serving an event stream
+        self.evicted = 0
+
+    def attach(self, server: web.Server) -> None:
+        """Count `server`'s connections as they are made."""
+        made: Callable[[RequestHandler, Any], None] = server.connection_made
+
+        def connection_made(handler: RequestHandler, transport: Any) -> None:
+            made(handler, transport)
+            self._evict(server)
+
+        # aiohttp's RequestHandler reports each new connection to its server this way.
+        server.connection_made = connection_made  # type: ignore[method-assign]
+
+    def _evict(self, server: web.Server) -> None:
+        connections = server.connections  # oldest first
+        excess = len(connections) - self.max_connections
+        for handler in connections:
+            if excess <= 0:
+                break
+            if handler in self.streams:
+                continue
+            handler.force_close()
+            transport = handler.transport
+            if transport is not None:
+                transport.close()
+            excess -= 1
+            self.evicted += 1
+            if self.evicted == 1 or self.evicted % 1000 == 0:
+                log.warning(
+                    "more than %d connections open: closed the oldest (%d so far)",
+                    self.max_connections,
+                    self.evicted,
+                )
