@@ -204,7 +204,9 @@ class Api:
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""
-        middlewares = [self._errors] if guard is None else [guard.middleware, self._errors]
+        middlewares = [self.cap.middleware, self._errors]
+        if guard is not None:  # a request waiting for its password check is busy too
+            middlewares.insert(1, guard.middleware)
         app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
         app.router.add_get("/", self.landing)
         app.router.add_get("/metrics", self.metrics)

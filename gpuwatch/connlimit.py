@@ -3,21 +3,24 @@ never read) cannot take the file descriptors /metrics and /healthz need.
 
 - A connection that sends no complete request within IDLE_TIMEOUT_S of opening, or of its
   last answer, is closed (aiohttp's keep-alive timer, which also runs before the first request).
-- At most MAX_CONNECTIONS are open; one more closes the oldest that is not an event stream,
-  so a new client (a probe, a scraper) always gets in and a flood only displaces itself.
+- At most MAX_CONNECTIONS are open; one more closes the oldest that is neither answering a
+  request nor an event stream, so a new client (a probe, a scraper) always gets in and a flood
+  of idle connections only displaces itself.
 - Event streams are counted apart: at most MAX_STREAMS at once (more are answered 503).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 IDLE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
@@ -28,7 +31,19 @@ class ConnectionCap:
     def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
         self.max_connections = max_connections
         self.streams: set[RequestHandler] = set()  # connections serving an event stream
+        self.busy: set[RequestHandler] = set()  # connections answering a request now
         self.evicted = 0
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Marks the connection busy while its request is answered: it is never the one
+        closed to make room."""
+        protocol = request.protocol
+        self.busy.add(protocol)
+        try:
+            return await handler(request)
+        finally:
+            self.busy.discard(protocol)
 
     def attach(self, server: web.Server) -> None:
         """Count `server`'s connections as they are made."""
@@ -47,7 +62,7 @@ class ConnectionCap:
         for handler in connections:
             if excess <= 0:
                 break
-            if handler in self.streams:
+            if handler in self.streams or handler in self.busy:
                 continue
             handler.force_close()
             transport = handler.transport
