@@ -222,7 +222,12 @@ class WebGuard:
     def __init__(self, config: WebConfig, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self._now = now
-        self._verdicts: OrderedDict[tuple[str, bytes], bool] = OrderedDict()
+        # Pairs checked, passed and refused apart: refused guesses, however many, never push
+        # a scraper's pair out. Each is kept in order of last use, the oldest dropped.
+        self._verdicts: dict[bool, OrderedDict[tuple[str, bytes], None]] = {
+            True: OrderedDict(),
+            False: OrderedDict(),
+        }
         self._checkers = ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="bcrypt")
         self._checking: Counter[str] = Counter()  # by client: checks running or waiting
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()  # by client address
@@ -238,7 +243,8 @@ class WebGuard:
         if running is not None and config.certificate is not None:
             running.load_cert_chain(*config.certificate)
         self.config = replace(config, tls=running)
-        self._verdicts.clear()
+        for cache in self._verdicts.values():
+            cache.clear()
 
     @web.middleware
     async def middleware(
@@ -275,9 +281,10 @@ class WebGuard:
             return False
         password = auth.password.encode()
         key = (auth.login, hashlib.sha256(password).digest())
-        verdict = self._verdicts.get(key)
-        if verdict is not None:
-            return verdict
+        for known, cache in self._verdicts.items():
+            if key in cache:  # a refused pair seen before costs nothing: not counted
+                cache.move_to_end(key)
+                return known
         client = request.remote or ""
         # Checks still running count as failures to come: a burst is cut short at once.
         if self._recent_failures(client) + self._checking[client] >= AUTH_FAILURES_LIMIT:
@@ -299,9 +306,10 @@ class WebGuard:
                 if not self._checking[client]:
                     del self._checking[client]
             verdict = verdict and auth.login in self.config.users
-        self._verdicts[key] = verdict
-        if len(self._verdicts) > AUTH_CACHE_SIZE:
-            self._verdicts.popitem(last=False)
+        cache = self._verdicts[verdict]
+        cache[key] = None
+        if len(cache) > AUTH_CACHE_SIZE:
+            cache.popitem(last=False)
         if not verdict:
             self._failed(client)
             log.warning("basic auth refused for user %r from %s", auth.login, client)

@@ -71,7 +71,7 @@ def test_a_flood_of_wrong_passwords_is_cut_short_and_health_answers(tmp_path: Pa
                 pool.submit(daemon.get, "/healthz", basic("prometheus", f"guess-{i}"), 30.0)
                 for i in range(300)
             ]
-            for _ in range(10):  # bench/auth_flood.py measures how fast
+            for _ in range(10):  # bench/flood.py measures how fast
                 status, _, body = daemon.get("/healthz", good)
                 assert status == 200, body
             answers = [f.result()[0] for f in flood]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import ssl
 from pathlib import Path
+from unittest import mock
 
+import bcrypt
 import pytest
 import trustme
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
-from gpuwatch.webconfig import load_web_config
+from gpuwatch.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
 from gpuwatch.yamlfile import FileError
 
 
@@ -84,3 +89,39 @@ def test_each_mistake_is_named_with_its_line(
         load_web_config(path)
     assert f"{path}:{line}: " in str(caught.value)
     assert message in str(caught.value)
+
+
+def _request(user: str, password: str, client: str) -> web.Request:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        (client, 40000) if name == "peername" else default
+    )
+    return make_mocked_request(
+        "GET", "/metrics", headers={"Authorization": f"Basic {token}"}, transport=transport
+    )
+
+
+async def test_wrong_guesses_from_many_clients_never_push_out_a_scrapers_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks: list[bytes] = []
+    real_checkpw = bcrypt.checkpw
+
+    def counting_checkpw(password: bytes, hashed: bytes) -> bool:
+        checks.append(password)
+        return real_checkpw(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting_checkpw)
+    hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(4))
+    guard = WebGuard(WebConfig("web.yml", users={"prometheus": hashed}), now=lambda: 0.0)
+    try:
+        assert await guard._authorized(_request("prometheus", "right", "10.0.0.1")) is True
+        for i in range(AUTH_CACHE_SIZE + 50):  # more refused pairs than the cache holds
+            client = f"10.1.{i // 250}.{i % 250}"
+            assert await guard._authorized(_request("prometheus", f"guess-{i}", client)) is False
+        checks.clear()
+        assert await guard._authorized(_request("prometheus", "right", "10.0.0.1")) is True
+        assert checks == []  # answered from what was checked before, no bcrypt work
+    finally:
+        guard.close()
