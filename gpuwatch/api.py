@@ -14,7 +14,7 @@ from aiohttp import web
 
 from gpuwatch import __version__
 from gpuwatch import metrics as m
-from gpuwatch.connlimit import IDLE_TIMEOUT_S, MAX_STREAMS, ConnectionCap
+from gpuwatch.connlimit import ACCEPT_BACKLOG, IDLE_TIMEOUT_S, MAX_STREAMS, ConnectionCap
 from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
@@ -454,7 +454,9 @@ async def start_http(
     assert runner.server is not None
     api.cap.attach(runner.server)
     tls = guard.config.tls if guard is not None else None
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls)
+    site = web.TCPSite(
+        runner, host, port, reuse_address=True, ssl_context=tls, backlog=ACCEPT_BACKLOG
+    )
     await site.start()
     server = site._server
     sockets = getattr(server, "sockets", None) or []

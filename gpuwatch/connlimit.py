@@ -3,9 +3,10 @@ never read) cannot take the file descriptors /metrics and /healthz need.
 
 - A connection that sends no complete request within IDLE_TIMEOUT_S of opening, or of its
   last answer, is closed (aiohttp's keep-alive timer, which also runs before the first request).
-- At most MAX_CONNECTIONS are open; one more closes the oldest that is neither answering a
-  request nor an event stream, so a new client (a probe, a scraper) always gets in and a flood
-  of idle connections only displaces itself.
+- At most MAX_CONNECTIONS are open; one more closes the oldest that are neither answering a
+  request nor an event stream, down to seven eighths of the cap, so a new client (a probe, a
+  scraper) always gets in and a flood of idle connections only displaces itself. Closing in a
+  batch, and counting what is already closing, keeps a burst of a thousand connects linear.
 - Event streams are counted apart: at most MAX_STREAMS at once (more are answered 503).
 """
 
@@ -25,6 +26,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 IDLE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
 MAX_STREAMS = 64
+# Connections the kernel completes before the loop accepts them. asyncio's 100 (aiohttp's 128)
+# overflow under a burst of a few hundred connects; a connect past the backlog is dropped and
+# retried by the client's kernel a second later, so a probe in the burst takes over 1 s.
+# Linux caps it at net.core.somaxconn (4096 since 5.4).
+ACCEPT_BACKLOG = 1024
 
 
 class ConnectionCap:
@@ -32,6 +38,8 @@ class ConnectionCap:
         self.max_connections = max_connections
         self.streams: set[RequestHandler] = set()  # connections serving an event stream
         self.busy: set[RequestHandler] = set()  # connections answering a request now
+        self.closing: set[RequestHandler] = set()  # closed to make room, not yet gone
+        self.open = 0  # connections made and not yet lost
         self.evicted = 0
 
     @web.middleware
@@ -46,28 +54,38 @@ class ConnectionCap:
             self.busy.discard(protocol)
 
     def attach(self, server: web.Server) -> None:
-        """Count `server`'s connections as they are made."""
+        """Count `server`'s connections as they are made and lost."""
         made: Callable[[RequestHandler, Any], None] = server.connection_made
+        lost: Callable[[RequestHandler, BaseException | None], None] = server.connection_lost
 
         def connection_made(handler: RequestHandler, transport: Any) -> None:
             made(handler, transport)
-            self._evict(server)
+            self.open += 1
+            if self.open - len(self.closing) > self.max_connections:
+                self._evict(server)
 
-        # aiohttp's RequestHandler reports each new connection to its server this way.
+        def connection_lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
+            self.open -= 1
+            self.closing.discard(handler)
+            lost(handler, exc)
+
+        # aiohttp's RequestHandler reports each connection's start and end to its server so.
         server.connection_made = connection_made  # type: ignore[method-assign]
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
 
     def _evict(self, server: web.Server) -> None:
-        connections = server.connections  # oldest first
-        excess = len(connections) - self.max_connections
-        for handler in connections:
+        """Close the oldest idle connections, down to seven eighths of the cap."""
+        excess = self.open - len(self.closing) - (self.max_connections - self.max_connections // 8)
+        for handler in server.connections:  # oldest first
             if excess <= 0:
                 break
-            if handler in self.streams or handler in self.busy:
+            if handler in self.closing or handler in self.streams or handler in self.busy:
                 continue
             handler.force_close()
             transport = handler.transport
             if transport is not None:
                 transport.close()
+            self.closing.add(handler)
             excess -= 1
             self.evicted += 1
             if self.evicted == 1 or self.evicted % 1000 == 0:
