@@ -28,7 +28,7 @@ from gpuwatch.promql.window import CounterStats, Window
 from gpuwatch.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
-MEMO_LIMIT = 100_000  # label sets remembered per aggregation before the memo starts over
+MEMO_LIMIT = 100_000  # label sets an aggregation remembers in one evaluation, at most
 
 
 class SeriesView(Protocol):
@@ -112,12 +112,42 @@ class Selection:
         return self._cache[1]
 
 
+class GroupMemo:
+    """An aggregation's grouping function, remembered per label set for the series it met in
+    its last two evaluations: series that left (ten thousand jobs that pushed once) are
+    forgotten one evaluation later, not kept until the memo fills."""
+
+    def __init__(self, group: Callable[[Labels], Labels]) -> None:
+        self._group = group
+        self._t: float | None = None
+        self._young: dict[Labels, Labels] = {}  # met at the current evaluation time
+        self._old: dict[Labels, Labels] = {}  # met at the one before
+
+    def at(self, t: float) -> Callable[[Labels], Labels]:
+        """The grouping function for an evaluation at `t`."""
+        if t != self._t:
+            self._t = t
+            self._old, self._young = self._young, {}
+        return self._key_of
+
+    def _key_of(self, metric: Labels) -> Labels:
+        result = self._young.get(metric)
+        if result is None:
+            result = self._old.get(metric)
+            if result is None:
+                result = self._group(metric)
+            if len(self._young) >= MEMO_LIMIT:
+                self._young.clear()
+            self._young[metric] = result
+        return result
+
+
 class Evaluator:
     def __init__(self, querier: Querier, lookback: float = DEFAULT_LOOKBACK_S) -> None:
         self.querier = querier
         self.lookback = lookback
         self._selections: dict[str, Selection] = {}
-        self._aggregations: dict[str, tuple[str, Callable[[Labels], Labels]]] = {}
+        self._aggregations: dict[str, tuple[str, GroupMemo]] = {}
 
     def selection(self, selector: pp.VectorSelector) -> Selection:
         # AST nodes are rebuilt on each attribute access; key by their text instead.
@@ -127,23 +157,13 @@ class Evaluator:
             found = self._selections[key] = Selection(selector)
         return found
 
-    def _aggregation(self, expr: pp.AggregateExpr) -> tuple[str, Callable[[Labels], Labels]]:
-        """The operator and a memoised grouping function of an aggregation node."""
+    def _aggregation(self, expr: pp.AggregateExpr) -> tuple[str, GroupMemo]:
+        """The operator and the memoised grouping function of an aggregation node."""
         key = str(expr)
         found = self._aggregations.get(key)
         if found is None:
-            memo: dict[Labels, Labels] = {}
-            group = aggregations.grouping(expr.modifier)
-
-            def key_of(metric: Labels) -> Labels:
-                result = memo.get(metric)
-                if result is None:
-                    if len(memo) > MEMO_LIMIT:
-                        memo.clear()
-                    result = memo[metric] = group(metric)
-                return result
-
-            found = self._aggregations[key] = (str(expr.op), key_of)
+            memo = GroupMemo(aggregations.grouping(expr.modifier))
+            found = self._aggregations[key] = (str(expr.op), memo)
         return found
 
     def eval(self, expr: pp.Expr, t: float) -> Value:
@@ -164,8 +184,8 @@ class Evaluator:
             return binops.evaluate(expr, self.eval(expr.lhs, t), self.eval(expr.rhs, t), t)
         if isinstance(expr, pp.AggregateExpr):
             param = self.eval(expr.param, t) if expr.param is not None else None
-            op, key_of = self._aggregation(expr)
-            return aggregations.evaluate(op, key_of, self.vector(expr.expr, t), param)
+            op, memo = self._aggregation(expr)
+            return aggregations.evaluate(op, memo.at(t), self.vector(expr.expr, t), param)
         if isinstance(expr, pp.Call):
             return functions.call(self, expr, t)
         raise EvalError(f"unsupported expression {type(expr).__name__}")
