@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from gpuwatch.units import label_int
+from gpuwatch.units import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class SystemdNotifier:
         self.address = "\0" + address[1:] if address.startswith("@") else address
         self.watchdog_s: float | None = None
         usec, pid = env.get("WATCHDOG_USEC", ""), env.get("WATCHDOG_PID", "")
-        micros = label_int(usec)
+        micros = ascii_int(usec)
         if micros is not None and micros > 0 and (not pid or pid == str(os.getpid())):
             self.watchdog_s = micros / 1e6
         self._failed = False

@@ -51,8 +51,9 @@ def _bounded(seconds: float, value: object) -> float:
     return seconds
 
 
-def label_int(text: str) -> int | None:
-    """A label value such as gpu="3" or xid="79" as an int; None for anything else.
+def ascii_int(text: str) -> int | None:
+    """Plain ASCII decimal digits (a label such as gpu="3" or xid="79", a port, an environment
+    variable) as an int; None for anything else.
 
     str.isdigit() alone is not enough: "²" and "٣" are digits to it but not to int(), and a
     value a user pushed must never raise where an alert is rendered or journaled."""
@@ -75,7 +76,7 @@ def format_duration(seconds: float) -> str:
 def parse_listen(value: str) -> tuple[str, int]:
     """'HOST:PORT' or '[v6]:PORT' -> (host, port). Raises ValueError."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or label_int(port_text) is None:
+    if not sep or ascii_int(port_text) is None:
         raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
     port = int(port_text)
     if not 0 <= port <= 65535:

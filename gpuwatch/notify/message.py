@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from gpuwatch.model import Labels
 from gpuwatch.notify.alerts import NotifyAlert
-from gpuwatch.units import label_int
+from gpuwatch.units import ascii_int
 from gpuwatch.xid import lookup
 
 
@@ -76,7 +76,7 @@ def alert_details(n: Notification, alert: NotifyAlert) -> list[tuple[str, str]]:
         elif alert.label("uuid"):
             text += f" ({alert.label('uuid')})"
         out.append(("GPU", text))
-    xid = label_int(alert.label("xid"))
+    xid = ascii_int(alert.label("xid"))
     if xid is not None:
         out.append(("XID", f"{xid}: {lookup(xid).meaning}"))
     identity = n.gpus.get(gpu) if gpu else None

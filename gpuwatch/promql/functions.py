@@ -27,7 +27,7 @@ from gpuwatch.promql.values import (
 )
 from gpuwatch.promql.window import CounterStats, Window
 from gpuwatch.regex import Match, RegexError, compile_regex
-from gpuwatch.units import label_int
+from gpuwatch.units import ascii_int
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
@@ -328,7 +328,7 @@ def expand_go_replacement(template: str, match: Match) -> str:
             return "$"
         key = m.group(2) if m.group(2) is not None else m.group(3)
         try:
-            group = match.group(key if (index := label_int(key)) is None else index)
+            group = match.group(key if (index := ascii_int(key)) is None else index)
         except IndexError:
             return ""
         return group or ""

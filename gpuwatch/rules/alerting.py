@@ -18,7 +18,7 @@ from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
 from gpuwatch.rules.files import GroupDef, RuleDef
 from gpuwatch.rules.templates import TemplateData
-from gpuwatch.units import label_int
+from gpuwatch.units import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Transition:
         return Event(
             self.time,
             "alert",
-            label_int(gpu),
+            ascii_int(gpu),
             labels.get("uuid"),
             f"{self.rule} {state}" + (f": {summary}" if summary else ""),
             {"alertname": self.rule, "state": state, "severity": labels.get("severity", "")},

@@ -14,5 +14,7 @@ against the real daemon or the component that meets them.
 Elsewhere, for the component they test: Retry-After and receiver answers
 (tests/unit/test_notify_parts.py), silences for ever (tests/unit/test_notify_dispatch.py),
 private state files and a second daemon (tests/integration/test_state_dir.py), a 100k-series
-push (tests/integration/test_push.py). bench/flood.py measures the floods.
+push (tests/integration/test_push.py), a burst of connects (tests/unit/test_connlimit.py),
+guesses from many addresses (tests/unit/test_webconfig.py), label sets of series gone
+(tests/unit/test_promql_memo.py). bench/flood.py measures the floods.
 """
