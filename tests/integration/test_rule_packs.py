@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import promql_parser as pp
 import pytest
 import yaml
 
@@ -40,6 +41,46 @@ needs_promtool = pytest.mark.skipif(
 def alerting_rules(pack: str) -> list[dict[str, object]]:
     data = yaml.safe_load((PACKS / pack).read_text())
     return [r for g in data["groups"] for r in g["rules"] if "alert" in r]
+
+
+def lost_target_labels(expr: str) -> list[str]:
+    """The aggregations and one-to-one matchings of `expr` that would drop or ignore the
+    target's `instance` in a fleet Prometheus."""
+    problems: list[str] = []
+
+    def visit(node: pp.Expr) -> None:
+        if isinstance(node, pp.AggregateExpr):
+            modifier = node.modifier
+            if modifier is None or (
+                modifier.type == pp.AggModifierType.By and "instance" not in modifier.labels
+            ):
+                problems.append(f"{node.op} {modifier or ''}")
+            elif modifier.type == pp.AggModifierType.Without and "instance" in modifier.labels:
+                problems.append(f"{node.op} {modifier}")
+        binary = node.modifier if isinstance(node, pp.BinaryExpr) else None
+        matching = binary.matching if binary is not None else None
+        if matching is not None:
+            on = matching.type == pp.LabelModifierType.Include  # on(...), not ignoring(...)
+            if on != ("instance" in matching.labels):
+                problems.append(str(matching))
+
+    pp.walk(pp.parse(expr), lambda node: visit(node) or None)
+    return problems
+
+
+@pytest.mark.parametrize("pack", sorted(EXPECTED))
+def test_every_rule_keeps_the_node_in_a_fleet_prometheus(pack: str) -> None:
+    """The same file runs on the node (no `instance` label) and in a fleet Prometheus, where an
+    alert that aggregated `instance` away would not say which node, and a matching on GPU
+    labels alone would pair one node's series with another's."""
+    groups = yaml.safe_load((PACKS / pack).read_text())["groups"]
+    lost = {
+        rule.get("alert") or rule["record"]: found
+        for group in groups
+        for rule in group["rules"]
+        if (found := lost_target_labels(rule["expr"]))
+    }
+    assert lost == {}
 
 
 def test_the_shipped_packs_are_exactly_these() -> None:
@@ -86,9 +127,13 @@ def test_promtool_and_gpuwatch_accept_the_pack(pack: str) -> None:
 
 
 @needs_promtool
-@pytest.mark.parametrize("pack", sorted(EXPECTED))
+@pytest.mark.parametrize("pack", [*sorted(EXPECTED), "fleet/recording.yaml"])
 def test_the_pack_tests_pass_in_promtool_and_in_gpuwatch_alike(pack: str) -> None:
-    test_file = f"tests/{pack.replace('.yaml', '.test.yaml')}"
+    test_file = (
+        f"tests/{pack.replace('.yaml', '.test.yaml')}"
+        if pack in EXPECTED
+        else "tests/fleet.test.yaml"
+    )
     results = [
         subprocess.run(
             [*cmd, test_file], cwd=PACKS, capture_output=True, text=True, timeout=120, check=False
