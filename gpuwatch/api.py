@@ -14,7 +14,13 @@ from aiohttp import web
 
 from gpuwatch import __version__
 from gpuwatch import metrics as m
-from gpuwatch.connlimit import ACCEPT_BACKLOG, IDLE_TIMEOUT_S, MAX_STREAMS, ConnectionCap
+from gpuwatch.connlimit import (
+    ACCEPT_PER_TURN,
+    IDLE_TIMEOUT_S,
+    MAX_STREAMS,
+    ConnectionCap,
+    widen_backlog,
+)
 from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
@@ -455,10 +461,11 @@ async def start_http(
     api.cap.attach(runner.server)
     tls = guard.config.tls if guard is not None else None
     site = web.TCPSite(
-        runner, host, port, reuse_address=True, ssl_context=tls, backlog=ACCEPT_BACKLOG
+        runner, host, port, reuse_address=True, ssl_context=tls, backlog=ACCEPT_PER_TURN
     )
     await site.start()
     server = site._server
     sockets = getattr(server, "sockets", None) or []
+    widen_backlog(sockets)
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)

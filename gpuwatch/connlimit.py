@@ -13,7 +13,8 @@ never read) cannot take the file descriptors /metrics and /healthz need.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import socket
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from aiohttp import web
@@ -26,11 +27,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 IDLE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
 MAX_STREAMS = 64
-# Connections the kernel completes before the loop accepts them. asyncio's 100 (aiohttp's 128)
-# overflow under a burst of a few hundred connects; a connect past the backlog is dropped and
-# retried by the client's kernel a second later, so a probe in the burst takes over 1 s.
-# Linux caps it at net.core.somaxconn (4096 since 5.4).
+# asyncio uses one number for two things: the kernel's queue of completed connects and how many
+# it accepts in one turn of the loop. Both are set apart here. The queue: aiohttp's 128
+# overflows under a burst of a few hundred connects, and a connect past it is dropped and
+# retried by the client's kernel a second later, so a probe in the burst took over 1 s (Linux
+# caps the queue at net.core.somaxconn, 4096 since 5.4). The turn: accepting a thousand
+# connections in one turn held the loop for 0.9 s, so it stays at 128.
 ACCEPT_BACKLOG = 1024
+ACCEPT_PER_TURN = 128
 
 
 class ConnectionCap:
@@ -94,3 +98,11 @@ class ConnectionCap:
                     self.max_connections,
                     self.evicted,
                 )
+
+
+def widen_backlog(sockets: Iterable[Any]) -> None:
+    """Give listening sockets (asyncio's TransportSocket wrappers) ACCEPT_BACKLOG in the kernel.
+    listen() on a duplicate reaches the same socket; asyncio keeps accepting ACCEPT_PER_TURN."""
+    for sock in sockets:
+        with socket.fromfd(sock.fileno(), sock.family, sock.type) as duplicate:
+            duplicate.listen(ACCEPT_BACKLOG)

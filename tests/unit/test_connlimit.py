@@ -1,11 +1,13 @@
-"""The connection cap under a burst: each connection is closed at most once, and the work per
-connect stays flat however many are already closing."""
+"""The listener under a burst: the kernel queues connects the loop has not accepted yet, each
+connection is closed at most once to make room, and the work per connect stays flat however
+many are already closing."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-from gpuwatch.connlimit import ConnectionCap
+from gpuwatch.connlimit import ConnectionCap, widen_backlog
 
 
 class Transport:
@@ -71,3 +73,17 @@ def test_answering_and_streaming_connections_are_never_the_ones_closed() -> None
         h = Handler()
         server.connection_made(h, h.transport)
     assert scrape.force_closed == 0 and stream.force_closed == 0
+
+
+def test_a_widened_listener_completes_a_burst_of_connects_before_any_is_accepted() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(2)  # as asyncio is told: how many to accept per turn of the loop
+        widen_backlog([listener])
+        clients: list[socket.socket] = []
+        try:
+            for _ in range(300):  # past the queue of 2, a connect waits a second and retries
+                clients.append(socket.create_connection(listener.getsockname(), timeout=0.5))
+        finally:
+            for client in clients:
+                client.close()
