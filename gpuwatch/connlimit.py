@@ -28,7 +28,7 @@ IDLE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
 MAX_STREAMS = 64
 # asyncio uses one number for two things: the kernel's queue of completed connects and how many
-# it accepts in one turn of the loop. Both are set apart here. The queue: aiohttp's 128
+# it accepts in one turn of the loop; here they are set apart. The queue: aiohttp's 128
 # overflows under a burst of a few hundred connects, and a connect past it is dropped and
 # retried by the client's kernel a second later, so a probe in the burst took over 1 s (Linux
 # caps the queue at net.core.somaxconn, 4096 since 5.4). The turn: accepting a thousand
