@@ -25,9 +25,9 @@ def alert(name: str, **labels: str) -> NotifyAlert:
 
 
 def test_every_format_renders_a_digit_that_int_refuses() -> None:
-    # "²" and "٣" are digits to str.isdigit() but not to int(): a pushed label carried them into
-    # the XID lookup and every group of the batch was lost.
-    bad = alert("GpuFellOffBus", gpu="²", xid="٣", uuid="GPU-1")
+    # "²" is a digit to str.isdigit() but not to int() ("٣" is one to both): a pushed label
+    # carried it into the XID lookup and every group of the batch was lost.
+    bad = alert("GpuFellOffBus", gpu="٣", xid="²", uuid="GPU-1")
     for kind in formats.FORMATS:
         receiver = ReceiverConfig(
             kind, kind, Secret("http://127.0.0.1:9/x", "inline"), True,
