@@ -53,7 +53,9 @@ EXPECTED = {
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 def test_each_job_fault_raises_its_alert_in_time(scenario: str, tmp_path: Path) -> None:
     expect = EXPECTED[scenario]
+    launched = time.monotonic()
     daemon = run(tmp_path, scenario)
+    starting = time.monotonic() - launched  # wall seconds until it served
     try:
         started = epoch(daemon.json("/api/v1/node")["data"]["started_at"])
         wall_budget = (FAULT_AT + expect.needs + SLACK) / SPEED + 15
@@ -62,8 +64,9 @@ def test_each_job_fault_raises_its_alert_in_time(scenario: str, tmp_path: Path) 
         events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
         [fired] = [e for e in events if e["alertname"] == expect.alert and e["state"] == "firing"]
         after_fault = epoch(fired["time"]) - (started + FAULT_AT)
-        # The simulated node starts a moment before the daemon does: up to a simulated second.
-        assert -1.0 <= after_fault <= expect.needs + SLACK, after_fault
+        # The simulated node's time 0 comes before the daemon's started_at, by no more than the
+        # daemon took to start: on a loaded machine, several simulated seconds at this speed.
+        assert -starting * SPEED <= after_fault <= expect.needs + SLACK, (after_fault, starting)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
 
