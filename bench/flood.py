@@ -204,16 +204,20 @@ def sse_never_read(d: Daemon, seconds: float) -> None:
         s.close()
 
 
+def push(url: str, body: bytes, content_type: str) -> None:
+    """One push with the token; a refusal or a timeout is part of the flood, not an error."""
+    request = urllib.request.Request(
+        url, body, {"Authorization": f"Bearer {TOKEN}", "Content-Type": content_type}
+    )
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(request, timeout=30).read()
+
+
 def big_pushes(d: Daemon, seconds: float) -> None:
     body = "".join(f'loss{{rank="{i}"}} 1\n' for i in range(100_000)).encode()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        request = urllib.request.Request(
-            f"{d.url}/api/v1/push?job=big", body,
-            {"Authorization": f"Bearer {TOKEN}", "Content-Type": "text/plain"},
-        )  # fmt: skip
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(request, timeout=30).read()
+        push(f"{d.url}/api/v1/push?job=big", body, "text/plain")
 
 
 def textfiles(d: Daemon, seconds: float) -> None:
@@ -225,20 +229,15 @@ def textfiles(d: Daemon, seconds: float) -> None:
 
 
 def many_jobs(d: Daemon, seconds: float) -> None:
-    def push(i: int) -> None:
+    def push_job(i: int) -> None:
         body = json.dumps({"job": f"job{i}", "metrics": {"flood_value": i}}).encode()
-        request = urllib.request.Request(
-            f"{d.url}/api/v1/push", body,
-            {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
-        )  # fmt: skip
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(request, timeout=30).read()
+        push(f"{d.url}/api/v1/push", body, "application/json")
 
     deadline = time.monotonic() + seconds
     with ThreadPoolExecutor(16) as pool:
         i = 0
         while time.monotonic() < deadline and i < 10_000:
-            list(pool.map(push, range(i, i + 500)))
+            list(pool.map(push_job, range(i, i + 500)))
             i += 500
 
 
