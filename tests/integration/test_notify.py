@@ -279,6 +279,20 @@ def check_every_alert_arrived_in_order(hook: FakeService) -> None:
     assert times == sorted(times)  # delivered in the order they happened
 
 
+def every_transition_queued(daemon: DaemonProcess) -> bool:
+    """Whether all 50 alerts have fired and each firing and resolution is in the outbox.
+
+    Queued notifications are fired + resolved and active alerts are fired - resolved, so
+    the two add up to twice the alerts fired. An alert changes state before its notification
+    is queued, so the sum reaches 100 only once the last one is queued too."""
+    metrics = parse_metrics(daemon.metrics())
+    [(_, pending)] = metrics["gpuwatch_outbox_pending"]
+    firing = [
+        v for labels, v in metrics.get("gpuwatch_alerts", []) if labels["alertstate"] == "firing"
+    ]
+    return pending + sum(firing) >= 2 * len(OUTAGE_XIDS)
+
+
 @pytest.mark.parametrize("kill", [False, True], ids=["steady", "killed-midway"])
 def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
     tmp_path: Path, services: Any, kill: bool
@@ -289,8 +303,9 @@ def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
     daemon = outage_daemon(tmp_path, hook, "outage")
     try:
         if kill:
-            # At about 270 simulated seconds every alert has fired and most have resolved.
-            time.sleep(max(0.0, 13.5 - (time.monotonic() - started)))
+            # Killed once every alert has fired and been queued, most resolved, some not yet:
+            # at about 270 simulated seconds on a quiet machine, later on a busy one.
+            wait_for(lambda: every_transition_queued(daemon), timeout=60)
             daemon.proc.kill()
             daemon.proc.wait(timeout=10)
             assert hook.requests == []
@@ -299,7 +314,13 @@ def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
         pending = parse_metrics(daemon.metrics())["gpuwatch_outbox_pending"]
         assert pending[0][1] >= 50  # nothing was lost or sent while it was down
         hook.up()
-        wait_for(lambda: len(hook.received) >= 100, timeout=40)
+        try:
+            wait_for(lambda: len(hook.received) >= 100, timeout=40)
+        except AssertionError:
+            raise AssertionError(
+                f"{len(hook.received)} of 100 arrived in {len(hook.requests)} requests; "
+                f"daemon log:\n{daemon.log()[-4000:]}"
+            ) from None
         time.sleep(1.0)  # nothing more, and no duplicates, trails in
         check_every_alert_arrived_in_order(hook)
         assert len(hook.received) == 100
