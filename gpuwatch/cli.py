@@ -183,12 +183,13 @@ def _fail(message: str, code: int = EXIT_CONFIG) -> int:
 
 
 def _simulated(
-    scenario_name: str, speed: float, state_dir: str | None = None
+    scenario_name: str, speed: float, state_dir: str | None = None, node: str = ""
 ) -> tuple[SimulatedNvml, Clock]:
-    """A simulated node's NVML library, installed beneath the real pynvml."""
+    """A simulated node's NVML library, installed beneath the real pynvml. With a node name,
+    its GPUs' UUIDs and serials are that node's own, as two real nodes' are."""
     scenario = load_scenario(scenario_name)
     clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
-    library = SimulatedNvml(scenario, clock)
+    library = SimulatedNvml(scenario, clock, node=node)
     library.install()
     return library, clock
 
@@ -211,7 +212,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--speed only applies with --simulate")
         simulated: SimulatedNvml | None = None
         if args.simulate:
-            simulated, clock = _simulated(args.simulate, args.speed, config.state_dir)
+            simulated, clock = _simulated(
+                args.simulate, args.speed, config.state_dir, config.node_name
+            )
             nvml = real_nvml()
         elif config.sources.dcgm_url is not None:
             nvml, clock = None, SystemClock()  # NVML is not loaded at all

@@ -44,6 +44,12 @@ class PrometheusServer:
         assert payload["status"] == "success"
         return payload["data"]["result"]  # type: ignore[no-any-return]
 
+    def rules(self) -> list[dict[str, Any]]:
+        """Every rule loaded, with its health and last error (/api/v1/rules)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=5) as response:
+            payload = json.load(response)
+        return [rule for group in payload["data"]["groups"] for rule in group["rules"]]
+
     def log(self) -> str:
         return (self.directory / "prometheus.log").read_text()[-2000:]
 
@@ -66,6 +72,11 @@ def start_prometheus(
         "scrape_configs:\n  - job_name: gpuwatch\n"
         f"    static_configs: [{{targets: [{listed}]}}]\n{job}"
     )
+    return launch_prometheus(directory, config)
+
+
+def launch_prometheus(directory: Path, config: Path) -> PrometheusServer:
+    """Prometheus with a config file of the caller's, its data and log in `directory`."""
     port = free_port()
     log = open(directory / "prometheus.log", "wb")  # noqa: SIM115 (kept open for the process)
     proc = subprocess.Popen(

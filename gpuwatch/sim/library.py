@@ -16,6 +16,7 @@ process, so only one simulated node can be installed at a time (pynvml keeps one
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import logging
 import threading
@@ -94,8 +95,18 @@ class _Answer(Exception):  # noqa: N818 - not an error: the return code to hand 
         self.code = code
 
 
-def uuid_of(seed: int, index: int, prefix: str = "GPU") -> str:
-    digits = "".join(f"{int(hash01(seed, index, k) * 2**32):08x}" for k in range(4))
+def node_salt(node: str) -> int:
+    """A number from a node's name that makes its simulated identities its own: two simulated
+    nodes with the same scenario must not share GPU UUIDs (one Prometheus scrapes both).
+    0 for no name, which keeps the identities a scenario has always had."""
+    if not node:
+        return 0
+    return int.from_bytes(hashlib.blake2b(node.encode(), digest_size=8).digest(), "big")
+
+
+def uuid_of(seed: int, index: int, prefix: str = "GPU", salt: int = 0) -> str:
+    parts = (seed, index) if not salt else (seed, salt, index)
+    digits = "".join(f"{int(hash01(*parts, k) * 2**32):08x}" for k in range(4))
     return f"{prefix}-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:32]}"
 
 
@@ -147,8 +158,11 @@ def _put_text(address: int | None, length: int, text: str) -> None:
 class SimulatedNvml:
     """libnvidia-ml.so.1 over one simulated node. `install()` puts it under pynvml."""
 
-    def __init__(self, scenario: Scenario, clock: Clock, *, account_cpu: bool = False) -> None:
+    def __init__(
+        self, scenario: Scenario, clock: Clock, *, account_cpu: bool = False, node: str = ""
+    ) -> None:
         self.node = SimNode(scenario, clock)
+        self._salt = node_salt(node)
         # The CPU time spent inside this library's entry points (benches: what a real
         # driver's C code would cost instead), when asked for.
         self.account_cpu = account_cpu
@@ -309,11 +323,11 @@ class SimulatedNvml:
     # -- identity --------------------------------------------------------------------------
     def nvmlDeviceGetUUID(self, handle: int, out: int, length: int) -> int:
         dev = self._device(handle)
-        seed = self.scenario.seed
+        seed, salt = self.scenario.seed, self._salt
         if dev.instance is None:
-            text = uuid_of(seed, dev.gpu.index)
+            text = uuid_of(seed, dev.gpu.index, salt=salt)
         else:
-            text = uuid_of(seed, 1000 + dev.gpu.index * 16 + dev.instance.index, "MIG")
+            text = uuid_of(seed, 1000 + dev.gpu.index * 16 + dev.instance.index, "MIG", salt)
         _put_text(out, length, text)
         return c.SUCCESS
 
@@ -327,7 +341,8 @@ class SimulatedNvml:
 
     def nvmlDeviceGetSerial(self, handle: int, out: int, length: int) -> int:
         gpu = self._whole_gpu(handle)
-        _put_text(out, length, f"{1650000000000 + self.scenario.seed * 1000 + gpu.index}")
+        board = (self._salt % 10**9 or self.scenario.seed) * 1000 + gpu.index
+        _put_text(out, length, f"{1650000000000 + board}")
         return c.SUCCESS
 
     def nvmlDeviceGetVbiosVersion(self, handle: int, out: int, length: int) -> int:

@@ -1,5 +1,5 @@
 """The fleet side as an operator sets it up: the example Prometheus config passes promtool, the
-recording rules run in a real Prometheus scraping a real daemon, and every query of the Grafana
+recording rules run in a real Prometheus scraping two real daemons, and every query of the Grafana
 dashboard runs there, using only metric names gpuwatch serves or the recording rules define."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
-from tests.prometheus_server import needs_prometheus, start_prometheus
+from tests.prometheus_server import launch_prometheus, needs_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "gpuwatch.json"
@@ -65,13 +65,51 @@ def served_names(daemon: DaemonProcess) -> set[str]:
     return set(re.findall(r"^# TYPE (\S+) ", daemon.metrics(), re.M))
 
 
+def start_node(directory: Path, name: str) -> DaemonProcess:
+    """A simulated node named `name` that has had an XID, so its fault counters exist too."""
+    directory.mkdir(parents=True)
+    config = directory / "gpuwatch.yaml"
+    config.write_text(f"node_name: {name}\n")
+    process = start_daemon(directory, "--simulate", "xid", "--speed", "10", "-c", str(config))
+    return process
+
+
+def gpu_uuids(daemon: DaemonProcess) -> set[str]:
+    return set(re.findall(r'^gpuwatch_gpu_info\{[^}]*uuid="([^"]+)"', daemon.metrics(), re.M))
+
+
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A node that has had an XID, so that its fault counters exist too."""
-    process = start_daemon(tmp_path_factory.mktemp("node"), "--simulate", "xid", "--speed", "10")
-    wait_for(lambda: "gpuwatch_gpu_xid_errors_total{" in process.metrics(), timeout=30)
-    yield process
-    assert stop_daemon(process) == 0
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Two nodes playing the same scenario, as two hosts of one fleet would."""
+    base = tmp_path_factory.mktemp("fleet")
+    started = [start_node(base / name, name) for name in ("gpu-node-01", "gpu-node-02")]
+    try:
+        for process in started:
+            wait_for(lambda p=process: "gpuwatch_gpu_xid_errors_total{" in p.metrics(), timeout=30)
+        yield started
+    finally:
+        assert [stop_daemon(p) for p in started] == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def daemon(nodes: list[DaemonProcess]) -> DaemonProcess:
+    return nodes[0]
+
+
+def fleet_config(directory: Path, nodes: list[DaemonProcess], recording: Path) -> Path:
+    """The example config as shipped, with these nodes as its targets, absolute rule paths,
+    and every interval at 1 s so that a test sees rates and recordings within seconds."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [
+        str((EXAMPLE.parent / f).resolve()) for f in config["rule_files"] if "fleet" not in f
+    ] + [str(recording)]
+    [job] = config["scrape_configs"]
+    job["scrape_interval"] = "1s"
+    job["static_configs"] = [{"targets": [n.url.removeprefix("http://") for n in nodes]}]
+    path = directory / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def test_the_dashboard_and_the_recording_rules_use_only_gpuwatch_metrics(daemon: Any) -> None:
@@ -96,13 +134,16 @@ def test_promtool_accepts_the_example_config_with_every_rule_file() -> None:
 
 
 @needs_prometheus
-def test_a_real_prometheus_runs_every_dashboard_query(daemon: Any, tmp_path: Path) -> None:
+def test_a_real_prometheus_over_two_nodes_runs_every_query_and_keeps_each_node(
+    nodes: list[DaemonProcess], tmp_path: Path
+) -> None:
+    # Two hosts' GPUs are distinct GPUs, whatever the scenario they play.
+    assert gpu_uuids(nodes[0]) and not gpu_uuids(nodes[0]) & gpu_uuids(nodes[1])
     # The recording rules as shipped, evaluated every second instead of 30 for the test.
     fast = tmp_path / "recording.yaml"
     fast.write_text(RECORDING.read_text().replace("interval: 30s", "interval: 1s"))
-    packs = tuple(sorted((ROOT / "rules").glob("*.yaml")))
-    instance = daemon.url.removeprefix("http://")
-    prom = start_prometheus(tmp_path, [instance], rule_files=(*packs, fast))
+    prom = launch_prometheus(tmp_path, fleet_config(tmp_path, nodes, fast))
+    instances = [n.url.removeprefix("http://") for n in nodes]
     try:
         # Until every query has data: rates need two scrapes, the recording rules an evaluation.
         deadline = time.monotonic() + 60
@@ -110,9 +151,13 @@ def test_a_real_prometheus_runs_every_dashboard_query(daemon: Any, tmp_path: Pat
             try:
                 empty = [
                     expr
-                    for expr in dashboard_queries(instance)
+                    for expr in dashboard_queries(instances[0])
                     if not prom.query(expr) and not re.search(r"(==|>) ?\d", expr)
                 ]
+                # The XID on GPU 1 pages on both nodes, each alert naming its own node.
+                alerts = prom.query('ALERTS{alertstate="firing", gpu="1"}')
+                if {a["metric"].get("instance") for a in alerts} != set(instances):
+                    empty.append("(a firing GPU 1 alert for each node)")
             except urllib.error.HTTPError:
                 raise  # a query Prometheus refuses
             except OSError:
@@ -121,5 +166,10 @@ def test_a_real_prometheus_runs_every_dashboard_query(daemon: Any, tmp_path: Pat
                 break
             assert time.monotonic() < deadline, (empty, prom.log())
             time.sleep(0.5)
+        every = prom.query("ALERTS")
+        assert all(a["metric"].get("instance") in instances for a in every), every
+        # No rule failed on the two nodes' series (a many-to-many match, a clash of labels).
+        failing = {r["name"]: r.get("lastError") for r in prom.rules() if r["health"] == "err"}
+        assert failing == {}
     finally:
         prom.stop()

@@ -11,6 +11,7 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
+from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import JOB_FAULT_KINDS, Fault, builtin_names, load_scenario
 from gpuwatch.yamlfile import FileError
 from tests.conftest import Simulate
@@ -246,3 +247,26 @@ def test_scenario_errors_for_what_the_node_cannot_have(tmp_path: Path) -> None:
     fault = f"{path}:{{}}: faults[{{}}].kind: {{}} needs ECC memory; this node has {{}}".format
     assert fault(11, 0, "ecc_dbe", "node.ecc: false") in problems
     assert fault(12, 1, "row_remap_pending", "node.ecc: false") in problems
+
+
+def test_each_simulated_node_has_gpus_of_its_own_the_same_at_each_start() -> None:
+    def identities(node: str) -> list[tuple[str, str]]:
+        SimulatedNvml(load_scenario("healthy"), ManualClock(), node=node).install()
+        try:
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
+            found = [(pynvml.nvmlDeviceGetUUID(h), pynvml.nvmlDeviceGetSerial(h)) for h in handles]
+            pynvml.nvmlShutdown()
+            return found
+        finally:
+            SimulatedNvml.uninstall()
+
+    nodes = {node: identities(node) for node in ("", "gpu-node-01", "gpu-node-02")}
+    for found in nodes.values():
+        assert all(
+            re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", u) for u, _ in found
+        )
+        assert all(re.fullmatch(r"\d{13}", serial) for _, serial in found)
+    every = [pair for found in nodes.values() for pair in found]
+    assert len({u for u, _ in every}) == len({s for _, s in every}) == 24
+    assert identities("gpu-node-01") == nodes["gpu-node-01"]  # a restart sees the same GPUs
