@@ -265,17 +265,25 @@ def outage_daemon(tmp_path: Path, hook: FakeService, scenario: str) -> DaemonPro
     return start_daemon(tmp_path, "--simulate", scenario, "--speed", str(SPEED), "-c", str(config))
 
 
+STATUSES = ("firing", "resolved")
+
+
+def alerts(hook: FakeService) -> list[Any]:
+    """The alert of each message, in the order they arrived (group_by ['...']: one each)."""
+    return [alert for body in hook.bodies() for alert in body["alerts"]]
+
+
 def check_every_alert_arrived_in_order(hook: FakeService) -> None:
+    assert all(len(body["alerts"]) == 1 for body in hook.bodies())
     seen: dict[tuple[str, str], list[str]] = {}
     times: list[float] = []
-    for body in hook.bodies():
-        [alert] = body["alerts"]  # group_by ['...']: one alert per message
+    for alert in alerts(hook):
         key = (alert["labels"]["gpu"], alert["labels"]["xid"])
         seen.setdefault(key, []).append(alert["status"])
         times.append(epoch(alert["startsAt" if alert["status"] == "firing" else "endsAt"]))
     assert len(seen) == 50, f"{len(seen)} alerts arrived"
     assert {k for k in seen} == {(str(g), str(c)) for _, g, c in OUTAGE_XIDS}
-    assert all(statuses == ["firing", "resolved"] for statuses in seen.values()), seen
+    assert all(statuses == list(STATUSES) for statuses in seen.values()), seen
     assert times == sorted(times)  # delivered in the order they happened
 
 
@@ -317,8 +325,11 @@ def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
         try:
             wait_for(lambda: len(hook.received) >= 100, timeout=40)
         except AssertionError:
+            told = {(a["labels"]["gpu"], a["labels"]["xid"], a["status"]) for a in alerts(hook)}
+            missing = {(str(g), str(c), s) for _, g, c in OUTAGE_XIDS for s in STATUSES} - told
             raise AssertionError(
                 f"{len(hook.received)} of 100 arrived in {len(hook.requests)} requests; "
+                f"missing (gpu, xid, status): {sorted(missing)}; "
                 f"daemon log:\n{daemon.log()[-4000:]}"
             ) from None
         time.sleep(1.0)  # nothing more, and no duplicates, trails in
