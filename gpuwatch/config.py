@@ -145,10 +145,14 @@ class Config:
         )
 
     def as_dict(self) -> dict[str, Any]:
+        """For `config check`: the config in effect in the file's own keys, a config that
+        loads again (but for a secret given inline, which is never printed)."""
         out = asdict(replace(self, notify=NotifyConfig(), push=replace(self.push, token=None)))
         out.pop("source")
         out["notify"] = self.notify.as_dict()  # secrets say where they are from, not what
-        out["push"]["token"] = repr(self.push.token) if self.push.token else None
+        out["push"]["token"] = self.push.token.as_config() if self.push.token else None
+        url = out.pop("sources")["dcgm_url"]
+        out["sources"] = {"dcgm": {"url": url}} if url is not None else {}
         return out
 
 

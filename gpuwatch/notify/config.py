@@ -104,20 +104,13 @@ class NotifyConfig:
         return self.route or default_route(tuple(r.name for r in self.receivers))
 
     def as_dict(self) -> dict[str, Any]:
-        """For `config check`: secrets say where they come from, never what they are."""
-        return {
-            "receivers": [
-                {
-                    "name": r.name,
-                    "type": r.type,
-                    "url": repr(r.url),
-                    "send_resolved": r.send_resolved,
-                    "rate_limit": r.rate_limit,
-                    **({"routing_key": repr(r.routing_key)} if r.routing_key else {}),
-                }
-                for r in self.receivers
-            ],
-            "route": _route_dict(self.tree),
+        """For `config check`: the config file's own keys, so the output is a config that
+        loads; secrets say where they come from, never what they are."""
+        out: dict[str, Any] = {
+            "receivers": [_receiver_dict(r) for r in self.receivers],
+            # No route: the built-in one, which sends to every receiver and so has no
+            # spelling in the file (a route names one receiver).
+            **({"route": _route_dict(self.route, "")} if self.route is not None else {}),
             "inhibit_rules": [
                 {
                     "source_matchers": [str(m) for m in i.source],
@@ -126,24 +119,37 @@ class NotifyConfig:
                 }
                 for i in self.inhibit_rules
             ],
-            "external_url": self.external_url,
-            "runbook_url": self.runbook_url,
         }
+        for key in ("external_url", "runbook_url"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
 
 
-def _route_dict(route: Route) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "receivers": list(route.receivers),
-        "matchers": [str(m) for m in route.matchers],
-        "group_by": list(route.group_by),
-        "group_wait": route.group_wait,
-        "group_interval": route.group_interval,
-        "repeat_interval": route.repeat_interval,
-    }
+def _receiver_dict(r: ReceiverConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": r.name, "type": r.type}
+    if r.url.source != "default":
+        out["url"] = r.url.as_config()
+    if r.routing_key is not None:
+        out["routing_key"] = r.routing_key.as_config()
+    out.update(send_resolved=r.send_resolved, rate_limit=r.rate_limit, timeout=r.timeout)
+    return out
+
+
+def _route_dict(route: Route, parent_receiver: str) -> dict[str, Any]:
+    receiver = route.receivers[0] if route.receivers else ""
+    out: dict[str, Any] = {"receiver": receiver} if receiver != parent_receiver else {}
+    out.update(
+        matchers=[str(m) for m in route.matchers],
+        group_by=list(route.group_by),
+        group_wait=route.group_wait,
+        group_interval=route.group_interval,
+        repeat_interval=route.repeat_interval,
+    )
     if route.continue_:
         out["continue"] = True
     if route.routes:
-        out["routes"] = [_route_dict(r) for r in route.routes]
+        out["routes"] = [_route_dict(r, receiver) for r in route.routes]
     return out
 
 

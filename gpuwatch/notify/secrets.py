@@ -24,6 +24,14 @@ class Secret:
 
     __str__ = __repr__
 
+    def as_config(self) -> str | dict[str, str]:
+        """How the config gives it, for `config check`: `{env: NAME}` or `{file: PATH}` as
+        written; a value given inline is never printed, and the placeholder says so."""
+        kind, _, ref = self.source.partition(":")
+        if kind in ("env", "file"):
+            return {kind: ref}
+        return f"<not shown: given {self.source}>"
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secret) and other._value == self._value
 

@@ -107,9 +107,10 @@ def test_secrets_come_from_env_or_file_and_never_show(
     assert main(["config", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "TOPSECRET" not in out
-    assert "url: <secret from env:GW_SLACK>" in out
-    assert f"routing_key: <secret from file:{tmp_path / 'pd.key'}>" in out
+    assert "url:\n      env: GW_SLACK" in out
+    assert f"routing_key:\n      file: {tmp_path / 'pd.key'}" in out
     assert repr(Secret("x", "inline")) == "<secret from inline>"
+    assert Secret("x", "inline").as_config() == "<not shown: given inline>"
 
 
 def test_bad_notify_config_is_reported_with_line_and_field(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,45 @@ def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     assert main(["config", "check", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_config_check_prints_a_config_that_loads_as_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GW_HOOK", "https://hooks.example/T0/B0/secret")
+    (tmp_path / "pd.key").write_text("routing-key\n")
+    (tmp_path / "token").write_text("push-token\n")
+    given = tmp_path / "given.yaml"
+    given.write_text(
+        "node_name: gpu-node-07\nsampling: {interval: 500ms}\nstore: {retention: 2h}\n"
+        "rules: {files: [rules/*.yaml], interval: 5s}\n"
+        "sources: {dcgm: {url: 'http://127.0.0.1:9400/metrics'}}\n"
+        "push: {token: {file: token}, textfile_dir: /var/lib/node_exporter}\n"
+        "notify:\n"
+        "  receivers:\n"
+        "    - {name: chat, type: slack, url: {env: GW_HOOK}, rate_limit: 0.5}\n"
+        "    - {name: pager, type: pagerduty, routing_key: {file: pd.key}, timeout: 3s}\n"
+        "  route:\n"
+        "    receiver: chat\n"
+        "    group_by: [node, alertname]\n"
+        "    routes:\n"
+        "      - {receiver: pager, matchers: ['severity=\"critical\"'], continue: true}\n"
+        "      - {matchers: ['alertname=~\"Xid.*\"'], group_wait: 0s}\n"
+        "  external_url: https://grafana.example/d/gpuwatch\n"
+    )
+    assert main(["config", "check", str(given)]) == 0
+    printed = capsys.readouterr().out.split("\n", 1)[1]
+    assert "routing-key" not in printed and "push-token" not in printed and "B0" not in printed
+    again = tmp_path / "again.yaml"
+    again.write_text(printed)  # beside the secret files it names
+    assert main(["config", "check", str(again)]) == 0
+    assert capsys.readouterr().out.split("\n", 1)[1] == printed
+    assert replace(load_config(again), source=None) == replace(load_config(given), source=None)
+    # With no file at all, the defaults print as a config that loads as the defaults.
+    assert main(["config", "check"]) == 0
+    defaults = tmp_path / "defaults.yaml"
+    defaults.write_text(capsys.readouterr().out.split("\n", 1)[1])
+    assert replace(load_config(defaults), source=None) == load_config(None)
 
 
 def test_run_refuses_a_bad_config_with_exit_code_2(
