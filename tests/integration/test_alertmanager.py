@@ -1,4 +1,4 @@
-"""Acceptance 3: a real Alertmanager (Debian's prometheus-alertmanager) lists the daemon's
+"""A real Alertmanager (Debian's prometheus-alertmanager) lists the daemon's
 alerts, and they resolve there when they resolve here; checked through Alertmanager's own API."""
 
 from __future__ import annotations

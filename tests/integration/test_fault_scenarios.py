@@ -1,4 +1,4 @@
-"""Acceptance 3: each simulated hardware fault, run as its built-in scenario, shows up as the
+"""Each simulated hardware fault, run as its built-in scenario, shows up as the
 events, the metric, the alert and the verdict an operator expects, and a healthy node shows none.
 
 Scenarios run 10 times faster than real time (the fault at 10 s comes after 1 s), so alerts

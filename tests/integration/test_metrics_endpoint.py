@@ -1,4 +1,4 @@
-"""Acceptance 2: the simulated demo node on /metrics, every sampling metric, promtool-clean."""
+"""The simulated demo node on /metrics, every sampling metric, promtool-clean."""
 
 from __future__ import annotations
 

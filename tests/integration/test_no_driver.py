@@ -1,4 +1,4 @@
-"""Acceptance 5: without an NVIDIA driver nothing is faked; the backend is reported down."""
+"""Without an NVIDIA driver nothing is faked; the backend is reported down."""
 
 from __future__ import annotations
 

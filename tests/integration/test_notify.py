@@ -57,7 +57,7 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
     dead = services("webhook")
     dead.down()  # a second receiver that is down must not hold up the first
     config = tmp_path / "gpuwatch.yaml"
-    config.write_text(  # the minimal config, with the receiver's port
+    config.write_text(  # a minimal config, with the receiver's port
         "notify:\n"
         "  receivers:\n"
         "    - name: ops\n"
@@ -228,10 +228,12 @@ def test_a_silence_stops_the_matching_notifications_and_nothing_else(
         assert stop_daemon(daemon) == 0, daemon.log()
 
 
-# Acceptance 2: 50 alerts fire and resolve while the receiver is down for 10 simulated minutes.
+# 50 alerts fire and resolve while the receiver is down for 10 simulated minutes.
 SPEED = 20  # 10 simulated minutes = 30 s
 CODES = (13, 31, 43, 48, 62, 74, 94)
-OUTAGE_XIDS = [(5.0 + 5.0 * i, i % 8, CODES[i // 8]) for i in range(50)]  # at 5 s .. 250 s
+# From 100 s to 247 s: NVML tells of XIDs only once the daemon listens for them, which a busy
+# machine can delay by seconds of real time (a minute or more at this speed).
+OUTAGE_XIDS = [(100.0 + 3.0 * i, i % 8, CODES[i // 8]) for i in range(50)]
 OUTAGE_SCENARIO = "name: outage\nnode: {gpus: 8, model: H100, workload: training, seed: 1}\n" + (
     "faults:\n"
     + "".join(f"  - {{kind: xid, gpu: {g}, at: {t:g}s, code: {c}}}\n" for t, g, c in OUTAGE_XIDS)
@@ -313,7 +315,11 @@ def test_a_receiver_down_for_ten_minutes_gets_every_notification_in_order(
         if kill:
             # Killed once every alert has fired and been queued, most resolved, some not yet:
             # at about 270 simulated seconds on a quiet machine, later on a busy one.
-            wait_for(lambda: every_transition_queued(daemon), timeout=60)
+            try:
+                wait_for(lambda: every_transition_queued(daemon), timeout=60)
+            except AssertionError:
+                xids = parse_metrics(daemon.metrics()).get("gpuwatch_gpu_xid_errors_total", [])
+                raise AssertionError(f"{len(xids)} of 50 XIDs seen: {xids}") from None
             daemon.proc.kill()
             daemon.proc.wait(timeout=10)
             assert hook.requests == []

@@ -1,4 +1,4 @@
-"""Acceptance 4: a GPU whose NVML calls hang is marked down; everything else keeps going."""
+"""A GPU whose NVML calls hang is marked down; everything else keeps going."""
 
 from __future__ import annotations
 

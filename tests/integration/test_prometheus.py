@@ -1,4 +1,4 @@
-"""Acceptance 3: a real Prometheus server scrapes the daemon and answers queries about it."""
+"""A real Prometheus server scrapes the daemon and answers queries about it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acceptance 2: the shipped rule packs load in Prometheus (promtool check rules), pass their
+"""The shipped rule packs load in Prometheus (promtool check rules), pass their
 own promtool tests in promtool and in gpuwatch, and carry the alert names routing relies on."""
 
 from __future__ import annotations

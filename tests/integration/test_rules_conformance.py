@@ -1,4 +1,4 @@
-"""Acceptance 1: `gpuwatch rules test` agrees with the real `promtool test rules`.
+"""`gpuwatch rules test` agrees with the real `promtool test rules`.
 
 Every file in tests/conformance is run through both; they must agree on pass or fail and print
 the same report. Files named *_fail.test.yaml are written to fail and must fail in both.

@@ -1,4 +1,4 @@
-"""The dashboard against real daemons: three of them, one stopped mid-run (acceptance 2), and
+"""The dashboard against real daemons: three of them, one stopped mid-run, and
 a fleet of 500 simulated nodes served by a test server."""
 
 from __future__ import annotations
