@@ -15,7 +15,7 @@ PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproje
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
 NVML_TESTS := tests/unit/test_nvml_drivers.py tests/unit/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_daemon.py
 
-.PHONY: run demo test unit integration lint typecheck format bench system-deps install wheel clean test-lowest-pin
+.PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit wheel clean test-lowest-pin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +51,17 @@ install:
 	$(PREFIX)/bin/pip install --quiet .
 	install -d -m 0755 $(CONFDIR)
 	test -e $(CONFDIR)/gpuwatch.yaml || install -m 0644 systemd/gpuwatch.yaml $(CONFDIR)/gpuwatch.yaml
-	install -D -m 0644 systemd/gpuwatch.service $(UNITDIR)/gpuwatch.service
+	$(MAKE) --no-print-directory systemd-unit
 	-systemctl daemon-reload
 	@echo "installed; start it with: systemctl enable --now gpuwatch"
+
+# The unit with this install's paths: gpuwatch from PREFIX, its config from CONFDIR.
+systemd-unit:
+	install -d $(UNITDIR)
+	sed -e 's|/opt/gpuwatch/|$(PREFIX)/|' \
+		-e 's|$${CONFIGURATION_DIRECTORY}/gpuwatch.yaml|$(CONFDIR)/gpuwatch.yaml|' \
+		systemd/gpuwatch.service > $(UNITDIR)/gpuwatch.service
+	chmod 0644 $(UNITDIR)/gpuwatch.service
 
 # A wheel for hosts without PyPI: pip wheel fetches the dependencies' wheels too, into dist/.
 wheel: $(STAMP)

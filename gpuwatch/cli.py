@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import ssl
 import sys
 import tempfile
@@ -89,7 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     _ca_argument(status)
 
     health = sub.add_parser(
-        "health", help="the node's verdict as an exit status: 0 healthy, 1 degraded, 2 unhealthy"
+        "health",
+        help="the node's verdict as an exit status: 0 healthy, 1 degraded, 2 unhealthy, "
+        "3 unknown (no daemon answered, or it has no verdict yet)",
     )
     health.add_argument("url", nargs="?", default=DEFAULT_URL)
     _ca_argument(health)
@@ -543,4 +546,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sim": cmd_sim_list,
         "config": cmd_config_check,
     }
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+EXIT_SIGPIPE = 128 + signal.SIGPIPE  # what a shell reports for a writer its reader left
+
+
+def _reader_gone() -> int:
+    """The reader of our output went away (`gpuwatch events --json | head -1`): that is the
+    reader's choice, not an error to print a traceback for. What is still buffered would
+    raise again when Python flushes at exit, so stdout is pointed at /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_SIGPIPE

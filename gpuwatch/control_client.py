@@ -40,9 +40,20 @@ def request(
         response = connection.getresponse()
         reply = json.loads(response.read() or b"{}")
     except OSError as exc:
-        raise ControlError(f"cannot reach the daemon on {path}: {exc}") from exc
+        raise ControlError(f"cannot reach the daemon on {path}: {_why(exc)}") from exc
     except ValueError as exc:
         raise ControlError(f"the daemon on {path} answered something that is not JSON") from exc
     finally:
         connection.close()
     return response.status, reply if isinstance(reply, dict) else {}
+
+
+def _why(exc: OSError) -> str:
+    """What an operator does about it, not only the errno."""
+    if isinstance(exc, FileNotFoundError):
+        return "no socket there; is the daemon running, on this state directory?"
+    if isinstance(exc, ConnectionRefusedError):
+        return "nothing listens on it; the daemon has stopped"
+    if isinstance(exc, PermissionError):
+        return "permission denied; run as root or as the daemon's user"
+    return exc.strerror or str(exc)

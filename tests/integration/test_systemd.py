@@ -56,18 +56,26 @@ def test_the_unit_scores_at_most_2_in_systemd_analyze_security() -> None:
 
 
 @needs_systemd_analyze
-def test_the_unit_verifies_clean(tmp_path: Path) -> None:
-    """As installed: ExecStart is where `make install` puts gpuwatch. That path does not exist
-    here, so the copy verified runs this checkout's gpuwatch instead; the rest is unchanged."""
-    prefix = re.search(r"^PREFIX \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)
-    assert prefix, "the Makefile names no install PREFIX"
-    installed = f"{prefix.group(1)}/bin/gpuwatch"
-    text = UNIT.read_text()
-    assert f"ExecStart={installed} run " in text
-    here = Path(sys.executable).parent / "gpuwatch"
-    copy = tmp_path / "gpuwatch.service"
-    copy.write_text(text.replace(f"ExecStart={installed} ", f"ExecStart={here} "))
-    result = systemd_analyze("verify", "--man=no", str(copy))
+def test_the_unit_as_installed_runs_gpuwatch_from_the_prefix_and_verifies_clean(
+    tmp_path: Path,
+) -> None:
+    """`make install` writes the unit with its PREFIX and CONFDIR; here PREFIX is this
+    checkout's virtualenv, so the gpuwatch that ExecStart names exists for systemd to check."""
+    prefix = Path(sys.executable).parent.parent
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-s", "systemd-unit", f"PREFIX={prefix}",
+         f"CONFDIR={tmp_path / 'etc'}", f"UNITDIR={tmp_path / 'units'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    unit = tmp_path / "units" / "gpuwatch.service"
+    [exec_start] = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.startswith(f"ExecStart={prefix}/bin/gpuwatch run ")
+    assert f"--config {tmp_path / 'etc'}/gpuwatch.yaml " in exec_start
+    # Everything else is the unit as shipped.
+    shipped = [line for line in UNIT.read_text().splitlines() if not line.startswith("ExecStart=")]
+    assert [line for line in unit.read_text().splitlines() if line != exec_start] == shipped
+    result = systemd_analyze("verify", "--man=no", str(unit))
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 

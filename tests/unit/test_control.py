@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.control import clear_stale_socket
+from gpuwatch.control_client import ControlError, request
 
 
 def test_a_stale_socket_is_removed_and_a_live_one_is_refused(tmp_path: Path) -> None:
@@ -24,3 +25,13 @@ def test_a_stale_socket_is_removed_and_a_live_one_is_refused(tmp_path: Path) -> 
         with pytest.raises(OSError, match="another gpuwatch is serving"):
             clear_stale_socket(path)
         assert path.is_socket()
+
+
+def test_a_command_that_cannot_reach_the_daemon_says_why_in_words(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.sock"
+    with pytest.raises(ControlError, match="no socket there; is the daemon running"):
+        request(path, "GET", "/api/v1/silences")
+    with socket.socket(socket.AF_UNIX) as left_behind:  # bound, never listening: a dead daemon's
+        left_behind.bind(str(path))
+        with pytest.raises(ControlError, match="nothing listens on it; the daemon has stopped"):
+            request(path, "GET", "/api/v1/silences")

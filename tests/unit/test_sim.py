@@ -12,7 +12,13 @@ import pytest
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import JOB_FAULT_KINDS, Fault, builtin_names, load_scenario
+from gpuwatch.sim.scenario import (
+    FAULT_KINDS,
+    JOB_FAULT_KINDS,
+    Fault,
+    builtin_names,
+    load_scenario,
+)
 from gpuwatch.yamlfile import FileError
 from tests.conftest import Simulate
 
@@ -270,3 +276,9 @@ def test_each_simulated_node_has_gpus_of_its_own_the_same_at_each_start() -> Non
     every = [pair for found in nodes.values() for pair in found]
     assert len({u for u, _ in every}) == len({s for _, s in every}) == 24
     assert identities("gpu-node-01") == nodes["gpu-node-01"]  # a restart sees the same GPUs
+
+
+def test_the_readme_names_every_fault_kind() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    kinds = readme[readme.index("Kinds today:") :].split("\n\n", 1)[0]
+    assert [k for k in FAULT_KINDS if f"`{k}`" not in kinds] == []
