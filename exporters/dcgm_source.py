@@ -26,6 +26,7 @@ from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.inventory import Inventory
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.processes import with_jobs
 from gpuwatch.xid import xid_event_text
@@ -126,7 +127,7 @@ class DcgmSource:
             if uuid in self._lost:
                 self._lost.discard(uuid)
                 message = f"GPU {gpu.info.index} reported by dcgm-exporter again"
-                log.info("%s uuid=%s", message, uuid)
+                log.info(message, extra=log_fields(gpu=gpu.info.index, uuid=uuid))
                 self._on_event(Event(now, "gpu_recovered", gpu.info.index, uuid, message))
         for uuid, info in self._known.items():
             if uuid not in gpus and uuid not in self._lost:
@@ -135,7 +136,7 @@ class DcgmSource:
                     f"GPU {info.index} lost: dcgm-exporter no longer reports it "
                     "(fallen off the bus?)"
                 )
-                log.error("%s uuid=%s", message, uuid)
+                log.error(message, extra=log_fields(gpu=info.index, uuid=uuid))
                 self._on_event(Event(now, "gpu_lost", info.index, uuid, message))
         states = [GpuState(g.info, GpuStatus.OK, "", g.processes) for g in gpus.values()]
         states += [
@@ -156,16 +157,20 @@ class DcgmSource:
             if before is None:
                 if code:
                     log.info(
-                        "gpu=%d uuid=%s: dcgm-exporter shows XID %d from before gpuwatch "
-                        "started; not counted",
+                        "GPU %d: dcgm-exporter shows XID %d from before gpuwatch started; "
+                        "not counted",
                         index,
-                        uuid,
                         code,
+                        extra=log_fields(gpu=index, uuid=uuid, xid=code),
                     )
                 continue
             if code and code != before:
                 message, data = with_jobs(*xid_event_text(code, index), gpu.processes)
-                log.warning("%s uuid=%s (from dcgm-exporter)", message, uuid)
+                log.warning(
+                    "%s (from dcgm-exporter)",
+                    message,
+                    extra=log_fields(gpu=index, uuid=uuid, xid=code),
+                )
                 self._on_event(Event(now, "xid", index, uuid, message, data))
 
 

@@ -7,7 +7,30 @@ import json
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
+
+
+def fields(**values: object) -> dict[str, Any]:
+    """A record's own fields (gpu, uuid, xid, receiver), for `extra=`: written as key=value in
+    logfmt and as keys in JSON, so that a log tool filters on them instead of on the text.
+
+        log.warning("XID %d: %s", code, meaning, extra=fields(gpu=1, uuid=uuid, xid=code))
+    """
+    return {"fields": {k: v for k, v in values.items() if v is not None}}
+
+
+RECORD_KEYS = frozenset({"ts", "level", "logger", "msg", "exc"})  # no field may take these
+
+
+def _fields_of(record: logging.LogRecord) -> dict[str, object]:
+    found = getattr(record, "fields", None)
+    return found if isinstance(found, dict) else {}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    """RFC 3339 in UTC with milliseconds, the same in both formats."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+    return f"{stamp}.{int(record.msecs):03d}Z"
 
 
 def _logfmt_value(value: str) -> str:
@@ -18,11 +41,12 @@ def _logfmt_value(value: str) -> str:
 
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         line = (
-            f"ts={stamp}.{int(record.msecs):03d}Z level={record.levelname.lower()} "
+            f"ts={_timestamp(record)} level={record.levelname.lower()} "
             f"logger={record.name} msg={_logfmt_value(record.getMessage())}"
         )
+        for key, value in _fields_of(record).items():
+            line += f" {key}={_logfmt_value(str(value))}"
         if record.exc_info:
             line += " exc=" + _logfmt_value(self.formatException(record.exc_info))
         return line
@@ -30,30 +54,34 @@ class LogfmtFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": record.created,
+        out: dict[str, object] = {
+            "ts": _timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        for key, value in _fields_of(record).items():
+            out.setdefault(key, value if isinstance(value, int | float | str) else str(value))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)
 
 
 class BurstFilter(logging.Filter):
-    """Lets `burst` records of one message (logger, level and format string, whatever the
-    arguments) through per `window` seconds and drops the rest; the first one through after
+    """Lets `burst` records of one message (logger, level, format string and fields, whatever
+    the arguments) through per `window` seconds and drops the rest; the first one through after
     a window in which some were dropped says how many."""
 
     def __init__(self, burst: int = 5, window: float = 60.0) -> None:
         super().__init__()
         self.burst, self.window = burst, window
         # key -> (window start, records seen in it, dropped since the last one let through)
-        self._seen: dict[tuple[str, int, str], tuple[float, int, int]] = {}
+        self._seen: dict[tuple[object, ...], tuple[float, int, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.levelno, str(record.msg))
+        # One GPU's or receiver's storm must not hide another's first line: its fields count.
+        identity = tuple(sorted((k, str(v)) for k, v in _fields_of(record).items()))
+        key = (record.name, record.levelno, str(record.msg), identity)
         start, count, dropped = self._seen.get(key, (record.created, 0, 0))
         if record.created - start >= self.window:
             start, count = record.created, 0

@@ -11,6 +11,13 @@ from gpuwatch.processes import GpuProcess, jobs_text
 Labels = tuple[tuple[str, str], ...]
 
 
+def series_text(name: str, labels: Labels) -> str:
+    """A series as Prometheus writes it, for log lines: name{a="1",b="x"}, or name alone."""
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
 class Sample(NamedTuple):
     """One value of one series. `labels` is ordered as the source emits it, never re-sorted."""
 

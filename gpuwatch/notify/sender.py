@@ -26,6 +26,7 @@ from collections import Counter
 import aiohttp
 
 from gpuwatch.clock import Clock, wait_event
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Pending
 
@@ -104,8 +105,8 @@ class ReceiverSender:
             except (sqlite3.Error, OSError) as exc:
                 # The outbox cannot be read or updated (a full disk): what was not marked
                 # delivered is sent again later, which the Idempotency-Key makes harmless.
-                log.error("receiver=%s outbox: %s; trying again in %.0fs", self.receiver.name,
-                          exc, OUTBOX_RETRY_S)  # fmt: skip
+                log.error("outbox: %s; trying again in %.0fs", exc, OUTBOX_RETRY_S,
+                          extra=log_fields(receiver=self.receiver.name))  # fmt: skip
                 await self._sleep(OUTBOX_RETRY_S)
 
     async def _next(self, session: aiohttp.ClientSession) -> None:
@@ -126,7 +127,7 @@ class ReceiverSender:
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug here must not stop this receiver's deliveries for good
-            log.exception("receiver=%s delivery failed unexpectedly", name)
+            log.exception("delivery failed unexpectedly", extra=log_fields(receiver=name))
             self.db.retry_at(item.id, self.clock.now() + backoff(item.attempts, self._rng))
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -149,7 +150,9 @@ class ReceiverSender:
             self.db.delivered(item.id)
             self.counts[(name, "sent")] += 1
             if item.attempts:
-                log.info("receiver=%s delivered after %d retries", name, item.attempts)
+                log.info(
+                    "delivered after %d retries", item.attempts, extra=log_fields(receiver=name)
+                )
             return
         if status == 429:
             self.counts[(name, "throttled")] += 1
@@ -162,8 +165,9 @@ class ReceiverSender:
         self.db.delivered(item.id)  # refused for good: keeping it would block every later one
         self.counts[(name, "rejected")] += 1
         log.error(
-            "receiver=%s refused a notification for good: HTTP %d %s; dropped it (key %s)",
-            name, status, body[:200].decode("utf-8", "replace"), item.key,
+            "refused a notification for good: HTTP %d %s; dropped it (key %s)",
+            status, body[:200].decode("utf-8", "replace"), item.key,
+            extra=log_fields(receiver=name),
         )  # fmt: skip
 
     def _retry(self, item: Pending, why: str, wait: float | None, count: bool = True) -> None:
@@ -172,7 +176,7 @@ class ReceiverSender:
         delay = wait if wait is not None else backoff(item.attempts, self._rng)
         if item.attempts == 0 or item.attempts % 10 == 0:
             log.warning(
-                "receiver=%s not delivered (%s); attempt %d, next in %.1fs",
-                self.receiver.name, why, item.attempts + 1, delay,
+                "not delivered (%s); attempt %d, next in %.1fs", why, item.attempts + 1, delay,
+                extra=log_fields(receiver=self.receiver.name),
             )  # fmt: skip
         self.db.retry_at(item.id, self.clock.now() + delay)

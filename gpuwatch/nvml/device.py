@@ -28,7 +28,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
-from gpuwatch.model import GpuInfo, MigInstance, Sample
+from gpuwatch.logs import fields as log_fields
+from gpuwatch.model import GpuInfo, MigInstance, Sample, series_text
 from gpuwatch.nvml.fallbacks import Reader, fallback_reader
 from gpuwatch.nvml.fields import (
     CLOCK_EVENT_REASONS,
@@ -131,12 +132,12 @@ def open_device(
     return DeviceReader(nvml, handle, info, lookup, now=now, vgpu_guest=vgpu == VIRTUALIZATION_VGPU)
 
 
-_LINK_LABEL = re.compile(r"'link': '\d+', ")
+_LINK_LABEL = re.compile(r'link="\d+",?')
 
 
 def _per_link_folded(items: list[str]) -> list[str]:
     """The same value on 18 links is one entry with a count, not 18."""
-    counts = Counter(_LINK_LABEL.sub("", item) for item in items)
+    counts = Counter(_LINK_LABEL.sub("", item).replace("{}", "") for item in items)
     return [f"{item} on {n} links" if n > 1 else item for item, n in counts.items()]
 
 
@@ -243,12 +244,12 @@ class DeviceReader:
             self._reported.add(key)
             nvml_error = isinstance(exc, self.nvml.NVMLError)
             log.warning(
-                "gpu=%d uuid=%s %s failed: %s",
+                "GPU %d: %s failed: %s",
                 self.info.index,
-                self.info.uuid,
                 what,
                 exc,
                 exc_info=None if nvml_error else exc,
+                extra=log_fields(gpu=self.info.index, uuid=self.info.uuid),
             )
 
     def _try(self, what: str, *calls: Callable[[], Any], counted: bool = True) -> Any:
@@ -328,10 +329,10 @@ class DeviceReader:
             self._read_slow(slow_out)
         if self._newly_unsupported:
             log.info(
-                "gpu=%d uuid=%s not supported, left out: %s",
+                "GPU %d: not supported, left out: %s",
                 self.info.index,
-                self.info.uuid,
                 "; ".join(_per_link_folded(self._newly_unsupported)),
+                extra=log_fields(gpu=self.info.index, uuid=self.info.uuid),
             )
             self._newly_unsupported.clear()
         self._check_errors(whole=slow)
@@ -467,7 +468,7 @@ class DeviceReader:
             if values is not None:
                 self._read_field_values(fields, values, out)
         for plan, reader in fields.fallbacks:
-            value = self._try(f"{plan.name}{dict(plan.labels[2:]) or ''} (call)", reader)
+            value = self._try(f"{series_text(plan.name, plan.labels[2:])} (call)", reader)
             if value is not None:
                 out.append(Sample(plan.name, plan.labels, value * plan.scale))
 

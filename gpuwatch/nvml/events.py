@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.clock import Clock
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.nvml.device import NvmlModule, handle_key
 from gpuwatch.nvml.fields import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS, FieldValues
 from gpuwatch.xid import xid_event_text
@@ -114,7 +115,7 @@ class EventWaiter:
                 continue
             registered |= bit
         if not registered:
-            log.info("uuid=%s reports no fault events", uuid)
+            log.info("a GPU reports no fault events", extra=log_fields(uuid=uuid))
         return registered
 
     def _build(self) -> tuple[Any, dict[int, tuple[str, Any]]]:
@@ -135,7 +136,11 @@ class EventWaiter:
                 types = self._register(event_set, uuid, handle)
             except nvml.NVMLError as exc:
                 if uuid not in self._noted:  # once, not every QUARANTINE_S
-                    log.warning("uuid=%s cannot register for fault events: %s", uuid, exc)
+                    log.warning(
+                        "a GPU cannot register for fault events: %s",
+                        exc,
+                        extra=log_fields(uuid=uuid),
+                    )
                     self._noted.add(uuid)
                 self._quarantined[uuid] = now + QUARANTINE_S
                 continue
@@ -170,10 +175,10 @@ class EventWaiter:
             except nvml.NVMLError as exc:
                 if uuid not in self._noted_wait:
                     log.warning(
-                        "uuid=%s: its fault events cannot be watched: %s; retrying every %.0fs",
-                        uuid,
+                        "a GPU's fault events cannot be watched: %s; retrying every %.0fs",
                         exc,
                         QUARANTINE_S,
+                        extra=log_fields(uuid=uuid),
                     )
                     self._noted_wait.add(uuid)
                 failing.append(uuid)
@@ -234,7 +239,7 @@ class EventWaiter:
         for uuid, _ in by_handle.values():
             if uuid in self._noted_wait:
                 self._noted_wait.discard(uuid)
-                log.info("uuid=%s: its fault events are watched again", uuid)
+                log.info("a GPU's fault events are watched again", extra=log_fields(uuid=uuid))
 
     def _pace(self, began: float) -> None:
         """After a wait that timed out: if it returned well before its timeout, pause for the

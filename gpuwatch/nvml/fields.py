@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch import metrics as m
-from gpuwatch.model import Labels
+from gpuwatch.model import Labels, series_text
 
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"),
@@ -69,7 +69,7 @@ class FieldPlan:
         """How a log line names it: the link of a per-link field is in its labels, so that
         the same field on every link folds into one entry."""
         field_id = self.request[0] if isinstance(self.request, tuple) else self.request
-        return f"{self.name}{dict(self.labels[2:]) or ''} (field {field_id})"
+        return f"{series_text(self.name, self.labels[2:])} (field {field_id})"
 
 
 class FieldValues:

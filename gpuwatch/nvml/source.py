@@ -18,6 +18,7 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
     BackendState,
     Batch,
@@ -208,7 +209,9 @@ class NvmlSource:
         else:
             gpu.info, gpu.status, gpu.reason = gpu.reader.info, GpuStatus.OK, ""
             return
-        log.warning("gpu=%d cannot be opened: %s", gpu.index, gpu.reason)
+        log.warning(
+            "GPU %d cannot be opened: %s", gpu.index, gpu.reason, extra=log_fields(gpu=gpu.index)
+        )
 
     # -- events ----------------------------------------------------------------------------
     def _event_from_thread(self, uuid: str, event_type: int, data: int) -> None:
@@ -217,15 +220,17 @@ class NvmlSource:
         try:
             self._loop.call_soon_threadsafe(self._record_event, uuid, event_type, data)
         except RuntimeError:  # the loop closed while the event thread was still stopping
-            log.debug("event after shutdown dropped: uuid=%s type=0x%x", uuid, event_type)
+            log.debug(
+                "event after shutdown dropped: type 0x%x", event_type, extra=log_fields(uuid=uuid)
+            )
 
     def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
-        kind, message, fields = describe(index, event_type, data)
-        message, fields = with_jobs(message, fields, gpu.processes if gpu else ())
-        log.warning("%s uuid=%s", message, uuid)
-        self._on_event(Event(self._clock.now(), kind, index, uuid, message, fields))
+        kind, message, details = describe(index, event_type, data)
+        message, details = with_jobs(message, details, gpu.processes if gpu else ())
+        log.warning(message, extra=log_fields(gpu=index, uuid=uuid, xid=details.get("xid")))
+        self._on_event(Event(self._clock.now(), kind, index, uuid, message, details))
 
     def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
         if status == gpu.status and reason == gpu.reason:
@@ -244,7 +249,9 @@ class NvmlSource:
         jobs = jobs_text(gpu.processes)
         if jobs and status != GpuStatus.OK:
             message += f", running {jobs}"
-        (log.info if status == GpuStatus.OK else log.error)("%s uuid=%s", message, gpu.info.uuid)
+        (log.info if status == GpuStatus.OK else log.error)(
+            message, extra=log_fields(gpu=gpu.index, uuid=gpu.info.uuid)
+        )
         self._on_event(Event(self._clock.now(), kind, gpu.index, gpu.info.uuid, message))
 
     # -- sampling --------------------------------------------------------------------------
@@ -323,7 +330,12 @@ class NvmlSource:
                 return late
             self._transition(gpu, GpuStatus.UNRESPONSIVE, str(result))
         elif isinstance(result, Exception):  # a bug or an NVML surprise: this GPU only
-            log.error("gpu=%d sampling failed", gpu.index, exc_info=result)
+            log.error(
+                "GPU %d: sampling failed",
+                gpu.index,
+                exc_info=result,
+                extra=log_fields(gpu=gpu.index),
+            )
             self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {result}")
         else:
             fast, slow = cast(tuple[list[Sample], list[Sample] | None], result)

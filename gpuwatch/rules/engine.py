@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpuwatch import metrics as m
+from gpuwatch.logs import RECORD_KEYS
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import Evaluator, SeriesView
 from gpuwatch.promql.history import history_needed
@@ -200,9 +202,14 @@ class RuleEngine:
             self.store.ingest(source, at, samples)
         self.store.ingest(SELF_SOURCE, now, self._self_samples())
         for t in transitions:
+            # The alert's labels are fields, to filter on; one named like a field of the
+            # record itself (a label `level`) stays in the text instead.
+            labels = dict(t.alert.labels)
+            kept = {k: v for k, v in labels.items() if k in RECORD_KEYS}
             log.info(
-                "alert %s %s -> %s %s", t.rule, t.old.value, t.new.value,
-                " ".join(f"{k}={v}" for k, v in t.alert.labels if k != "alertname"),
+                "alert %s %s -> %s%s", t.rule, t.old.value, t.new.value,
+                "".join(f" {k}={v}" for k, v in kept.items()),
+                extra=log_fields(**{k: v for k, v in labels.items() if k not in kept}),
             )  # fmt: skip
         self._persist()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -51,3 +52,33 @@ def test_json_lines_carry_level_logger_and_message() -> None:
     assert json.loads(line) | {"ts": 0} == {
         "ts": 0, "level": "warning", "logger": "gpuwatch.test", "msg": "GPU 3 lost"
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_fields_are_fields_and_the_time_is_rfc3339_in_both_formats(fmt: str) -> None:
+    out = io.StringIO()
+    logs.setup("info", fmt, out)
+    log = logging.getLogger("gpuwatch.test")
+    uuid = "GPU-6fb9b3e4-0d69-c199-0146-994876534f1d"
+    log.warning("XID %d: %s", 79, "fallen off the bus", extra=logs.fields(gpu=3, uuid=uuid, xid=79))
+    [line] = out.getvalue().splitlines()
+    if fmt == "json":
+        record = json.loads(line)
+        assert (record["gpu"], record["uuid"], record["xid"]) == (3, uuid, 79)
+        assert record["msg"] == "XID 79: fallen off the bus"
+        stamp = record["ts"]
+    else:
+        assert line.endswith(f'msg="XID 79: fallen off the bus" gpu=3 uuid={uuid} xid=79')
+        stamp = line.split()[0].removeprefix("ts=")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp)
+
+
+def test_a_storm_on_one_gpu_does_not_hide_the_first_line_of_another() -> None:
+    out = io.StringIO()
+    logs.setup("info", "logfmt", out)
+    log = logging.getLogger("gpuwatch.test")
+    for _ in range(100):
+        log.error("sampling failed", extra=logs.fields(gpu=1))
+    log.error("sampling failed", extra=logs.fields(gpu=2))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6 and lines[-1].endswith("gpu=2")

@@ -282,7 +282,7 @@ async def test_fields_a_driver_lacks_on_every_link_are_logged_as_one_entry(
     caplog.set_level(logging.INFO, "gpuwatch.nvml.device")
     await node("node: {gpus: 1, model: H100, driver: R535}\n")
     [line] = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
-    assert "gpuwatch_gpu_nvlink_errors_total{'type': 'symbol'} (field 221) on 18 links" in line
+    assert 'gpuwatch_gpu_nvlink_errors_total{type="symbol"} (field 221) on 18 links' in line
     assert len(line) < 1000
 
 
