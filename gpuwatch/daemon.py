@@ -200,6 +200,7 @@ class Daemon:
             Sample(m.SAMPLES, (), float(self.cycles)),
             Sample(m.SAMPLING_OVERRUNS, (), float(self.overruns)),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
+            Sample(m.BUILD_INFO, m.build_labels(), 1.0),
             *(self.notifier.samples() if self.notifier is not None else ()),
             *self.problems.samples(),
         ]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 MetricType = Literal["gauge", "counter"]
@@ -16,6 +19,7 @@ class MetricDef:
 
 
 UP = "gpuwatch_up"
+BUILD_INFO = "gpuwatch_build_info"
 GPU_UP = "gpuwatch_gpu_up"
 GPU_INFO = "gpuwatch_gpu_info"
 TEMPERATURE = "gpuwatch_gpu_temperature_celsius"
@@ -111,6 +115,7 @@ _DEFS = [
         NVML_ABANDONED_WORKERS, "gauge", "Worker threads still stuck in an abandoned NVML call."
     ),
     MetricDef(STORE_SERIES, "gauge", "Series held in the in-memory store."),
+    MetricDef(BUILD_INFO, "gauge", "1; the versions of gpuwatch, Python and nvidia-ml-py."),
     MetricDef(GPU_LOST, "gauge", "1 when NVML reports the GPU lost (fallen off the bus)."),
     MetricDef(ALERTS, "gauge", "1 per pending or firing alert (Prometheus's ALERTS, renamed)."),
     MetricDef(RULE_EVALUATION_DURATION, "gauge", "Duration of the last evaluation of a group."),
@@ -146,3 +151,20 @@ _DEFS = [
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}
+
+
+@cache
+def build_labels() -> tuple[tuple[str, str], ...]:
+    """What runs here, for gpuwatch_build_info: which fleet nodes run which release, and
+    with which nvidia-ml-py (what NVML calls it knows)."""
+    from gpuwatch import __version__
+
+    try:
+        pynvml = importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        pynvml = "none"
+    return (
+        ("version", __version__),
+        ("python_version", platform.python_version()),
+        ("nvidia_ml_py_version", pynvml),
+    )

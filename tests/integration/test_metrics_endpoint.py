@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import importlib.metadata
+import platform
 import shutil
 import subprocess
 
 import pytest
 
+import gpuwatch
 from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES
 from tests.conftest import parse_metrics
 
@@ -71,6 +74,10 @@ def test_every_sampling_metric_for_all_eight_gpus(demo) -> None:  # type: ignore
     timeout_gpus = {labels.get("gpu") for labels, _ in families["gpuwatch_nvml_timeouts_total"]}
     assert timeout_gpus == {None} | {str(i) for i in range(8)}
     assert families["gpuwatch_up"] == [({}, 1.0)]
+    [(build, one)] = families["gpuwatch_build_info"]
+    assert one == 1.0 and build["version"] == gpuwatch.__version__
+    assert build["nvidia_ml_py_version"] == importlib.metadata.version("nvidia-ml-py")
+    assert build["python_version"] == platform.python_version()
     # The demo's XID 13 on GPU 5 counted once, by code.
     assert ({"gpu": "5", "uuid": _uuid(families, "5"), "xid": "13"}, 1.0) in families[
         "gpuwatch_gpu_xid_errors_total"
