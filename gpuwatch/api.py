@@ -169,6 +169,46 @@ def firing_alert_names(daemon: Daemon) -> list[str]:
     )
 
 
+LANDING_LINKS = (
+    "/metrics",
+    "/healthz",
+    "/api/v1/node",
+    "/api/v1/gpus",
+    "/api/v1/alerts",
+    "/api/v1/rules",
+    "/api/v1/events?since=1h",
+    "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
+)
+VERDICT_COLOURS = {"healthy": "#1a7f37", "degraded": "#9a6700", "unhealthy": "#cf222e"}
+
+
+def landing_page(node: dict[str, Any]) -> str:
+    """What a person opening the daemon's address sees first: the verdict, why, and what to
+    do, then where the rest is. Every value is escaped: labels and reasons come from outside."""
+
+    def items(values: list[Any]) -> str:
+        return "".join(f"<li>{html.escape(str(v))}</li>" for v in values)
+
+    name, verdict = html.escape(str(node["node"])), str(node["verdict"])
+    colour = VERDICT_COLOURS.get(verdict, "#57606a")
+    parts = [
+        f"<!doctype html><html><head><title>gpuwatch on {name}: {html.escape(verdict)}</title>"
+        '<meta charset="utf-8"></head><body style="font-family: sans-serif">',
+        f"<h1>gpuwatch {html.escape(str(node['version']))} on {name}</h1>",
+        f'<p style="font-size: 1.5em; color: {colour}"><b>{html.escape(verdict.upper())}</b></p>',
+    ]
+    for title, values in (
+        ("Why", node["reasons"]),
+        ("What to do", node["actions"]),
+        ("Alerts firing", node["firing_alerts"]),
+    ):
+        if values:
+            parts.append(f"<h2>{title}</h2><ul>{items(values)}</ul>")
+    links = "".join(f'<li><a href="{p}">{html.escape(p)}</a></li>' for p in LANDING_LINKS)
+    parts.append(f"<h2>Endpoints</h2><ul>{links}</ul></body></html>")
+    return "".join(parts)
+
+
 def node_payload(daemon: Daemon) -> dict[str, Any]:
     view = daemon.view
     backend = daemon.source.backend
@@ -253,25 +293,7 @@ class Api:
             )
 
     async def landing(self, request: web.Request) -> web.Response:
-        node = html.escape(self.daemon.config.node_name)
-        links = "".join(
-            f'<li><a href="{p}">{p}</a></li>'
-            for p in (
-                "/metrics",
-                "/healthz",
-                "/api/v1/node",
-                "/api/v1/gpus",
-                "/api/v1/alerts",
-                "/api/v1/rules",
-                "/api/v1/events?since=1h",
-                "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
-            )
-        )
-        body = (
-            f"<!doctype html><html><head><title>gpuwatch on {node}</title></head><body>"
-            f"<h1>gpuwatch {__version__} on {node}</h1><ul>{links}</ul></body></html>"
-        )
-        return web.Response(text=body, content_type="text/html")
+        return web.Response(text=landing_page(node_payload(self.daemon)), content_type="text/html")
 
     async def metrics(self, request: web.Request) -> web.Response:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import platform
+import re
 import shutil
 import subprocess
 
@@ -162,3 +163,4 @@ def test_json_api(demo) -> None:  # type: ignore[no-untyped-def]
     assert status == 200
     status, _, body = demo.get("/")
     assert status == 200 and b"/metrics" in body
+    assert re.search(rb"<b>(HEALTHY|DEGRADED|UNHEALTHY)</b>", body), body

@@ -7,7 +7,7 @@ from pathlib import Path
 import pynvml
 
 from gpuwatch import metrics as m
-from gpuwatch.api import node_payload
+from gpuwatch.api import landing_page, node_payload
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
@@ -34,6 +34,9 @@ async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
     node = node_payload(daemon)
     assert node["verdict"] == "unhealthy"
     assert node["reasons"] == ["last sample is 5.0s old (more than 3 intervals)"]
+    page = landing_page(node)  # what a browser on the daemon's address shows first
+    assert "<b>UNHEALTHY</b>" in page
+    assert "<h2>Why</h2><ul><li>last sample is 5.0s old (more than 3 intervals)</li>" in page
     await daemon.sample_once()
     assert node_payload(daemon)["verdict"] == "healthy"
     await source.stop()
@@ -73,3 +76,18 @@ async def test_slow_fields_stay_current_between_reads_and_go_stale_when_their_gp
         clock.advance(0.1)
     await source.stop()
     assert lost_at is not None and 99 <= lost_at <= 101
+
+
+def test_the_landing_page_escapes_what_came_from_outside() -> None:
+    node = {
+        "node": "<b>node</b>",
+        "version": "0.1.0",
+        "verdict": "degraded",
+        "reasons": ['GPU 1: label rank="<script>alert(1)</script>"'],
+        "actions": ["drain & reset"],
+        "firing_alerts": ["TrainingNaN"],
+    }
+    page = landing_page(node)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "&lt;b&gt;node&lt;/b&gt;" in page and "drain &amp; reset" in page
+    assert "<b>DEGRADED</b>" in page and "<li>TrainingNaN</li>" in page
