@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import exposition as text_format
@@ -23,7 +24,7 @@ from prometheus_client.openmetrics import exposition as openmetrics_format
 from prometheus_client.utils import floatToGoString
 
 from gpuwatch.clock import Clock
-from gpuwatch.metrics import CATALOGUE
+from gpuwatch.metrics import CATALOGUE, MetricDef, MetricType
 from gpuwatch.model import Labels
 from gpuwatch.store import Store
 
@@ -31,6 +32,14 @@ TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST
 
 SnapshotRow = tuple[str, Labels, float]
+Describe = Callable[[str], MetricDef | None]
+
+
+def kind_and_help(describe: Describe, name: str) -> tuple[MetricType | Literal["untyped"], str]:
+    """A family's TYPE and HELP: the catalogue's, a pushed metric's, or untyped (a series a
+    local recording rule wrote)."""
+    definition = describe(name)
+    return (definition.type, definition.help) if definition else ("untyped", name)
 
 
 def wants_openmetrics(accept: str) -> bool:
@@ -40,8 +49,9 @@ def wants_openmetrics(accept: str) -> bool:
 class SnapshotCollector:
     """Yields metric families from a snapshot of (name, labels, value) rows."""
 
-    def __init__(self, rows: list[SnapshotRow]) -> None:
+    def __init__(self, rows: list[SnapshotRow], describe: Describe = CATALOGUE.get) -> None:
         self.rows = rows
+        self._describe = describe
 
     def describe(self) -> Iterable[Metric]:
         return []  # names are dynamic (job metrics); nothing to pre-register
@@ -51,9 +61,7 @@ class SnapshotCollector:
         for name, labels, value in self.rows:
             family = families.get(name)
             if family is None:
-                definition = CATALOGUE.get(name)
-                kind = definition.type if definition else "untyped"
-                help_text = definition.help if definition else name
+                kind, help_text = kind_and_help(self._describe, name)
                 base = name[: -len("_total")] if kind == "counter" else name
                 family = families[name] = Metric(base, help_text, kind)
             family.add_sample(name, dict(labels), value)
@@ -72,8 +80,9 @@ def _escape_label(value: str) -> str:
 class TextRenderer:
     """The Prometheus text format (0.0.4), as prometheus_client writes it, byte for byte."""
 
-    def __init__(self) -> None:
+    def __init__(self, describe: Describe = CATALOGUE.get) -> None:
         self._prefixes: dict[tuple[str, Labels], str] = {}  # (name, labels) -> 'name{...} '
+        self._describe = describe
 
     def render(self, rows: list[SnapshotRow]) -> bytes:
         families: dict[str, list[tuple[Labels, float]]] = {}
@@ -84,9 +93,7 @@ class TextRenderer:
             prefixes.clear()
         out: list[str] = []
         for name in sorted(families):
-            definition = CATALOGUE.get(name)
-            kind = definition.type if definition else "untyped"
-            help_text = definition.help if definition else name
+            kind, help_text = kind_and_help(self._describe, name)
             out.append(f"# HELP {name} {_escape_help(help_text)}\n")
             out.append(f"# TYPE {name} {kind}\n")
             for labels, value in families[name]:
@@ -107,12 +114,13 @@ class _Rendered:
 
 
 class MetricsRenderer:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, describe: Describe = CATALOGUE.get) -> None:
         self._store = store
         self._clock = clock
+        self._describe = describe
         self._lock = asyncio.Lock()
         self._cache: dict[bool, _Rendered] = {}
-        self._text = TextRenderer()
+        self._text = TextRenderer(describe)
 
     def snapshot(self) -> list[SnapshotRow]:
         now = self._clock.now()
@@ -122,7 +130,7 @@ class MetricsRenderer:
         if not openmetrics:
             return self._text.render(rows)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(SnapshotCollector(rows))
+        registry.register(SnapshotCollector(rows, self._describe))
         return bytes(openmetrics_format.generate_latest(registry))  # type: ignore[no-untyped-call]
 
     async def render(self, openmetrics: bool, gzipped: bool) -> bytes:

@@ -31,6 +31,7 @@ from gpuwatch.exporters.prometheus import (
 from gpuwatch.gofmt import non_finite
 from gpuwatch.health import with_sampling_problem
 from gpuwatch.journal import event_json
+from gpuwatch.metrics import CATALOGUE, PUSHED, MetricDef
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
@@ -245,8 +246,15 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
 class Api:
     def __init__(self, daemon: Daemon, cap: ConnectionCap | None = None) -> None:
         self.daemon = daemon
-        self.renderer = MetricsRenderer(daemon.store, daemon.clock)
+        self.renderer = MetricsRenderer(daemon.store, daemon.clock, self._describe)
         self.cap = cap if cap is not None else ConnectionCap()
+
+    def _describe(self, name: str) -> MetricDef | None:
+        """TYPE and HELP for /metrics: the catalogue's, else a job's pushed metric's."""
+        found = CATALOGUE.get(name)
+        if found is None and name in self.daemon.jobs.pushed.names:
+            return PUSHED
+        return found
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""

@@ -152,6 +152,12 @@ _DEFS = [
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 
+# What /metrics says of a metric a job pushed (its name is the job's): the last value pushed,
+# which is a gauge whatever the job meant by it; rate() and increase() work on it as before.
+PUSHED = MetricDef(
+    "", "gauge", "Pushed by a job (gpuwatch.client, /api/v1/push or a textfile): its last value."
+)
+
 
 @cache
 def build_labels() -> tuple[tuple[str, str], ...]:

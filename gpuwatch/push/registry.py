@@ -35,6 +35,7 @@ class JobMetrics:
         self.limits = limits
         self._jobs: dict[str, dict[SeriesKey, tuple[float, float]]] = {}  # -> (value, time)
         self._total = 0  # series over all jobs
+        self.names: frozenset[str] = frozenset()  # metric names in the last samples()
         self._next_expire = float("-inf")
 
     def apply(self, job: str, samples: list[Sample], now: float) -> int:
@@ -79,8 +80,10 @@ class JobMetrics:
 
     def samples(self, now: float) -> list[Sample]:
         self.expire(now)
-        return [
+        out = [
             Sample(name, labels, value)
             for series in self._jobs.values()
             for (name, labels), (value, _) in series.items()
         ]
+        self.names = frozenset(s.name for s in out)
+        return out

@@ -105,6 +105,8 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         assert status == 200
         wait_for(lambda: 'train_loss{job="bert",rank="0"} NaN' in daemon.metrics())
         assert 'train_step{job="tcp",rank="0"} 7.0' in daemon.metrics()
+        assert "# HELP train_step Pushed by a job" in daemon.metrics()
+        assert "# TYPE train_step gauge" in daemon.metrics()
         assert "gpuwatch_up 1.0" in daemon.metrics()
         wait_for(lambda: last_sample(daemon) > before + 1)
         status, _, _ = daemon.get("/healthz")

@@ -72,3 +72,14 @@ def test_the_text_format_is_prometheus_clients_byte_for_byte() -> None:
     renderer = TextRenderer()
     assert renderer.render(rows) == generate_latest(registry)
     assert renderer.render(rows) == generate_latest(registry)  # from the kept prefixes
+
+    # Pushed metrics, described as such, in both writers alike.
+    def describe(name: str) -> m.MetricDef | None:
+        return m.PUSHED if name.startswith("train_") else m.CATALOGUE.get(name)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(rows, describe))
+    text = TextRenderer(describe).render(rows)
+    assert text == generate_latest(registry)
+    assert b"# TYPE train_step gauge\n" in text
+    assert f"# HELP train_step {m.PUSHED.help}\n".encode() in text
