@@ -8,10 +8,14 @@
         reporter.report(step=step, loss=loss.item(), tokens_per_second=tps)
 
 `report()` only stores the newest values and returns (microseconds); a background thread
-sends them to the daemon's unix socket about once a second. When the daemon is away, or slow,
-or refuses a value, the training loop never notices: nothing raises, nothing blocks, and the
-next report tries again. Each keyword becomes a metric `train_<name>` with labels `job` and
-`rank`: `step=` is `train_step`, `loss=` is `train_loss` (NaN and Inf are sent as they are).
+sends them to the daemon about once a second: to its push socket, which every local user may
+write to, or with `url=` (or $GPUWATCH_URL) and `token=` (or $GPUWATCH_PUSH_TOKEN) over TCP
+with the daemon's push token. When the daemon is away, or slow, or refuses a value, the
+training loop never notices: nothing raises, nothing blocks, and the next report tries again;
+the first failure of a run of them is logged (a warning on the `gpuwatch.client` logger) and
+each is counted in `failed`. Each keyword becomes a metric `train_<name>` with labels `job`
+and `rank`: `step=` is `train_step`, `loss=` is `train_loss` (NaN and Inf are sent as they
+are).
 """
 
 from __future__ import annotations
@@ -22,14 +26,23 @@ import logging
 import math
 import os
 import socket
+import ssl
 import threading
+import urllib.parse
 from pathlib import Path
 
 __all__ = ["JobReporter", "UnixHTTPConnection"]
 
 log = logging.getLogger(__name__)
 
-SOCKET_CANDIDATES = ("/run/gpuwatch/gpuwatch.sock", "/var/lib/gpuwatch/gpuwatch.sock")
+# The push socket (any user) before the control socket (root and the daemon's group), under
+# systemd and then in the default state directory.
+SOCKET_CANDIDATES = (
+    "/run/gpuwatch/push.sock",
+    "/run/gpuwatch/gpuwatch.sock",
+    "/var/lib/gpuwatch/push.sock",
+    "/var/lib/gpuwatch/gpuwatch.sock",
+)
 SEND_EVERY_S = 1.0
 TIMEOUT_S = 2.0
 
@@ -74,13 +87,20 @@ class JobReporter:
         rank: int | str = 0,
         *,
         socket_path: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         labels: dict[str, str] | None = None,
         interval: float = SEND_EVERY_S,
     ) -> None:
         self.job = job
         self.labels = {**(labels or {}), "rank": str(rank)}
+        self.url = url or (None if socket_path else os.environ.get("GPUWATCH_URL")) or None
+        self.token = token or os.environ.get("GPUWATCH_PUSH_TOKEN", "")
+        self.ca_file = ca_file or os.environ.get("GPUWATCH_CA_FILE") or None
         self.socket_path = socket_path or _default_socket()
         self.interval = interval
+        self._failing = False  # in a run of failed sends: logged once, at its start
         self.sent = 0  # pushes the daemon accepted
         self.failed = 0  # pushes that did not get through (daemon away, refused)
         self._latest: dict[str, float] = {}
@@ -120,6 +140,15 @@ class JobReporter:
             if metrics:
                 self._send(metrics)
 
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.url is None:
+            return UnixHTTPConnection(self.socket_path)
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme == "https":
+            context = ssl.create_default_context(cafile=self.ca_file)
+            return http.client.HTTPSConnection(parts.netloc, timeout=TIMEOUT_S, context=context)
+        return http.client.HTTPConnection(parts.netloc, timeout=TIMEOUT_S)
+
     def _send(self, metrics: dict[str, float]) -> None:
         body = json.dumps(
             {
@@ -128,19 +157,42 @@ class JobReporter:
                 "metrics": {k: _json_value(v) for k, v in metrics.items()},
             }
         )
-        connection = UnixHTTPConnection(self.socket_path)
+        headers = {"Content-Type": "application/json"}
+        if self.url is not None and self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            connection.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
+            connection = self._connection()
+        except (OSError, ValueError) as exc:  # a bad URL or CA file: every send fails alike
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return
+        try:
+            connection.request("POST", "/api/v1/push", body, headers)
             response = connection.getresponse()
             reply = response.read()
-        except OSError:
-            self.failed += 1  # the daemon is away: try again with the next send
+        except OSError as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")  # the daemon is away: try again later
             return
         finally:
             connection.close()
         if response.status == 200:
             self.sent += 1
+            if self._failing:
+                log.info("gpuwatch takes this job's reports again (%s)", self._where())
+            self._failing = False
             self._delivered.set()
         else:
-            self.failed += 1
-            log.debug("gpuwatch refused a report: %s", reply[:200])
+            why = reply[:200].decode("utf-8", "replace")
+            self._failed(f"HTTP {response.status}: {why}")
+
+    def _where(self) -> str:
+        return self.url or self.socket_path
+
+    def _failed(self, why: str) -> None:
+        self.failed += 1
+        if not self._failing:
+            log.warning(
+                "gpuwatch did not take a report of job %s (%s): %s; trying again every %.0fs, "
+                "not logged again until one gets through",
+                self.job, self._where(), why, self.interval,
+            )  # fmt: skip
+        self._failing = True

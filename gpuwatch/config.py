@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import grp
 import os
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -105,6 +107,10 @@ class PushConfig:
     stale_after: float = 300.0
     token: Secret | None = None  # bearer token that opens /api/v1/push on the TCP listener
     textfile_dir: str | None = None
+    # The push socket: pushes only, for every local user's jobs unless narrowed to a group.
+    socket: str | None = None  # None: push.sock beside the control socket
+    socket_mode: int = 0o666
+    socket_group: int | None = None  # a gid; the config may name the group
 
     @property
     def limits(self) -> PushLimits:
@@ -151,6 +157,7 @@ class Config:
         out.pop("source")
         out["notify"] = self.notify.as_dict()  # secrets say where they are from, not what
         out["push"]["token"] = self.push.token.as_config() if self.push.token else None
+        out["push"]["socket_mode"] = f"{self.push.socket_mode:04o}"
         url = out.pop("sources")["dcgm_url"]
         out["sources"] = {"dcgm": {"url": url}} if url is not None else {}
         return out
@@ -195,6 +202,28 @@ def _path(config_file: str, what: str) -> Callable[[Any], str]:
         return _relative_to(config_file, value)
 
     return convert
+
+
+def _file_mode(value: Any) -> int:
+    """Permission bits as an operator writes them: '0660' (a string, or YAML's 0660, which
+    YAML reads as octal) or 0o660."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o777:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"0?o?[0-7]{3}", value):
+        return int(value[-3:], 8)
+    raise ValueError(f"expected file permissions such as '0660', got {value!r}")
+
+
+def _group(value: Any) -> int:
+    """A group name or number, as the gid the socket is given."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return grp.getgrnam(value).gr_gid
+        except KeyError:
+            raise ValueError(f"no group named {value!r} on this host") from None
+    raise ValueError(f"expected a group name or number, got {value!r}")
 
 
 def from_doc(doc: YamlDoc) -> Config:
@@ -261,6 +290,9 @@ def from_doc(doc: YamlDoc) -> Config:
             "stale_after",
             "token",
             "textfile_dir",
+            "socket",
+            "socket_mode",
+            "socket_group",
         ),
     )
     base_dir = Path(doc.file).parent
@@ -275,6 +307,9 @@ def from_doc(doc: YamlDoc) -> Config:
         stale_after=r.value(pu, ("push",), "stale_after", _positive_duration, 300.0),
         token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
         textfile_dir=r.value(pu, ("push",), "textfile_dir", _path(doc.file, "directory"), None),
+        socket=r.value(pu, ("push",), "socket", _path(doc.file, "socket"), None),
+        socket_mode=r.value(pu, ("push",), "socket_mode", _file_mode, 0o666),
+        socket_group=r.value(pu, ("push",), "socket_group", _group, None),
     )
     so = r.section(top.get("sources"), ("sources",), ("dcgm",))
     dcgm = r.section(so.get("dcgm"), ("sources", "dcgm"), ("url",))

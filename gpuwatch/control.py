@@ -1,12 +1,15 @@
-"""The write side of the API, served on a unix socket (DESIGN §6): reload, acknowledgements,
-and later silences and job metric pushes. File permissions (0660) are the access control."""
+"""The write side of the API, served on unix sockets (DESIGN §6). File permissions are the
+access control: the control socket (reload, acknowledgements, silences, pushes) is 0660, for
+root and the daemon's group; the push socket takes job metric pushes only, and is open to every
+local user by default (0666), so that a training job of any user can report."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -19,6 +22,8 @@ from gpuwatch.reload import reload_daemon
 log = logging.getLogger(__name__)
 
 SOCKET_NAME = "gpuwatch.sock"
+PUSH_SOCKET_NAME = "push.sock"
+CONTROL_MODE = 0o660
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -51,6 +56,12 @@ class ControlApi:
         app.router.add_get("/api/v1/silences", self.list_silences)
         app.router.add_post("/api/v1/silences", self.add_silence)
         app.router.add_delete("/api/v1/silence/{id}", self.expire_silence)
+        return app
+
+    def push_app(self) -> web.Application:
+        """The push socket's: job metrics and nothing else."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/api/v1/push", self.push)
         return app
 
     async def push(self, request: web.Request) -> web.Response:
@@ -146,18 +157,38 @@ def clear_stale_socket(path: Path) -> None:
     raise OSError(f"another gpuwatch is serving on {path}; give each daemon its own state dir")
 
 
-async def start_control(api: ControlApi, path: Path) -> web.AppRunner:
+@dataclass
+class UnixSocket:
+    """One unix socket the daemon serves, with the permissions it is created with; made
+    again when its file is removed under the daemon."""
+
+    name: str  # "control" or "push", for log lines
+    runner: web.AppRunner
+    path: Path
+    mode: int
+    group: int | None = None
+    recreating: asyncio.Task[None] | None = None
+
+    async def listen(self) -> None:
+        """Listen on `path` (again, when the socket file was removed under the daemon)."""
+        site = web.UnixSite(self.runner, str(self.path))
+        await site.start()
+        os.chmod(self.path, self.mode)
+        if self.group is not None:
+            os.chown(self.path, -1, self.group)
+
+
+async def start_socket(
+    name: str, app: web.Application, path: Path, mode: int, group: int | None = None
+) -> UnixSocket:
     clear_stale_socket(path)
-    runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
-    await add_control_site(runner, path)
-    log.info("control socket on %s", path)
-    return runner
-
-
-async def add_control_site(runner: web.AppRunner, path: Path) -> None:
-    """Listen on `path` (again, when the socket file was removed under the daemon)."""
-    site = web.UnixSite(runner, str(path))
-    await site.start()
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o660)
+    served = UnixSocket(name, runner, path, mode, group)
+    try:
+        await served.listen()
+    except OSError:
+        await runner.cleanup()
+        raise
+    log.info("%s socket on %s (mode %04o)", name, path, mode)
+    return served

@@ -21,7 +21,8 @@ RESTART_ONLY = (
     "listen", "state_dir", "node_name", "sampling", "store", "journal", "web_config", "sources"
 )  # fmt: skip
 RESTART_ONLY_PUSH = (
-    "max_body_bytes", "max_series_per_job", "max_series", "stale_after", "textfile_dir"
+    "max_body_bytes", "max_series_per_job", "max_series", "stale_after", "textfile_dir",
+    "socket", "socket_mode", "socket_group",
 )  # fmt: skip
 
 

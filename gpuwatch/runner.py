@@ -20,7 +20,14 @@ from gpuwatch.api import Api, start_http
 from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, default_rule_interval
-from gpuwatch.control import ControlApi, add_control_site, socket_path, start_control
+from gpuwatch.control import (
+    CONTROL_MODE,
+    PUSH_SOCKET_NAME,
+    ControlApi,
+    UnixSocket,
+    socket_path,
+    start_socket,
+)
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.gctune import tune_gc
@@ -127,11 +134,13 @@ class Running:
     daemon: Daemon
     runner: web.AppRunner
     port: int
-    control: web.AppRunner
-    control_path: Path
+    sockets: list[UnixSocket]  # the control socket first, then the push socket
     scheme: str = "http"
     lock: StateDirLock | None = None
-    control_task: asyncio.Task[None] | None = None
+
+    @property
+    def control_path(self) -> Path:
+        return self.sockets[0].path
 
     @property
     def url(self) -> str:
@@ -142,7 +151,8 @@ class Running:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
-        await self.control.cleanup()
+        for served in self.sockets:
+            await served.runner.cleanup()
         await self.daemon.stop()
         if self.daemon.notifier is not None:
             await self.daemon.notifier.stop()
@@ -213,19 +223,20 @@ def _keep_state_dir(running: Running, state_dir: Path) -> None:
             daemon.notifier.db.reopen_if_unlinked()
     except (OSError, sqlite3.Error, StartupError) as exc:
         log.error("state directory %s: %s", state_dir, exc)
-    if not running.control_path.exists() and running.control_task is None:
-        running.control_task = asyncio.create_task(_recreate_control(running))
+    for served in running.sockets:
+        if not served.path.exists() and served.recreating is None:
+            served.recreating = asyncio.create_task(_recreate_socket(served))
 
 
-async def _recreate_control(running: Running) -> None:
+async def _recreate_socket(served: UnixSocket) -> None:
     try:
-        running.control_path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        await add_control_site(running.control, running.control_path)
-        log.error("control socket %s was removed: recreated it", running.control_path)
+        served.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        await served.listen()
+        log.error("%s socket %s was removed: recreated it", served.name, served.path)
     except OSError as exc:
-        log.error("control socket %s: cannot recreate it: %s", running.control_path, exc)
+        log.error("%s socket %s: cannot recreate it: %s", served.name, served.path, exc)
     finally:
-        running.control_task = None
+        served.recreating = None
 
 
 async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
@@ -273,11 +284,21 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
         raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
     await daemon.notifier.start()
     control_path = socket_path(config.state_dir)
+    push = config.push
+    push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
+    api, sockets = ControlApi(daemon), []
     try:
-        control = await start_control(ControlApi(daemon), control_path)
+        sockets.append(await start_socket("control", api.app(), control_path, CONTROL_MODE))
+        sockets.append(
+            await start_socket(
+                "push", api.push_app(), push_path, push.socket_mode, push.socket_group
+            )
+        )
     except OSError as exc:
+        for served in sockets:
+            await served.runner.cleanup()
         await runner.cleanup()
-        raise StartupError(f"cannot create the control socket {control_path}: {exc}") from exc
+        raise StartupError(f"cannot create the unix sockets: {exc}") from exc
     for path in problems.damaged():
         events.publish(
             Event(clock.now(), "state_damaged", None, None,
@@ -288,7 +309,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     scheme = "https" if guard is not None and guard.config.tls is not None else "http"
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)
     daemon.web_guard = guard
-    return Running(daemon, runner, bound, control, control_path, scheme)
+    return Running(daemon, runner, bound, sockets, scheme)
 
 
 STOP_WITHIN_S = 8.0  # within 10 s, well inside systemd's TimeoutStopSec of 15 s

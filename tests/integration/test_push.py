@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
+import shutil
 import socket
+import stat
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import gpuwatch
+from gpuwatch.client import JobReporter
 from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
 
 TOKEN = "s3cr3t-push-token"
@@ -145,5 +156,104 @@ def test_textfiles_are_read_as_jobs_and_their_series_go_stale_when_the_file_goes
         time.sleep(1.0)
         # Still there until push.stale_after (5 min) has passed without the file.
         assert "eval_accuracy" in daemon.metrics()
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+REPORT_AS_ANOTHER_USER = """
+import logging, sys
+from gpuwatch.client import JobReporter
+logging.basicConfig(level=logging.WARNING)
+reporter = JobReporter(job="bert", rank=3, socket_path=sys.argv[1])
+reporter.report(step=42)
+print("delivered" if reporter.flush(timeout=10) else f"failed {reporter.failed}")
+"""
+
+
+def as_nobody(command: list[str], lib: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, user=65534, group=65534, cwd="/", env={"PYTHONPATH": str(lib)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def python_for_nobody(lib: Path) -> str | None:
+    """A Python that user nobody can run the client library with (stdlib only, copied to
+    `lib`, where nobody can read it), or None where there is none or this is not root."""
+    if os.geteuid() != 0:
+        return None
+    (lib / "gpuwatch").mkdir(parents=True)
+    (lib / "gpuwatch" / "__init__.py").write_text("")
+    shutil.copy(Path(gpuwatch.__file__).parent / "client.py", lib / "gpuwatch" / "client.py")
+    for python in dict.fromkeys([sys.executable, shutil.which("python3"), "/usr/bin/python3"]):
+        try:
+            if python and as_nobody([python, "-c", "import gpuwatch.client"], lib).returncode == 0:
+                return python
+        except OSError:  # this one nobody may not run (under root's home, say)
+            continue
+    return None
+
+
+def test_any_users_job_reports_on_the_push_socket_and_only_pushes_there(tmp_path: Path) -> None:
+    # A directory every user can reach, as /run/gpuwatch is (pytest's own are root's alone).
+    shared = Path(tempfile.mkdtemp(prefix="gpuwatch-push-"))
+    shared.chmod(0o755)
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(f"push: {{socket: {shared / 'push.sock'}}}\n")
+    daemon = start_daemon(tmp_path, "--simulate", "healthy", "-c", str(config))
+    try:
+        push_sock = shared / "push.sock"
+        assert stat.S_IMODE(push_sock.stat().st_mode) == 0o666
+        assert stat.S_IMODE((tmp_path / "state" / "gpuwatch.sock").stat().st_mode) == 0o660
+        # A job, through the client library, on the push socket.
+        reporter = JobReporter(job="llama", rank=0, socket_path=str(push_sock))
+        reporter.report(step=7)
+        assert reporter.flush(timeout=10) and reporter.failed == 0
+        reporter.close()
+        wait_for(lambda: 'train_step{job="llama",rank="0"} 7.0' in daemon.metrics())
+        # Nothing but pushes there: an acknowledgement is not found.
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(10)
+            sock.connect(str(push_sock))
+            sock.sendall(b"POST /api/v1/ack HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                         b"Connection: close\r\n\r\n{}")  # fmt: skip
+            assert sock.recv(100).startswith(b"HTTP/1.1 404")
+        lib = shared / "lib"
+        python = python_for_nobody(lib)
+        if python is not None:  # as an ordinary user (nobody), which a job usually runs as
+            done = as_nobody([python, "-c", REPORT_AS_ANOTHER_USER, str(push_sock)], lib)
+            assert done.stdout.strip() == "delivered", done.stderr
+            wait_for(lambda: 'train_step{job="bert",rank="3"} 42.0' in daemon.metrics())
+            # The control socket keeps that user out, and the client says so once.
+            control = str(tmp_path / "state" / "gpuwatch.sock")
+            done = as_nobody([python, "-c", REPORT_AS_ANOTHER_USER, control], lib)
+            assert done.stdout.strip().startswith("failed"), done.stderr
+            assert done.stderr.count("did not take a report of job bert") == 1, done.stderr
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_job_reports_over_tcp_with_the_push_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(f"push: {{token: {TOKEN}}}\n")
+    daemon = start_daemon(tmp_path, "--simulate", "healthy", "-c", str(config))
+    try:
+        reporter = JobReporter(job="gpt", rank=1, url=daemon.url, token=TOKEN, interval=0.2)
+        reporter.report(step=3, loss=float("nan"))
+        assert reporter.flush(timeout=10)
+        wait_for(lambda: 'train_loss{job="gpt",rank="1"} NaN' in daemon.metrics())
+        reporter.close()
+        caplog.set_level(logging.WARNING, "gpuwatch.client")
+        wrong = JobReporter(job="gpt", rank=1, url=daemon.url, token="guess", interval=0.2)
+        wrong.report(step=4)
+        wait_for(lambda: wrong.failed >= 3, timeout=20)
+        wrong.close()
+        [warning] = [r.getMessage() for r in caplog.records if r.name == "gpuwatch.client"]
+        assert "HTTP 401" in warning and "guess" not in warning
+        assert 'train_step{job="gpt",rank="1"} 3.0' in daemon.metrics()  # not 4
+        assert TOKEN not in daemon.log()
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
