@@ -187,8 +187,8 @@ async def start_socket(
     served = UnixSocket(name, runner, path, mode, group)
     try:
         await served.listen()
-    except OSError:
+    except OSError as exc:  # a bind, or a chown to a group the daemon is not in
         await runner.cleanup()
-        raise
+        raise OSError(f"{name} socket {path}: {exc.strerror or exc}") from exc
     log.info("%s socket on %s (mode %04o)", name, path, mode)
     return served

@@ -297,8 +297,9 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     except OSError as exc:
         for served in sockets:
             await served.runner.cleanup()
+        await daemon.notifier.stop()
         await runner.cleanup()
-        raise StartupError(f"cannot create the unix sockets: {exc}") from exc
+        raise StartupError(f"cannot create a unix socket: {exc}") from exc
     for path in problems.damaged():
         events.publish(
             Event(clock.now(), "state_damaged", None, None,
