@@ -262,7 +262,7 @@ class HealthJudge:
             xid = lookup(code)
             if xid.xid_class == "critical":
                 state = Health.UNHEALTHY
-            elif xid.xid_class == "warning" and times[-1] >= now - WARNING_XID_HOLD_S:
+            elif xid.xid_class in ("warning", "unknown") and times[-1] >= now - WARNING_XID_HOLD_S:
                 state = Health.DEGRADED
             else:
                 continue

@@ -86,16 +86,25 @@ def _entries() -> dict[int, Xid]:
 CATALOG: Mapping[int, Xid] = MappingProxyType(_entries())
 
 
+# What this catalog is: a reader of "unknown to this catalog" must know how old it is.
+CATALOG_VERSION = (
+    "gpuwatch's XID catalog, from NVIDIA's XID documentation for Ampere and newer (R580)"
+)
+
+
 def lookup(code: int) -> Xid:
-    """The catalog entry, or an honest 'unknown' for a code NVIDIA does not document."""
+    """The catalog entry, or an honest 'unknown' for a code this catalog lacks. NVIDIA adds
+    XIDs with new drivers (155, 156, 158 came after this catalog), so an unknown one is not
+    harmless: the verdict holds the GPU degraded, as for a warning XID."""
     found = CATALOG.get(code)
     if found is not None:
         return found
     return Xid(
         code,
-        "Not in NVIDIA's published XID catalog",
+        f"Unknown to {CATALOG_VERSION}",
         "unknown",
-        "Check `dmesg` for the driver's text and NVIDIA's XID documentation for this driver.",
+        "Read the driver's text for it (`dmesg | grep -i xid`) and NVIDIA's XID catalog for "
+        "this driver; until then treat the GPU as degraded.",
     )
 
 

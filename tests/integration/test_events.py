@@ -112,7 +112,7 @@ def test_gpuwatch_xid_explains_a_code() -> None:
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     assert unknown.returncode == 1
-    assert "Not in NVIDIA's published XID catalog" in unknown.stdout
+    assert "XID 999: Unknown to gpuwatch's XID catalog" in unknown.stdout
 
 
 def health(url: str) -> tuple[int, str]:

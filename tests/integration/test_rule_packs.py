@@ -4,6 +4,7 @@ own promtool tests in promtool and in gpuwatch, and carry the alert names routin
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from gpuwatch.rules.engine import shipped_packs
+from gpuwatch.xid import lookup
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKS = ROOT / "rules"
@@ -22,7 +24,7 @@ EXPECTED = {
         "GpuFellOffBus", "GpuUnresponsive", "GpuMissing", "GpuXidCritical", "GpuXidApplication",
         "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRetiredPagesHigh",
         "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
-        "GpuXidWarning",  # added with issue 4, for the warning-class XIDs (92: SBE storm)
+        "GpuXidWarning", "GpuXidUnknown",
     },
     "thermal-power.yaml": {"GpuTemperatureHigh", "GpuThermalThrottling", "GpuPowerBrake"},
     "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},
@@ -146,3 +148,40 @@ def test_the_pack_tests_pass_in_promtool_and_in_gpuwatch_alike(pack: str) -> Non
     for done in results:
         assert done.returncode == 0, done.stdout + done.stderr
     assert results[0].stdout == results[1].stdout
+
+
+def test_the_xid_alerts_cover_the_catalog_and_an_xid_it_lacks() -> None:
+    """Each XID the catalog knows goes to the alert of its class (or to none, or its own), and
+    any other goes to GpuXidUnknown: a list in the pack that drifts from the catalog would
+    leave an XID unsaid, or say it twice."""
+    rules = {
+        r["alert"]: r["expr"]
+        for g in yaml.safe_load((PACKS / "hardware.yaml").read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    alerts = {"critical": "GpuXidCritical", "warning": "GpuXidWarning",
+              "application": "GpuXidApplication", "info": None, "driver": None}  # fmt: skip
+
+    def matcher(alert: str) -> tuple[str, str]:
+        found = re.search(r'xid(=~|!~)"([^"]+)"', rules[alert])
+        assert found, alert
+        return found.group(1), found.group(2)
+
+    def raised(code: int) -> set[str]:
+        out = set()
+        for alert in ("GpuXidCritical", "GpuXidWarning", "GpuXidApplication", "GpuXidUnknown"):
+            op, pattern = matcher(alert)
+            if (re.fullmatch(pattern, str(code)) is not None) == (op == "=~"):
+                out.add(alert)
+        return out
+
+    own_alert = {79: "GpuFellOffBus"}  # raised from the GPU's state, not from the XID count
+    assert all(alert in rules for alert in own_alert.values())
+    for code in range(1, 200):
+        xid = lookup(code)
+        if xid.xid_class == "unknown":
+            assert raised(code) == {"GpuXidUnknown"}, code
+        else:
+            expected = None if code in own_alert else alerts[xid.xid_class]
+            assert raised(code) == ({expected} if expected else set()), code

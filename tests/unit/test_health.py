@@ -108,6 +108,18 @@ def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> N
     assert judge_at(judge, 20.0 + 3601.0).state == Health.HEALTHY
 
 
+def test_an_xid_the_catalog_lacks_degrades_for_an_hour_never_healthy() -> None:
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 10.0, 155)  # a newer driver's, "reset the GPU"
+    v = judge_at(judge, 11.0)
+    assert v.state == Health.DEGRADED
+    assert "XID 155 (Unknown to gpuwatch's XID catalog, from NVIDIA's" in v.reasons[0]
+    assert "dmesg" in v.actions[0]
+    assert judge_at(judge, 10.0 + 3601.0).state == Health.HEALTHY
+    judge.record_xid("GPU-3", 5000.0, 45)  # preemptive cleanup: the XID next to it speaks
+    assert judge_at(judge, 5001.0).state == Health.HEALTHY
+
+
 def crc(value: float) -> Facts:
     return (m.NVLINK_ERRORS, (("link", "0"), ("type", "crc_flit")), value)
 
