@@ -7,6 +7,7 @@ rates, resets, acknowledgements). Thresholds follow NVIDIA's DCGM health watches
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -301,8 +302,14 @@ def sample_causes(facts: GpuFacts) -> list[Cause]:
     return out
 
 
-def status_cause(gpu: GpuState) -> Cause | None:
-    """A GPU that cannot be read at all."""
+# As long as the GpuUnresponsive alert's `for:` (rules/hardware.yaml): a stall of a few seconds
+# (a driver busy with another GPU's reset, a slow ECC scrub) degrades the GPU and pages nobody;
+# one that lasts makes it unhealthy, as the alert fires.
+UNRESPONSIVE_UNHEALTHY_AFTER_S = 10.0
+
+
+def status_cause(gpu: GpuState, seconds_in_status: float = math.inf) -> Cause | None:
+    """A GPU that cannot be read at all, `seconds_in_status` into that state."""
     if gpu.status == GpuStatus.LOST:
         return Cause(
             "gpu-lost",
@@ -318,11 +325,15 @@ def status_cause(gpu: GpuState) -> Cause | None:
             _nvml_error_action(gpu.reason),
         )
     if gpu.status == GpuStatus.UNRESPONSIVE:
+        lasting = seconds_in_status >= UNRESPONSIVE_UNHEALTHY_AFTER_S
         return Cause(
             "gpu-unresponsive",
-            Health.UNHEALTHY,
+            Health.UNHEALTHY if lasting else Health.DEGRADED,
             f"is unresponsive: {gpu.reason}",
-            "drain the node; reset the GPU, or reboot if the reset hangs",
+            "drain the node; reset the GPU, or reboot if the reset hangs"
+            if lasting
+            else f"wait: unhealthy if it still does not answer after "
+            f"{UNRESPONSIVE_UNHEALTHY_AFTER_S:.0f}s",
         )
     return None
 

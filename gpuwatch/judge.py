@@ -90,6 +90,7 @@ class _GpuMemory:
     xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
     volatile_ecc: list[float | None] = field(default_factory=lambda: [None, None])  # last read
     status: GpuStatus = GpuStatus.OK
+    status_since: float = 0.0  # when the GPU entered that status
 
     def reset(self) -> None:
         self.history.clear()
@@ -156,8 +157,9 @@ class HealthJudge:
         uuid = gpu.info.uuid
         memory = self._gpus.setdefault(uuid, _GpuMemory())
         came_back = memory.status == GpuStatus.LOST and gpu.status == GpuStatus.OK
-        memory.status = gpu.status
-        lost = status_cause(gpu)
+        if gpu.status != memory.status:
+            memory.status, memory.status_since = gpu.status, now
+        lost = status_cause(gpu, now - memory.status_since)
         if lost is not None:
             causes = [lost, *self._xid_causes(now, memory)]
         else:

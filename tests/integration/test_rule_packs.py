@@ -14,7 +14,9 @@ import promql_parser as pp
 import pytest
 import yaml
 
+from gpuwatch.health import UNRESPONSIVE_UNHEALTHY_AFTER_S
 from gpuwatch.rules.engine import shipped_packs
+from gpuwatch.units import parse_duration
 from gpuwatch.xid import lookup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,3 +187,8 @@ def test_the_xid_alerts_cover_the_catalog_and_an_xid_it_lacks() -> None:
         else:
             expected = None if code in own_alert else alerts[xid.xid_class]
             assert raised(code) == ({expected} if expected else set()), code
+
+
+def test_the_verdict_calls_an_unresponsive_gpu_unhealthy_as_its_alert_fires() -> None:
+    [rule] = [r for r in alerting_rules("hardware.yaml") if r["alert"] == "GpuUnresponsive"]
+    assert parse_duration(rule["for"]) == UNRESPONSIVE_UNHEALTHY_AFTER_S

@@ -94,6 +94,19 @@ def test_a_lost_gpu_that_comes_back_was_reset() -> None:
     assert judge_at(judge, 60.0).state == Health.HEALTHY
 
 
+def test_a_gpu_that_stops_answering_is_degraded_then_unhealthy_as_its_alert_fires() -> None:
+    judge = HealthJudge(AckStore(None))
+    stalled = GpuState(INFO, GpuStatus.UNRESPONSIVE, "nvmlDeviceGetTemperature took longer than 2s")
+    assert judge_at(judge, 100.0).state == Health.HEALTHY
+    brief = judge_at(judge, 102.0, gpu=stalled)  # a stall of a few seconds pages nobody
+    assert brief.state == Health.DEGRADED
+    assert brief.reasons == ["GPU 3 is unresponsive: nvmlDeviceGetTemperature took longer than 2s"]
+    assert judge_at(judge, 111.9, gpu=stalled).state == Health.DEGRADED
+    assert judge_at(judge, 112.0, gpu=stalled).state == Health.UNHEALTHY  # GpuUnresponsive's for
+    assert judge_at(judge, 113.0).state == Health.HEALTHY
+    assert judge_at(judge, 114.0, gpu=stalled).state == Health.DEGRADED  # a new stall, anew
+
+
 def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> None:
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
