@@ -39,9 +39,14 @@ RATE_WINDOW_S = 300.0
 CRC_STORM_WINDOW_S = 60.0
 CRC_STORM_PER_S = 100.0  # DCGM: NVLink CRC errors at or above this rate fail the GPU
 PCIE_WINDOW_S = 60.0
-# DCGM's expected PCIe replays per lane per minute, by link generation.
-PCIE_REPLAYS_PER_LANE_MINUTE = {1: 0.48, 2: 0.48, 3: 0.48, 4: 0.96, 5: 1.92, 6: 3.84}
 WARNING_XID_HOLD_S = 3600.0
+
+
+def pcie_replays_per_lane_minute(generation: int) -> float | None:
+    """DCGM's expected PCIe replays per lane per minute: 0.48 at Gen3, doubling with each
+    generation (0.96 at Gen4, 1.92 at Gen5), and halving below Gen3 as the link's bandwidth
+    does; the same formula as GpuPcieReplayRate (rules/hardware.yaml). None: no link read."""
+    return 0.48 * 2.0 ** (generation - 3) if generation >= 1 else None
 
 
 CRC, REPLAY, PCIE = range(3)  # the error counters whose rates are judged, by position
@@ -237,7 +242,7 @@ class HealthJudge:
                     "drain, reset the GPU and check the link",
                 )
             )
-        lanes_rate = PCIE_REPLAYS_PER_LANE_MINUTE.get(int(facts.pcie_generation))
+        lanes_rate = pcie_replays_per_lane_minute(int(facts.pcie_generation))
         if lanes_rate is not None and facts.pcie_width > 0:
             expected = lanes_rate * facts.pcie_width * PCIE_WINDOW_S / 60.0
             replays = _increase(history, now - PCIE_WINDOW_S, PCIE)

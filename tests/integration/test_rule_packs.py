@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gpuwatch.health import UNRESPONSIVE_UNHEALTHY_AFTER_S
+from gpuwatch.judge import pcie_replays_per_lane_minute
 from gpuwatch.rules.engine import shipped_packs
 from gpuwatch.units import parse_duration
 from gpuwatch.xid import lookup
@@ -192,3 +193,16 @@ def test_the_xid_alerts_cover_the_catalog_and_an_xid_it_lacks() -> None:
 def test_the_verdict_calls_an_unresponsive_gpu_unhealthy_as_its_alert_fires() -> None:
     [rule] = [r for r in alerting_rules("hardware.yaml") if r["alert"] == "GpuUnresponsive"]
     assert parse_duration(rule["for"]) == UNRESPONSIVE_UNHEALTHY_AFTER_S
+
+
+def test_the_verdict_and_the_alert_expect_the_same_pcie_replay_rate_on_every_link() -> None:
+    [rule] = [r for r in alerting_rules("hardware.yaml") if r["alert"] == "GpuPcieReplayRate"]
+    found = re.search(
+        r"_link_width \* ([\d.]+) \* 2 \^ \(gpuwatch_gpu_pcie_link_generation - (\d+)\)",
+        rule["expr"],
+    )
+    assert found, rule["expr"]
+    per_lane, offset = float(found.group(1)), int(found.group(2))
+    for generation in range(1, 7):
+        expected = pcie_replays_per_lane_minute(generation)
+        assert expected == pytest.approx(per_lane * 2 ** (generation - offset)), generation
