@@ -4,6 +4,8 @@ a fleet of 500 simulated nodes served by a test server."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,28 +58,55 @@ async def test_a_stopped_daemon_is_marked_unreachable_within_two_refreshes(tmp_p
             assert stop_daemon(daemon) == 0
 
 
-async def serve_fleet(nodes: int) -> tuple[web.AppRunner, list[str]]:
-    """A test server answering as `nodes` daemons, each at its own path, from the capture."""
-    data = captured()
+class FleetServer:
+    """A test server answering as `nodes` daemons, each at its own path, from the capture. It
+    runs on a thread and loop of its own, as 500 real nodes would be elsewhere: served on the
+    dashboard's own loop, the fleet's answers would be the dashboard's cost, and their delay
+    its timeouts. Each node's answer is rendered once."""
 
-    async def node(request: web.Request) -> web.Response:
-        payload = dict(data["node"], node=f"gpu-{request.match_info['n']}")
-        if request.query.get("gpus") == "summary":  # as the daemon answers it
-            payload["gpus"] = summarize_gpus(payload["gpus"])
-        return web.json_response({"status": "success", "data": payload})
+    def __init__(self, nodes: int) -> None:
+        data = captured()
+        self.bodies: dict[str, bytes] = {}
+        for i in range(nodes):
+            payload = dict(data["node"], node=f"gpu-{i:03d}")
+            payload["gpus"] = summarize_gpus(payload["gpus"])  # as the daemon answers ?gpus=summary
+            self.bodies[f"{i:03d}"] = json.dumps({"status": "success", "data": payload}).encode()
+        self.loop = asyncio.new_event_loop()
+        self.started = threading.Event()
+        self.port = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.started.wait(30), "the fleet server did not start"
+        self.urls = [f"http://127.0.0.1:{self.port}/n/{n}" for n in self.bodies]
 
-    app = web.Application()
-    app.router.add_get("/n/{n}/api/v1/node", node)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, [f"http://127.0.0.1:{port}/n/{i:03d}" for i in range(nodes)]
+    async def _node(self, request: web.Request) -> web.Response:
+        assert request.query.get("gpus") == "summary"  # what the fleet view asks for
+        return web.Response(
+            body=self.bodies[request.match_info["n"]], content_type="application/json"
+        )
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application()
+        app.router.add_get("/n/{n}/api/v1/node", self._node)
+        self.runner = web.AppRunner(app, access_log=None)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = self.runner.addresses[0][1]
+        self.started.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
 
 
 async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
-    runner, urls = await serve_fleet(500)
+    fleet = FleetServer(500)
+    urls = fleet.urls
     app = GpuwatchApp(HttpSource(), urls, refresh=3600)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
@@ -88,11 +117,11 @@ async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
             while table.row_count < 500:
                 assert time.monotonic() < deadline, f"{table.row_count} rows"
                 await pilot.pause(0.1)
-            assert all(not s.error for s in screen.snapshots.values())
+            errors = {u: s.error for u, s in screen.snapshots.items() if s.error}
+            assert errors == {}
             assert row_of(table, urls[0])[1] == "UNHEALTHY"
     finally:
-        await runner.cleanup()
-        await asyncio.sleep(0)
+        fleet.stop()
 
 
 @needs_prometheus
