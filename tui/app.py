@@ -19,6 +19,7 @@ from gpuwatch.tui.rows import (
     GPU_COLUMNS,
     PROCESS_COLUMNS,
     alert_cells,
+    by_severity,
     event_cells,
     fleet_cells,
     gpu_cells,
@@ -144,7 +145,7 @@ class NodeView(Vertical):
             self.query_one("#alerts", DataTable),
             {
                 f"{a['labels'].get('alertname')}/{a['labels'].get('gpu', '')}/{i}": alert_cells(a)
-                for i, a in enumerate(snap.alerts)
+                for i, a in enumerate(by_severity(snap.alerts))
             },
         )
         _keyed_update(

@@ -8,18 +8,40 @@ from typing import Any
 from rich.text import Text
 
 from gpuwatch.status import GIB, HEALTH_STYLE, num
+from gpuwatch.units import ascii_int
+from gpuwatch.xid import lookup
 
 SPARKS = " ▁▂▃▄▅▆▇█"
 
 
-def bar(fraction: float | None, width: int = 10, warn: float = 0.8, crit: float = 0.95) -> Text:
-    """A bar for 0..1, green, then yellow from `warn`, red from `crit`."""
+LOAD_STYLE = "cyan"  # how busy or full a GPU is: a training GPU at 99% is doing its job
+
+
+def bar(fraction: float | None, width: int = 10) -> Text:
+    """A bar for 0..1 in one calm colour. Load is not a fault: a busy GPU, full memory or power
+    near its limit are what a training node looks like, so red and yellow are kept for the
+    verdict, lost GPUs, heat and XIDs, which then stand out."""
     if fraction is None:
         return Text("-" * width, style="dim")
     f = max(0.0, min(1.0, fraction))
     filled = round(f * width)
-    style = "red" if f >= crit else "yellow" if f >= warn else "green"
-    return Text("█" * filled, style=style) + Text("░" * (width - filled), style="dim")
+    return Text("█" * filled, style=LOAD_STYLE) + Text("░" * (width - filled), style="dim")
+
+
+XID_STYLE = {"critical": "bold red", "driver": "bold red", "warning": "yellow", "unknown": "yellow"}
+
+
+def xid_text(counts: dict[str, int]) -> Text:
+    """A GPU's XIDs, each in its class's colour: a fatal one red, a warning (or one the catalog
+    does not know) yellow, an application's own fault (13, 31, 43) or cleanup (45) plain."""
+    out = Text()
+    numbered = {code: ascii_int(code) for code in counts}  # a label: text, whatever it says
+    for i, code in enumerate(sorted(counts, key=lambda c: (numbered[c] is None, numbered[c] or 0))):
+        number = numbered[code]
+        xid_class = lookup(number).xid_class if number is not None else "unknown"
+        out.append(", " if i else "")
+        out.append(f"{code} x{counts[code]}", style=XID_STYLE.get(xid_class, ""))
+    return out
 
 
 def sparkline(values: list[float], width: int = 20) -> str:
@@ -72,12 +94,11 @@ def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ..
     temp_text = Text(
         "-" if temp is None else f"{temp:.0f}°C", style="red" if temp and temp >= 85 else ""
     )
-    xids = ", ".join(f"{code} x{n}" for code, n in sorted(mt.get("xid_errors", {}).items()))
+    xids = mt.get("xid_errors", {})
     dbe = mt.get("ecc_errors", {}).get("uncorrected_volatile", 0)
-    faults = Text(
-        " ".join(p for p in (f"DBE {dbe}" if dbe else "", f"XID {xids}" if xids else "") if p),
-        style="red",
-    )
+    faults = Text(f"DBE {dbe}", style="bold red") if dbe else Text()
+    if xids:
+        faults += Text(" XID " if dbe else "XID ") + xid_text(xids)
     events = " ".join(r for r in mt.get("clock_events_active", []) if r != "gpu_idle")
     return (
         str(gpu.get("index")),
@@ -167,6 +188,21 @@ def process_cells(p: dict[str, Any]) -> tuple[str, ...]:
         p["user"],
         "-" if memory is None else f"{memory / GIB:.1f}G",
         p.get("job", ""),
+    )
+
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def by_severity(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Critical first, then warning, info and the rest; firing before pending; oldest first."""
+    return sorted(
+        alerts,
+        key=lambda a: (
+            SEVERITY_ORDER.get(a["labels"].get("severity", ""), len(SEVERITY_ORDER)),
+            a.get("state") != "firing",
+            str(a.get("activeAt", "")),
+        ),
     )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
 from gpuwatch.tui.fleet_table import FleetTable
-from gpuwatch.tui.rows import GPU_COLUMNS, gpu_cells, process_cells
+from gpuwatch.tui.rows import GPU_COLUMNS, by_severity, gpu_cells, process_cells
 from textual.widgets import DataTable, Static
 
 from tests.tui_fixtures import FixedSource, healthy, snapshot
@@ -173,3 +173,40 @@ def test_a_pod_from_dcgm_exporter_has_no_pid_to_show() -> None:
            "job": "Kubernetes pod llama-0 of ml-research"}  # fmt: skip
     assert process_cells(pod)[:2] == ("-", "trainer")
     assert process_cells({**pod, "pid": 4242})[0] == "4242"
+
+
+def styles(text: Any) -> set[str]:
+    return {str(span.style) for span in text.spans} | ({str(text.style)} if text.style else set())
+
+
+def test_a_busy_healthy_gpu_is_calm_and_a_fault_is_loud() -> None:
+    busy = {"index": 0, "status": "ok", "health": "healthy", "metrics": {
+        "utilization_ratio": 0.99, "memory_used_bytes": 79e9, "memory_total_bytes": 80e9,
+        "power_watts": 690.0, "power_limit_watts": 700.0, "temperature_celsius": 70.0,
+    }}  # fmt: skip
+    cells = gpu_cells(busy, [])
+    for column in ("Util", "Memory", "Power"):
+        assert not styles(cells[GPU_COLUMNS.index(column)]) & {"red", "yellow"}, column
+    # XIDs by class: a fatal one red, a warning or an unknown one yellow, an application's plain.
+    xids = {"13": 2, "48": 1, "94": 1, "155": 1, "²": 1}
+    metrics = {**busy["metrics"], "xid_errors": xids}
+    faults = gpu_cells({**busy, "metrics": metrics}, [])[GPU_COLUMNS.index("ECC/XID")]
+    assert faults.plain == "XID 13 x2, 48 x1, 94 x1, 155 x1, ² x1"
+    colour = {faults.plain[s.start : s.end].split()[0]: str(s.style) for s in faults.spans}
+    assert colour == {"48": "bold red", "94": "yellow", "155": "yellow", "²": "yellow"}  # 13 plain
+
+
+def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
+    def alert(name: str, severity: str, state: str, at: str) -> dict[str, Any]:
+        return {"labels": {"alertname": name, "severity": severity}, "state": state,
+                "activeAt": at}  # fmt: skip
+
+    listed = by_severity([
+        alert("GpuXidApplication", "warning", "firing", "2026-11-25T04:00:00Z"),
+        alert("GpuUnresponsive", "critical", "pending", "2026-11-25T04:00:01Z"),
+        alert("GpuFellOffBus", "critical", "firing", "2026-11-25T04:00:02Z"),
+        alert("Custom", "", "firing", "2026-11-25T03:00:00Z"),
+    ])  # fmt: skip
+    assert [a["labels"]["alertname"] for a in listed] == [
+        "GpuFellOffBus", "GpuUnresponsive", "GpuXidApplication", "Custom"
+    ]  # fmt: skip
