@@ -19,6 +19,7 @@ from gpuwatch.tui.rows import (
     GPU_COLUMNS,
     PROCESS_COLUMNS,
     alert_cells,
+    alert_text,
     by_severity,
     event_cells,
     fleet_cells,
@@ -41,7 +42,8 @@ HELP = """\
 
   q          quit                    ?        this help
   ↑ ↓ j k    move                    Tab      next pane
-  Enter      open the node (fleet)   Escape   back to the fleet
+  Enter      open the node (fleet),  Escape   back to the fleet
+             an alert in full (node)
   /          filter nodes (fleet)    s        change the sort (fleet)
 
 Data refreshes every second; a node that does not answer is marked
@@ -54,6 +56,28 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(HELP, id="help")
+
+
+class AlertScreen(ModalScreen[None]):
+    """One alert in full."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "dismiss", "close")]
+    DEFAULT_CSS = """
+    AlertScreen { align: center middle; }
+    AlertScreen #alert { width: 90%; height: auto; max-height: 90%; padding: 1 2;
+                         border: round $accent; background: $surface; }
+    """
+
+    def __init__(self, text: Text) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.text, id="alert")
+
+
+def _alert_key(alert: dict[str, Any], index: int) -> str:
+    return f"{alert['labels'].get('alertname')}/{alert['labels'].get('gpu', '')}/{index}"
 
 
 def _table(id_: str, columns: Sequence[str]) -> DataTable[Any]:
@@ -124,6 +148,7 @@ class NodeView(Vertical):
         node = snap.node
         header = Text()
         header.append(snap.name, style="bold")
+        header.append(f"  {snap.url}", style="dim")  # which daemon: a second demo's port
         if snap.error:
             header.append("  UNREACHABLE: ", style="bold white on red")
             header.append(snap.error, style="red")
@@ -143,10 +168,7 @@ class NodeView(Vertical):
         self._show_processes()
         _keyed_update(
             self.query_one("#alerts", DataTable),
-            {
-                f"{a['labels'].get('alertname')}/{a['labels'].get('gpu', '')}/{i}": alert_cells(a)
-                for i, a in enumerate(by_severity(snap.alerts))
-            },
+            {_alert_key(a, i): alert_cells(a) for i, a in enumerate(by_severity(snap.alerts))},
         )
         _keyed_update(
             self.query_one("#events", DataTable),
@@ -173,12 +195,25 @@ class NodeView(Vertical):
             processes = [p for p in processes if p["pid"] in pids]
         _keyed_update(
             self.query_one("#processes", DataTable),
-            {str(p["pid"]): process_cells(p) for p in processes},
+            {
+                str(p["pid"]): process_cells(p, f"{key}/{instance}" if instance else key)
+                for p in processes
+            },
         )
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "gpus":
             self._show_processes()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on an alert: the whole of it, which the table's Action column cuts short."""
+        if event.data_table.id != "alerts" or self.snapshot is None:
+            return
+        key = str(event.row_key.value)
+        for i, alert in enumerate(by_severity(self.snapshot.alerts)):
+            if _alert_key(alert, i) == key:
+                self.app.push_screen(AlertScreen(alert_text(alert)))
+                return
 
 
 class NodeScreen(Screen[None]):

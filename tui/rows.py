@@ -175,14 +175,16 @@ def fleet_cells(
     )
 
 
-PROCESS_COLUMNS = ("PID", "Process", "User", "GPU mem", "Job")
+PROCESS_COLUMNS = ("GPU", "PID", "Process", "User", "GPU mem", "Job")
 ALERT_COLUMNS = ("Severity", "Alert", "GPU", "Since", "Action")
 EVENT_COLUMNS = ("Time", "Kind", "GPU", "What")
 
 
-def process_cells(p: dict[str, Any]) -> tuple[str, ...]:
+def process_cells(p: dict[str, Any], gpu: str) -> tuple[str, ...]:
+    """A process of `gpu` (its index, or `index/instance` for a MIG instance's)."""
     memory = p.get("gpu_memory_bytes")
     return (
+        gpu,
         str(p["pid"]) if p["pid"] else "-",  # 0: a pod named by dcgm-exporter, no process
         p["name"],
         p["user"],
@@ -204,6 +206,21 @@ def by_severity(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             str(a.get("activeAt", "")),
         ),
     )
+
+
+def alert_text(a: dict[str, Any]) -> Text:
+    """An alert whole, for the pane that opens on Enter: the table cuts the action short."""
+    labels, annotations = a["labels"], a.get("annotations", {})
+    out = Text()
+    out.append(f"{labels.get('alertname', '')}", style="bold")
+    out.append(f"  {a.get('state', '')} since {a.get('activeAt', '')}\n\n")
+    for key in ("summary", "description", "action"):
+        if annotations.get(key):
+            out.append(f"{key}: ", style="bold")
+            out.append(f"{annotations[key]}\n\n")
+    out.append("labels: ", style="bold")
+    out.append(", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return out
 
 
 def alert_cells(a: dict[str, Any]) -> tuple[Text | str, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
+from gpuwatch.tui.app import AlertScreen, FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
 from gpuwatch.tui.fleet_table import FleetTable
 from gpuwatch.tui.rows import GPU_COLUMNS, by_severity, gpu_cells, process_cells
 from textual.widgets import DataTable, Static
@@ -33,7 +33,17 @@ async def test_the_node_view_shows_every_gpu_the_verdict_and_the_firing_alert() 
         alerts = screen.query_one("#alerts", DataTable)
         assert cells(alerts, 0)[:3] == ["critical", "GpuFellOffBus", "1"]
         processes = screen.query_one("#processes", DataTable)
-        assert cells(processes, 0)[4].startswith("Slurm job 81234 of ")
+        assert cells(processes, 0)[0] == "0"  # the GPU under the cursor
+        assert cells(processes, 0)[5].startswith("Slurm job 81234 of ")
+        assert NODE in header  # which daemon this is, a second demo's port included
+        # Enter on an alert: the whole of it, which the Action column cuts short.
+        alerts.focus()
+        await pilot.press("enter")
+        assert isinstance(app.screen, AlertScreen)
+        whole = str(app.screen.query_one("#alert", Static).render())
+        assert "GpuFellOffBus" in whole and "action: " in whole and "uuid=" in whole
+        await pilot.press("escape")
+        assert isinstance(app.screen, NodeScreen)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
@@ -171,8 +181,8 @@ def test_power_without_a_known_limit_shows_the_watts() -> None:
 def test_a_pod_from_dcgm_exporter_has_no_pid_to_show() -> None:
     pod = {"pid": 0, "name": "trainer", "user": "ml-research", "gpu_memory_bytes": None,
            "job": "Kubernetes pod llama-0 of ml-research"}  # fmt: skip
-    assert process_cells(pod)[:2] == ("-", "trainer")
-    assert process_cells({**pod, "pid": 4242})[0] == "4242"
+    assert process_cells(pod, "3")[:3] == ("3", "-", "trainer")
+    assert process_cells({**pod, "pid": 4242}, "3/gi1")[:2] == ("3/gi1", "4242")
 
 
 def styles(text: Any) -> set[str]:
