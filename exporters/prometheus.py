@@ -15,7 +15,6 @@ import asyncio
 import gzip
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import exposition as text_format
@@ -35,7 +34,7 @@ SnapshotRow = tuple[str, Labels, float]
 Describe = Callable[[str], MetricDef | None]
 
 
-def kind_and_help(describe: Describe, name: str) -> tuple[MetricType | Literal["untyped"], str]:
+def kind_and_help(describe: Describe, name: str) -> tuple[MetricType, str]:
     """A family's TYPE and HELP: the catalogue's, a pushed metric's, or untyped (a series a
     local recording rule wrote)."""
     definition = describe(name)

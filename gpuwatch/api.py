@@ -31,7 +31,7 @@ from gpuwatch.exporters.prometheus import (
 from gpuwatch.gofmt import non_finite
 from gpuwatch.health import with_sampling_problem
 from gpuwatch.journal import event_json
-from gpuwatch.metrics import CATALOGUE, PUSHED, MetricDef
+from gpuwatch.metrics import CATALOGUE, MetricDef, pushed
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
@@ -253,7 +253,7 @@ class Api:
         """TYPE and HELP for /metrics: the catalogue's, else a job's pushed metric's."""
         found = CATALOGUE.get(name)
         if found is None and name in self.daemon.jobs.pushed.names:
-            return PUSHED
+            return pushed(name, self.daemon.jobs.pushed.names)
         return found
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
@@ -280,7 +280,7 @@ class Api:
         try:
             authorized(request, self.daemon.config.push.token)
         except PushError as exc:
-            return error_response(exc)
+            return error_response(exc, request, request.query.get("job", ""))
         return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
 
     @web.middleware

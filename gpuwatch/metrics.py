@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-MetricType = Literal["gauge", "counter"]
+MetricType = Literal["gauge", "counter", "untyped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +152,25 @@ _DEFS = [
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 
-# What /metrics says of a metric a job pushed (its name is the job's): the last value pushed,
-# which is a gauge whatever the job meant by it; rate() and increase() work on it as before.
-PUSHED = MetricDef(
-    "", "gauge", "Pushed by a job (gpuwatch.client, /api/v1/push or a textfile): its last value."
-)
+PUSHED_HELP = "Pushed by a job (gpuwatch.client, /api/v1/push or a textfile): its last value."
+# Samples of a histogram or a summary (and a counter's creation time): their family's TYPE
+# belongs to the base name, which a job's push does not carry whole, so they go untyped.
+_FAMILY_PARTS = ("_bucket", "_sum", "_count", "_created")
+
+
+def pushed(name: str, names: frozenset[str] = frozenset()) -> MetricDef:
+    """What /metrics says of a metric a job pushed (its name is the job's), typed by
+    Prometheus's naming rules so that `promtool check metrics` passes whatever a job sends:
+    a `_total` is a counter, a histogram's or summary's part untyped, anything else a gauge
+    (the last value pushed). rate() and increase() work on each as before. `names` are all
+    pushed names: a counter's family is its name less `_total`, so beside a pushed metric of
+    that name it goes untyped, or OpenMetrics would show one family twice."""
+    if name.endswith("_total"):
+        alone = name.removesuffix("_total") not in names
+        return MetricDef(name, "counter" if alone else "untyped", PUSHED_HELP)
+    if name.endswith(_FAMILY_PARTS):
+        return MetricDef(name, "untyped", PUSHED_HELP)
+    return MetricDef(name, "gauge", PUSHED_HELP)
 
 
 @cache

@@ -10,6 +10,7 @@ import logging
 
 from aiohttp import web
 
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.push.jobs import JobInputs
@@ -45,14 +46,16 @@ def authorized(request: web.Request, token: Secret | None) -> None:
     """Raise PushError unless a TCP request carries the configured bearer token."""
     if token is None:
         raise PushError(403, "pushing over TCP is off: set push.token, or push on the unix socket")
-    given = request.headers.get("Authorization", "")
-    expected = f"Bearer {token.reveal()}"
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # The scheme is case-insensitive (RFC 9110 11.1): curl users write "bearer" too.
+    right = hmac.compare_digest(given.strip().encode(), token.reveal().encode())
+    if scheme.lower() != "bearer" or not right:
         raise PushError(401, "missing or wrong bearer token (Authorization: Bearer ...)")
 
 
 async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:
     limits = jobs.pushed.limits
+    job = request.query.get("job", "")  # for the log line when refused; a JSON body names it
     try:
         body = await _body(request, limits.max_body_bytes)
         if request.content_type == "application/json":
@@ -74,7 +77,7 @@ async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.
             job, samples = await asyncio.to_thread(parse)
         count = jobs.pushed.apply(job, samples, now)
     except PushError as exc:
-        return error_response(exc)
+        return error_response(exc, request, job)
     return web.json_response({"status": "success", "data": {"job": job, "series": count}})
 
 
@@ -82,8 +85,14 @@ def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
     return job, parse_text(body, job)
 
 
-def error_response(exc: PushError) -> web.Response:
-    log.info("push refused (%d): %s", exc.status, exc)
+def error_response(exc: PushError, request: web.Request, job: str = "") -> web.Response:
+    # The sender is a field, so one flooding client's lines are cut short without hiding
+    # another's first; the job is in the text (a flood of made-up job names stays one burst).
+    peer = request.remote or "unix socket"
+    log.info(
+        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
+        extra=log_fields(peer=peer),
+    )  # fmt: skip
     return web.json_response(
         {"status": "error", "errorType": "bad_data", "error": str(exc)}, status=exc.status
     )

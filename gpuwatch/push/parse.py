@@ -19,9 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.model import Labels, Sample
 
-METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$")
+# Matched whole (fullmatch): with match() and "$", a name ending in a newline passed, and one
+# such name in /metrics broke the exposition for the whole node.
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}")
 RESERVED_PREFIX = "gpuwatch_"
 MAX_LABEL_VALUE = 1024
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
@@ -36,13 +38,13 @@ class PushError(Exception):
 
 
 def check_job(job: Any) -> str:
-    if not isinstance(job, str) or not JOB_NAME.match(job):
+    if not isinstance(job, str) or not JOB_NAME.fullmatch(job):
         raise PushError(400, f"job: expected a name of letters, digits and ._:@/-, got {job!r}")
     return job
 
 
 def _check_name(name: str) -> None:
-    if not METRIC_NAME.match(name):
+    if not METRIC_NAME.fullmatch(name):
         raise PushError(400, f"metric name {name!r} is not a valid Prometheus name")
     if name.startswith(RESERVED_PREFIX):
         raise PushError(
@@ -53,7 +55,7 @@ def _check_name(name: str) -> None:
 def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
     out: dict[str, str] = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or not LABEL_NAME.match(key) or key.startswith("__"):
+        if not isinstance(key, str) or not LABEL_NAME.fullmatch(key) or key.startswith("__"):
             raise PushError(
                 400, f"{where}: label name {key!r} is not a valid Prometheus label name"
             )

@@ -48,10 +48,12 @@ def over_socket(
     return int(head_bytes.split()[1]), json.loads(reply)
 
 
-def over_tcp(daemon: DaemonProcess, body: bytes, token: str | None) -> tuple[int, dict[str, Any]]:
+def over_tcp(
+    daemon: DaemonProcess, body: bytes, token: str | None, scheme: str = "Bearer"
+) -> tuple[int, dict[str, Any]]:
     headers = {"Content-Type": "text/plain"}
     if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
+        headers["Authorization"] = f"{scheme} {token}"
     request = urllib.request.Request(f"{daemon.url}/api/v1/push?job=tcp", body, headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
@@ -86,6 +88,14 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
             "NaN label, text": over_socket(
                 state, "/api/v1/push?job=llama", b"train_step{rank=NaN} 1\n"
             ),
+            "newline in a metric name": over_socket(
+                state, "/api/v1/push",
+                b'{"job": "llama", "metrics": {"train_step\\n": 1}}', "application/json",
+            ),
+            "newline in a job": over_socket(
+                state, "/api/v1/push",
+                b'{"job": "llama\\n", "metrics": {"train_step": 1}}', "application/json",
+            ),
             "no token over TCP": over_tcp(daemon, b"train_step 1\n", None),
             "wrong token over TCP": over_tcp(daemon, b"train_step 1\n", "guess"),
         }  # fmt: skip
@@ -107,6 +117,13 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
             401, "missing or wrong bearer token (Authorization: Bearer ...)"
         )  # fmt: skip
         assert reasons["wrong token over TCP"][0] == 401
+        assert reasons["newline in a metric name"] == (
+            400, "metric name 'train_step\\n' is not a valid Prometheus name"
+        )  # fmt: skip
+        assert reasons["newline in a job"][0] == 400
+        assert "job: expected a name" in reasons["newline in a job"][1]
+        status, _ = over_tcp(daemon, b'train_step{rank="1"} 8\n', TOKEN, scheme="bearer")
+        assert status == 200  # the scheme's case does not matter
         # Good pushes still work, on both paths, and the daemon kept sampling all along.
         status, reply = over_tcp(daemon, b'train_step{rank="0"} 7\n', TOKEN)
         assert (status, reply["data"]) == (200, {"job": "tcp", "series": 1})
@@ -119,10 +136,29 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         assert "# HELP train_step Pushed by a job" in daemon.metrics()
         assert "# TYPE train_step gauge" in daemon.metrics()
         assert "gpuwatch_up 1.0" in daemon.metrics()
+        # A job's own histogram and counter: the page stays one promtool passes.
+        histogram = (
+            b"# TYPE step_seconds histogram\n"
+            b'step_seconds_bucket{le="1"} 3\nstep_seconds_bucket{le="+Inf"} 4\n'
+            b"step_seconds_sum 5.5\nstep_seconds_count 4\n"
+            b"# TYPE tokens_total counter\ntokens_total 1e6\n"
+        )
+        status, _ = over_socket(state, "/api/v1/push?job=hist", histogram)
+        assert status == 200
+        wait_for(lambda: 'step_seconds_count{job="hist"} 4.0' in daemon.metrics())
+        assert "# TYPE tokens_total counter" in daemon.metrics()
+        checked = subprocess.run(
+            ["promtool", "check", "metrics"], input=daemon.metrics(), capture_output=True,
+            text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
         wait_for(lambda: last_sample(daemon) > before + 1)
         status, _, _ = daemon.get("/healthz")
         assert status == 200
         assert TOKEN not in daemon.log()
+        refused = [line for line in daemon.log().splitlines() if "push refused" in line]
+        assert any("(413) for job 'big'" in line and "peer=" in line for line in refused)
+        assert any("(401)" in line and "peer=127.0.0.1" in line for line in refused)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
 
@@ -132,8 +168,25 @@ def test_a_push_over_tcp_is_off_without_a_token(tmp_path: Path) -> None:
     try:
         status, reply = over_tcp(daemon, b"train_step 1\n", None)
         assert status == 403 and "set push.token" in reply["error"]
+        assert {p.name for p in (tmp_path / "state").glob("*.sock")} == {
+            "gpuwatch.sock", "push.sock"
+        }  # fmt: skip
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
+    # A stopped daemon leaves no socket for a client to find and fail on.
+    assert list((tmp_path / "state").glob("*.sock")) == []
+
+
+def test_a_push_socket_on_the_control_socket_is_refused_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text(f"push: {{socket: {tmp_path / 'state' / 'gpuwatch.sock'}}}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0", "--simulate",
+         "healthy", "--state-dir", str(tmp_path / "state"), "-c", str(config)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "is the control socket: give it its own path" in done.stderr, done.stderr
 
 
 def test_textfiles_are_read_as_jobs_and_their_series_go_stale_when_the_file_goes(

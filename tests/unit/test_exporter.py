@@ -75,11 +75,36 @@ def test_the_text_format_is_prometheus_clients_byte_for_byte() -> None:
 
     # Pushed metrics, described as such, in both writers alike.
     def describe(name: str) -> m.MetricDef | None:
-        return m.PUSHED if name.startswith("train_") else m.CATALOGUE.get(name)
+        return m.pushed(name) if name.startswith("train_") else m.CATALOGUE.get(name)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(rows, describe))
     text = TextRenderer(describe).render(rows)
     assert text == generate_latest(registry)
     assert b"# TYPE train_step gauge\n" in text
-    assert f"# HELP train_step {m.PUSHED.help}\n".encode() in text
+    assert f"# HELP train_step {m.PUSHED_HELP}\n".encode() in text
+
+
+def test_pushed_names_are_typed_so_both_formats_parse() -> None:
+    """Whatever names a job pushes, each family appears once with a TYPE its name allows:
+    prometheus_client's strict OpenMetrics parser takes the page, types as declared."""
+    from gpuwatch.exporters.prometheus import SnapshotCollector
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.openmetrics.exposition import generate_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    job = (("job", "a"),)
+    pushed = ["tokens_total", "loss", "loss_total", "lat_bucket", "lat_sum", "lat_count"]
+    names = frozenset(pushed)
+    rows = [(name, (*job, ("le", "1")) if name == "lat_bucket" else job, 1.0) for name in pushed]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(rows, lambda name: m.pushed(name, names)))
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    assert sorted((f.name, f.type) for f in families) == [
+        ("lat_bucket", "unknown"),
+        ("lat_count", "unknown"),
+        ("lat_sum", "unknown"),
+        ("loss", "gauge"),
+        ("loss_total", "unknown"),  # beside a pushed `loss`: as a counter it would be `loss` too
+        ("tokens", "counter"),
+    ]
