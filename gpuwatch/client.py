@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 import threading
@@ -45,6 +46,11 @@ SOCKET_CANDIDATES = (
 )
 SEND_EVERY_S = 1.0
 TIMEOUT_S = 2.0
+# The daemon refuses a whole push over one bad name, so a bad name is dropped here, once, before
+# it can stop every later report of the job. (This module imports nothing of gpuwatch's: it is
+# copied into training images on its own.)
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"(?!__)[a-zA-Z_][a-zA-Z0-9_]*")  # __ names are Prometheus's own
 
 
 def _default_socket() -> str:
@@ -94,7 +100,13 @@ class JobReporter:
         interval: float = SEND_EVERY_S,
     ) -> None:
         self.job = job
-        self.labels = {**(labels or {}), "rank": str(rank)}
+        self._refused: set[str] = set()  # names dropped, each logged once
+        self.labels = {
+            name: str(value)
+            for name, value in (labels or {}).items()
+            if self._usable(name, LABEL_NAME, "label") and name not in ("job", "rank")
+        }
+        self.labels["rank"] = str(rank)
         self.url = url or (None if socket_path else os.environ.get("GPUWATCH_URL")) or None
         self.token = token or os.environ.get("GPUWATCH_PUSH_TOKEN", "")
         self.ca_file = ca_file or os.environ.get("GPUWATCH_CA_FILE") or None
@@ -107,7 +119,10 @@ class JobReporter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._delivered = threading.Event()
+        # Sends started and finished, so flush() waits for one that began after it was called.
+        self._sends = threading.Condition()
+        self._started = self._finished = 0
+        self._last_ok = False
         self._thread = threading.Thread(target=self._run, name="gpuwatch-reporter", daemon=True)
         self._thread.start()
 
@@ -117,19 +132,34 @@ class JobReporter:
             update = {f"train_{k}": float(v) for k, v in values.items()}
         except (TypeError, ValueError):
             return  # a value that is not a number is dropped, not raised into the loop
+        if not all(METRIC_NAME.fullmatch(name) for name in update):
+            update = {k: v for k, v in update.items() if self._usable(k, METRIC_NAME, "metric")}
         with self._lock:
             self._latest.update(update)
 
     def flush(self, timeout: float = TIMEOUT_S) -> bool:
         """Send now and wait for it (at the end of training, say). True when it got through."""
-        self._delivered.clear()
-        self._wake.set()
-        return self._delivered.wait(timeout)
+        with self._sends:
+            target = self._started + 1
+            self._wake.set()
+            done = self._sends.wait_for(lambda: self._finished >= target, timeout)
+            return done and self._last_ok
 
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
         self._thread.join(TIMEOUT_S * 2)
+
+    def _usable(self, name: str, pattern: re.Pattern[str], what: str) -> bool:
+        if pattern.fullmatch(name):
+            return True
+        if name not in self._refused:
+            self._refused.add(name)
+            log.warning(
+                "gpuwatch: %s name %r of job %s is not a valid Prometheus name; left out",
+                what, name, self.job,
+            )  # fmt: skip
+        return False
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -137,19 +167,31 @@ class JobReporter:
             self._wake.clear()
             with self._lock:
                 metrics = dict(self._latest)
-            if metrics:
-                self._send(metrics)
+            with self._sends:
+                self._started += 1
+                number = self._started
+            ok = False
+            try:
+                ok = bool(metrics) and self._send(metrics)
+            except Exception as exc:  # whatever it was, the next report tries again
+                self._failed(f"{type(exc).__name__}: {exc}")
+            with self._sends:
+                self._finished, self._last_ok = number, ok
+                self._sends.notify_all()
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.url is None:
             return UnixHTTPConnection(self.socket_path)
         parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"url must be http://host:port or https://host:port, got {self.url!r}")
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=self.ca_file)
             return http.client.HTTPSConnection(parts.netloc, timeout=TIMEOUT_S, context=context)
         return http.client.HTTPConnection(parts.netloc, timeout=TIMEOUT_S)
 
-    def _send(self, metrics: dict[str, float]) -> None:
+    def _send(self, metrics: dict[str, float]) -> bool:
+        """One push of the newest values; True when the daemon took it."""
         body = json.dumps(
             {
                 "job": self.job,
@@ -164,14 +206,15 @@ class JobReporter:
             connection = self._connection()
         except (OSError, ValueError) as exc:  # a bad URL or CA file: every send fails alike
             self._failed(f"{type(exc).__name__}: {exc}")
-            return
+            return False
         try:
             connection.request("POST", "/api/v1/push", body, headers)
             response = connection.getresponse()
             reply = response.read()
-        except OSError as exc:
-            self._failed(f"{type(exc).__name__}: {exc}")  # the daemon is away: try again later
-            return
+        except (OSError, http.client.HTTPException) as exc:
+            # The daemon is away, or something else answers there: try again later.
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return False
         finally:
             connection.close()
         if response.status == 200:
@@ -179,10 +222,10 @@ class JobReporter:
             if self._failing:
                 log.info("gpuwatch takes this job's reports again (%s)", self._where())
             self._failing = False
-            self._delivered.set()
-        else:
-            why = reply[:200].decode("utf-8", "replace")
-            self._failed(f"HTTP {response.status}: {why}")
+            return True
+        why = reply[:200].decode("utf-8", "replace")
+        self._failed(f"HTTP {response.status}: {why}")
+        return False
 
     def _where(self) -> str:
         return self.url or self.socket_path
@@ -191,7 +234,7 @@ class JobReporter:
         self.failed += 1
         if not self._failing:
             log.warning(
-                "gpuwatch did not take a report of job %s (%s): %s; trying again every %.0fs, "
+                "gpuwatch did not take a report of job %s (%s): %s; trying again every %gs, "
                 "not logged again until one gets through",
                 self.job, self._where(), why, self.interval,
             )  # fmt: skip

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from gpuwatch.client import JobReporter
 from gpuwatch.processes import GpuProcess, job_from_cgroup
@@ -32,34 +35,45 @@ def test_report_takes_well_under_a_millisecond_and_never_raises_when_the_daemon_
     reporter.close()
 
 
-def test_reports_arrive_as_the_json_push_form(tmp_path: Path) -> None:
-    path = str(tmp_path / "daemon.sock")
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+
+
+def fake_daemon(path: str, answers: list[bytes]) -> tuple[list[bytes], threading.Thread]:
+    """A unix socket that reads one request per answer and replies with it; the bodies read."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen()
     bodies: list[bytes] = []
 
     def serve() -> None:
-        conn, _ = server.accept()
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += conn.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(
-            next(
-                v
-                for k, v in (line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
-                if k.lower() == b"content-length"
-            )
-        )
-        while len(body) < length:
-            body += conn.recv(65536)
-        bodies.append(body)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
-        conn.close()
+        with server:
+            for answer in answers:
+                conn, _ = server.accept()
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        v
+                        for k, v in (line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+                        if k.lower() == b"content-length"
+                    )
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                bodies.append(body)
+                conn.sendall(answer)
+                conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
+    return bodies, thread
+
+
+def test_reports_arrive_as_the_json_push_form(tmp_path: Path) -> None:
+    path = str(tmp_path / "daemon.sock")
+    bodies, thread = fake_daemon(path, [OK])
     reporter = JobReporter("llama", rank=0, socket_path=path, interval=10.0)
     reporter.report(step=12, loss=math.inf)
     assert reporter.flush(timeout=5.0)
@@ -69,7 +83,52 @@ def test_reports_arrive_as_the_json_push_form(tmp_path: Path) -> None:
     assert {(s.name, s.value) for s in samples} == {("train_step", 12.0), ("train_loss", math.inf)}
     assert samples[0].labels == (("job", "llama"), ("rank", "0"))
     reporter.close()
-    server.close()
+
+
+def test_a_name_the_daemon_would_refuse_is_left_out_once_and_the_rest_still_arrives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "daemon.sock")
+    bodies, thread = fake_daemon(path, [OK, OK])
+    labels = {"node": "a", "bad label": "x", "__name__": "y"}
+    reporter = JobReporter("llama", rank=1, socket_path=path, labels=labels, interval=10.0)
+    with caplog.at_level(logging.WARNING, logger="gpuwatch.client"):
+        for _ in range(2):
+            reporter.report(**{"loss": 1.5, "lr-scale": 2.0, "ünïcode": 3.0})
+            assert reporter.flush(timeout=5.0)
+    thread.join(5)
+    for body in bodies:
+        _, samples = parse_json(body)  # the daemon's own parser takes every push whole
+        assert [(s.name, s.labels) for s in samples] == [
+            ("train_loss", (("job", "llama"), ("node", "a"), ("rank", "1")))
+        ]
+    warned = sorted(r.getMessage() for r in caplog.records)
+    assert len(warned) == 4, warned  # each bad name once, though reported twice
+    assert "metric name 'train_lr-scale' of job llama is not a valid Prometheus name" in warned[2]
+    reporter.close()
+
+
+def test_whatever_answers_on_the_socket_the_reporter_goes_on(tmp_path: Path) -> None:
+    path = str(tmp_path / "daemon.sock")
+    bad_chunk = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    answers = [b"garbage\r\n\r\n", bad_chunk, OK]
+    bodies, thread = fake_daemon(path, answers)
+    reporter = JobReporter("llama", rank=0, socket_path=path, interval=10.0)
+    reporter.report(step=1)
+    results = [reporter.flush(timeout=5.0) for _ in answers]
+    thread.join(5)
+    assert results == [False, False, True]
+    assert len(bodies) == 3
+    assert (reporter.failed, reporter.sent) == (2, 1)
+    reporter.close()
+
+
+def test_a_url_that_is_not_http_fails_every_send_without_raising() -> None:
+    reporter = JobReporter("llama", url="localhost:10040", token="t", interval=10.0)
+    reporter.report(step=1)
+    assert reporter.flush(timeout=0.5) is False
+    assert reporter.failed == 1
+    reporter.close()
 
 
 def test_a_process_cgroup_names_its_job() -> None:
