@@ -33,22 +33,32 @@ def _timestamp(record: logging.LogRecord) -> str:
     return f"{stamp}.{int(record.msecs):03d}Z"
 
 
-def _logfmt_value(value: str) -> str:
-    if value and all(c not in value for c in ' ="\n'):
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(c: str) -> str:
+    return _ESCAPES.get(c) or (c if c.isprintable() else f"\\u{ord(c):04x}")
+
+
+def logfmt_value(value: str) -> str:
+    """A value as logfmt writes it: bare when it can be, else quoted with every control
+    character escaped. A label or a process name is text someone else chose; a raw CR, a
+    U+2028 or an escape sequence in it would forge or hide a line in the journal."""
+    if value and value.isprintable() and all(c not in value for c in ' ="'):
         return value
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + "".join(map(_escaped, value)) + '"'
 
 
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = (
             f"ts={_timestamp(record)} level={record.levelname.lower()} "
-            f"logger={record.name} msg={_logfmt_value(record.getMessage())}"
+            f"logger={record.name} msg={logfmt_value(record.getMessage())}"
         )
         for key, value in _fields_of(record).items():
-            line += f" {key}={_logfmt_value(str(value))}"
+            line += f" {key}={logfmt_value(str(value))}"
         if record.exc_info:
-            line += " exc=" + _logfmt_value(self.formatException(record.exc_info))
+            line += " exc=" + logfmt_value(self.formatException(record.exc_info))
         return line
 
 
@@ -60,8 +70,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        # Strings, as labels are: `.gpu == "3"` finds a GPU's lines whether a sampler (an int)
+        # or an alert (a label) wrote them.
         for key, value in _fields_of(record).items():
-            out.setdefault(key, value if isinstance(value, int | float | str) else str(value))
+            out.setdefault(key, str(value))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpuwatch import metrics as m
-from gpuwatch.logs import RECORD_KEYS
+from gpuwatch.logs import RECORD_KEYS, logfmt_value
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import Evaluator, SeriesView
@@ -208,7 +208,7 @@ class RuleEngine:
             kept = {k: v for k, v in labels.items() if k in RECORD_KEYS}
             log.info(
                 "alert %s %s -> %s%s", t.rule, t.old.value, t.new.value,
-                "".join(f" {k}={v}" for k, v in kept.items()),
+                "".join(f" {k}={logfmt_value(v)}" for k, v in kept.items()),
                 extra=log_fields(**{k: v for k, v in labels.items() if k not in kept}),
             )  # fmt: skip
         self._persist()

@@ -64,7 +64,7 @@ def test_fields_are_fields_and_the_time_is_rfc3339_in_both_formats(fmt: str) -> 
     [line] = out.getvalue().splitlines()
     if fmt == "json":
         record = json.loads(line)
-        assert (record["gpu"], record["uuid"], record["xid"]) == (3, uuid, 79)
+        assert (record["gpu"], record["uuid"], record["xid"]) == ("3", uuid, "79")
         assert record["msg"] == "XID 79: fallen off the bus"
         stamp = record["ts"]
     else:
@@ -82,3 +82,22 @@ def test_a_storm_on_one_gpu_does_not_hide_the_first_line_of_another() -> None:
     log.error("sampling failed", extra=logs.fields(gpu=2))
     lines = out.getvalue().splitlines()
     assert len(lines) == 6 and lines[-1].endswith("gpu=2")
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_text_from_outside_cannot_forge_or_hide_a_line(fmt: str) -> None:
+    out = io.StringIO()
+    logs.setup("info", fmt, out)
+    hostile = 'a\rts=x level=error msg="forged"\tb\u2028c\x85d\x1b[2Je\x00f'
+    log = logging.getLogger("gpuwatch.test")
+    log.warning("process %s", hostile, extra=logs.fields(label=hostile, gpu="0"))
+    text = out.getvalue()
+    assert text.endswith("\n")
+    [line] = text[:-1].splitlines()  # splitlines() breaks at CR, U+2028, U+0085 and more
+    assert line.isprintable() and line.isascii() if fmt == "json" else line.isprintable()
+    decoded = json.loads(line)["label"] if fmt == "json" else None
+    assert decoded in (None, hostile)  # nothing lost: JSON gives the text back whole
+    if fmt == "logfmt":
+        # The forged "level=error" stays inside the quoted value, escaped.
+        escaped = r'msg="process a\rts=x level=error msg=\"forged\"\tb\u2028c\u0085d\u001b'
+        assert escaped in line
