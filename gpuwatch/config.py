@@ -215,9 +215,12 @@ def _file_mode(value: Any) -> int:
 
 
 def _group(value: Any) -> int:
-    """A group name or number, as the gid the socket is given."""
+    """A group name or number, as the gid the socket is given. A number need not have a name
+    (containers often lack /etc/group entries); "1000", quoted, is the number too."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
     if isinstance(value, str) and value:
         try:
             return grp.getgrnam(value).gr_gid

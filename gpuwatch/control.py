@@ -145,8 +145,12 @@ class ControlApi:
 
 def clear_stale_socket(path: Path) -> None:
     """Remove a socket left behind by a daemon that did not stop cleanly; refuse to take one
-    that a running daemon still answers on (two daemons on one state directory)."""
+    that a running daemon still answers on (two daemons on one state directory), and a path
+    that is something else (bind would say only "address already in use")."""
     if not path.is_socket():
+        if os.path.lexists(path):
+            kind = "a directory" if path.is_dir() else "a file"
+            raise OSError(f"{path} is {kind}, not a socket: remove it or give another path")
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
@@ -168,11 +172,23 @@ class UnixSocket:
     mode: int
     group: int | None = None
     recreating: asyncio.Task[None] | None = None
+    inode: int | None = None  # of the file made, so close() never removes another's
+
+    async def close(self) -> None:
+        """Stop serving and remove the socket file, if it is still the one made here: a
+        stopped daemon leaves no socket behind for a client to find and fail on."""
+        await self.runner.cleanup()
+        try:
+            if self.path.is_socket() and os.stat(self.path).st_ino == self.inode:
+                self.path.unlink()
+        except OSError as exc:
+            log.warning("%s socket %s not removed: %s", self.name, self.path, exc.strerror)
 
     async def listen(self) -> None:
         """Listen on `path` (again, when the socket file was removed under the daemon)."""
         site = web.UnixSite(self.runner, str(self.path))
         await site.start()
+        self.inode = os.stat(self.path).st_ino
         os.chmod(self.path, self.mode)
         if self.group is not None:
             os.chown(self.path, -1, self.group)

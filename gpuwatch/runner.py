@@ -152,7 +152,7 @@ class Running:
     async def stop(self) -> None:
         await self.runner.cleanup()
         for served in self.sockets:
-            await served.runner.cleanup()
+            await served.close()
         await self.daemon.stop()
         if self.daemon.notifier is not None:
             await self.daemon.notifier.stop()
@@ -287,6 +287,10 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     push = config.push
     push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
     api, sockets = ControlApi(daemon), []
+    if push_path.absolute() == control_path.absolute():
+        await daemon.notifier.stop()
+        await runner.cleanup()
+        raise StartupError(f"push.socket {push_path} is the control socket: give it its own path")
     try:
         sockets.append(await start_socket("control", api.app(), control_path, CONTROL_MODE))
         sockets.append(
@@ -296,7 +300,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
         )
     except OSError as exc:
         for served in sockets:
-            await served.runner.cleanup()
+            await served.close()
         await daemon.notifier.stop()
         await runner.cleanup()
         raise StartupError(f"cannot create a unix socket: {exc}") from exc

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+PLACEHOLDER_PREFIX = "<not shown: "  # what `config check` prints for an inline secret
+
 
 class Secret:
     __slots__ = ("_value", "source")
@@ -30,7 +32,7 @@ class Secret:
         kind, _, ref = self.source.partition(":")
         if kind in ("env", "file"):
             return {kind: ref}
-        return f"<not shown: given {self.source}>"
+        return f"{PLACEHOLDER_PREFIX}given {self.source}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secret) and other._value == self._value
@@ -41,6 +43,10 @@ class Secret:
 
 def parse_secret(value: Any, base: Path) -> Secret:
     """A plain string, `{env: NAME}` or `{file: PATH}` (relative to the config file)."""
+    if isinstance(value, str) and value.startswith(PLACEHOLDER_PREFIX):
+        # `config check` output loaded back: a token "<not shown: ...>" would be accepted
+        # and every sender refused, so the placeholder is an error here.
+        raise ValueError(f"{value} is the placeholder `config check` prints; give the value")
     if isinstance(value, str) and value:
         return Secret(value, "inline")
     if isinstance(value, dict) and len(value) == 1:

@@ -27,6 +27,16 @@ def test_a_stale_socket_is_removed_and_a_live_one_is_refused(tmp_path: Path) -> 
         assert path.is_socket()
 
 
+def test_a_path_that_is_not_a_socket_is_named_as_what_it_is(tmp_path: Path) -> None:
+    (tmp_path / "dir.sock").mkdir()
+    (tmp_path / "file.sock").write_text("notes")
+    with pytest.raises(OSError, match=r"dir.sock is a directory, not a socket: remove it"):
+        clear_stale_socket(tmp_path / "dir.sock")
+    with pytest.raises(OSError, match=r"file.sock is a file, not a socket"):
+        clear_stale_socket(tmp_path / "file.sock")
+    assert (tmp_path / "file.sock").read_text() == "notes"  # never removed
+
+
 def test_a_command_that_cannot_reach_the_daemon_says_why_in_words(tmp_path: Path) -> None:
     path = tmp_path / "gpuwatch.sock"
     with pytest.raises(ControlError, match="no socket there; is the daemon running"):

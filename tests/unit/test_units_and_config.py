@@ -176,6 +176,21 @@ def test_config_check_prints_a_config_that_loads_as_the_same(
     assert replace(load_config(defaults), source=None) == load_config(None)
 
 
+def test_an_inline_secret_printed_by_config_check_does_not_load_as_the_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "given.yaml"
+    given.write_text("push: {token: s3cr3t, socket_group: '4242'}\n")
+    assert main(["config", "check", str(given)]) == 0
+    printed = capsys.readouterr().out.split("\n", 1)[1]
+    assert "s3cr3t" not in printed and "socket_group: 4242" in printed
+    again = tmp_path / "again.yaml"
+    again.write_text(printed)
+    assert main(["config", "check", str(again)]) == 2
+    err = capsys.readouterr().err
+    assert "push.token" in err and "is the placeholder `config check` prints" in err
+
+
 def test_run_refuses_a_bad_config_with_exit_code_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
