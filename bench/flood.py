@@ -277,20 +277,35 @@ def main() -> None:
         help="after the last flood: 10 s to go stale, 1 m kept, a retention sweep a minute",
     )  # fmt: skip
     parser.add_argument("--only", nargs="*", default=list(FLOODS))
+    parser.add_argument(
+        "--control", action="store_true",
+        help="run a second daemon beside, probed alike and never flooded: the store fills "
+        "its retention windows for an hour, and its RSS says how much of the growth is that",
+    )  # fmt: skip
     args = parser.parse_args()
     machine = f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
     print(f"machine: {machine}; daemon from {args.tree}; {args.seconds:g}s per flood, "
           "daemon fd limit 1024")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, more_descriptors():
-        d = Daemon(args.tree, Path(tmp))
+        (Path(tmp) / "flooded").mkdir()
+        d = Daemon(args.tree, Path(tmp) / "flooded")
+        control: Daemon | None = None
+        if args.control:
+            (Path(tmp) / "control").mkdir()
+            control = Daemon(args.tree, Path(tmp) / "control")
         try:
             time.sleep(args.warmup)  # the store fills its retention window, rules settle
             start_rss = d.rss_mib()
             print(f"RSS after {args.warmup:g}s of warm-up: {start_rss:.1f} MiB")
+            if control is not None:
+                control_start = control.rss_mib()
+                print(f"control's RSS then: {control_start:.1f} MiB")
             print(f"{'flood':32} {'probes':>6} {'fail':>4}  {'/metrics p50/p99/max ms':>23}  "
                   f"{'/healthz p50/p99/max ms':>23}  {'RSS after':>9}")  # fmt: skip
             for name in args.only:
-                with Prober(d.url) as prober:
+                with Prober(d.url) as prober, contextlib.ExitStack() as beside:
+                    if control is not None:
+                        beside.enter_context(Prober(control.url))
                     FLOODS[name](d, args.seconds)
                 time.sleep(args.settle)
                 counts = sum(len(v) for v in prober.latencies.values()) + prober.failures
@@ -298,14 +313,23 @@ def main() -> None:
                     "/".join(f"{x:.0f}" for x in (p(lat, 0.5), p(lat, 0.99), p(lat, 1.0)))
                     for lat in prober.latencies.values()
                 ]
+                beside_rss = "" if control is None else f"  control {control.rss_mib():.1f}M"
                 print(f"{name:32} {counts:6d} {prober.failures:4d}  {cells[0]:>23}  "
-                      f"{cells[1]:>23}  {d.rss_mib():8.1f}M", flush=True)  # fmt: skip
+                      f"{cells[1]:>23}  {d.rss_mib():8.1f}M{beside_rss}", flush=True)  # fmt: skip
             time.sleep(args.final_settle)
             end_rss = d.rss_mib()
             print(f"RSS {args.final_settle:g}s after the last flood: {end_rss:.1f} MiB "
                   f"({end_rss / start_rss - 1:+.0%} of the RSS after warm-up)")  # fmt: skip
+            if control is not None:
+                control_end = control.rss_mib()
+                print(f"control's RSS then: {control_end:.1f} MiB "
+                      f"({control_end / control_start - 1:+.0%} of its own after warm-up); "
+                      f"the floods left {end_rss - control_end:+.1f} MiB beside it "
+                      f"({(end_rss - control_end) / start_rss:+.0%})")  # fmt: skip
         finally:
             d.stop()
+            if control is not None:
+                control.stop()
 
 
 if __name__ == "__main__":
