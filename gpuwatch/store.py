@@ -340,6 +340,7 @@ class Store:
         for timeline in self._timelines.values():
             timeline.trim(now - longest)  # timestamps are shared: kept for the longest
         first: dict[tuple[int, float], int] = {}  # (timeline, retention) -> first index kept
+        dropped = 0
         for key, series in list(self._series.items()):
             keep = max(self.retention, self.retention_by_name.get(series.name, 0.0))
             tl = series.timeline
@@ -354,6 +355,12 @@ class Store:
                 del family[key]
                 if not family:
                     del self._by_name[series.name]
+                dropped += 1
+        if dropped > len(self._series):
+            # Most series went at once (10,000 pushed jobs stale): a dict keeps its largest
+            # table for good, so the tables are rebuilt to the size of what is left.
+            self._series = dict(self._series)
+            self._by_name = {name: dict(family) for name, family in self._by_name.items()}
 
     def select(
         self, name: str | None, match: Callable[[Series], bool] | None = None

@@ -29,6 +29,18 @@ MAX_LABEL_VALUE = 1024
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
 
 
+_NAMES: dict[str, str] = {}  # one string per metric and label name, shared by every job's series
+_MAX_NAMES = 4096
+
+
+def _shared(name: str) -> str:
+    """The one copy of a name: 10,000 jobs pushing `train_step` hold one string, not 10,000
+    (each parse makes its own). Bounded: cleared, not grown, past _MAX_NAMES."""
+    if len(_NAMES) >= _MAX_NAMES and name not in _NAMES:
+        _NAMES.clear()
+    return _NAMES.setdefault(name, name)
+
+
 class PushError(Exception):
     """A push refused; `status` is the HTTP status, the message says why."""
 
@@ -65,7 +77,7 @@ def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
             raise PushError(
                 400, f"{where}: label {key!r} is longer than {MAX_LABEL_VALUE} characters"
             )
-        out[key] = value
+        out[_shared(key)] = value
     out["job"] = job
     return tuple(sorted(out.items()))
 
@@ -104,7 +116,8 @@ def parse_text(body: bytes, job: str) -> list[Sample]:
     for family in families:
         for s in family.samples:
             _check_name(s.name)
-            out.append(Sample(s.name, _labels(job, dict(s.labels), s.name), float(s.value)))
+            labels = _labels(job, dict(s.labels), s.name)
+            out.append(Sample(_shared(s.name), labels, float(s.value)))
     return out
 
 
@@ -128,5 +141,5 @@ def parse_json(body: bytes) -> tuple[str, list[Sample]]:
     out = []
     for name, value in metrics.items():
         _check_name(name)
-        out.append(Sample(name, labels, _value(value, name)))
+        out.append(Sample(_shared(name), labels, _value(value, name)))
     return job, out
