@@ -36,37 +36,50 @@ def in_checkpoint(elapsed: float) -> bool:
     return elapsed > CHECKPOINT_EVERY_S and elapsed % CHECKPOINT_EVERY_S < CHECKPOINT_LENGTH_S
 
 
-def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -> None:
-    ranks = range(scenario.gpus)
-    interval = min(1.0, max(0.25, 1.0 / speed))  # at most 4 reports a second per rank
-    reporters = [
-        JobReporter(JOB_NAME, rank=r, socket_path=socket_path, interval=interval) for r in ranks
-    ]
-    steps = [0.0 for _ in ranks]
-    last = 0.0
-    parent = os.getppid()
-    while os.getppid() == parent:  # the daemon that started us is still there
-        elapsed = (time.time() - wall_start) * speed  # the scenario's time, as the daemon's
-        dt = max(0.0, elapsed - last)
-        last = elapsed
-        for r in ranks:
-            faults = active_faults(scenario, r, elapsed)
+class TrainingJob:
+    """The job's ranks as time passes: each `at(elapsed)` gives every reporting rank's
+    values then (a rank that stopped reporting is left out). Used by the job process here
+    and by bench/detection.py, which plays scenarios at speed without a process."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.steps = [0.0 for _ in range(scenario.gpus)]
+        self._last = 0.0
+
+    def at(self, elapsed: float) -> dict[int, dict[str, float]]:
+        dt = max(0.0, elapsed - self._last)
+        self._last = elapsed
+        out: dict[int, dict[str, float]] = {}
+        for r in range(self.scenario.gpus):
+            faults = active_faults(self.scenario, r, elapsed)
             if "idle_with_memory" in faults:
                 continue  # the rank stopped working and reporting; its memory stays held
             frozen = bool(faults & {"step_stall", "nccl_hang"}) or in_checkpoint(elapsed)
             if not frozen:
-                steps[r] += dt * 2.0  # two steps a second
-            noise = hash01(scenario.seed, r, int(steps[r])) - 0.5
-            loss = (
-                math.nan
-                if "nan_loss" in faults
-                else 2.4 * math.exp(-steps[r] / 4000) + 0.6 + 0.02 * noise
-            )
-            reporters[r].report(
-                step=int(steps[r]),
-                loss=loss,
-                tokens_per_second=0.0 if frozen else 3.1e5 * (1 + 0.02 * noise),
-            )
+                self.steps[r] += dt * 2.0  # two steps a second
+            step = self.steps[r]
+            noise = hash01(self.scenario.seed, r, int(step)) - 0.5
+            loss = math.nan if "nan_loss" in faults else 2.4 * math.exp(-step / 4000) + 0.6
+            out[r] = {
+                "step": float(int(step)),
+                "loss": loss if math.isnan(loss) else loss + 0.02 * noise,
+                "tokens_per_second": 0.0 if frozen else 3.1e5 * (1 + 0.02 * noise),
+            }
+        return out
+
+
+def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -> None:
+    interval = min(1.0, max(0.25, 1.0 / speed))  # at most 4 reports a second per rank
+    reporters = [
+        JobReporter(JOB_NAME, rank=r, socket_path=socket_path, interval=interval)
+        for r in range(scenario.gpus)
+    ]
+    job = TrainingJob(scenario)
+    parent = os.getppid()
+    while os.getppid() == parent:  # the daemon that started us is still there
+        elapsed = (time.time() - wall_start) * speed  # the scenario's time, as the daemon's
+        for rank, values in job.at(elapsed).items():
+            reporters[rank].report(**values)
         time.sleep(interval)
 
 

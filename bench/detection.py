@@ -1,0 +1,304 @@
+"""Detection: fault scenarios with what an operator expects of each, and healthy hours that must
+stay quiet, played through the daemon at speed; it prints what was caught, missed, falsely
+alerted and how long each detection took.
+
+    .venv/bin/python bench/detection.py [--healthy-hours 12] [--only NAME ...]
+
+Each scenario in bench/detection/ runs in this process on the simulated NVML library (the
+real pynvml above it), with the default config and the shipped rule packs, on a clock that
+moves one sampling interval per cycle, so hours take minutes. A training scenario's job
+reports as the simulated job does (gpuwatch.sim.job), straight into the daemon's push table.
+
+For each scenario: every expected alert must fire for the right GPU or rank within its
+deadline after the fault starts; an alert that fires and is neither expected nor listed as
+a consequence of the fault (XID 79 raising GpuXidCritical beside GpuFellOffBus) is a false
+alert; the faulty GPU's worst verdict must be the one expected and every other GPU must stay
+healthy. The healthy scenarios share `--healthy-hours` between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pynvml
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.config import Config
+from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.health import Health
+from gpuwatch.model import Sample
+from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.rules.alerting import AlertState
+from gpuwatch.runner import load_rules
+from gpuwatch.sim.job import JOB_NAME, TrainingJob
+from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.scenario import Scenario, load_scenario
+
+HERE = Path(__file__).resolve().parent / "detection"
+SEVERITY = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.UNHEALTHY: 2}
+
+
+@dataclass(frozen=True)
+class Expect:
+    alert: str
+    labels: dict[str, str]  # the alert's labels that must match: {"gpu": "2"} or {"rank": "3"}
+    within: float  # seconds after the fault on its GPU (or rank) starts
+
+
+@dataclass(frozen=True)
+class Case:
+    expect: tuple[Expect, ...] = ()
+    verdicts: dict[int, Health] = field(default_factory=dict)  # faulty GPUs; others: healthy
+    consequences: frozenset[str] = frozenset()  # other alerts the fault rightly raises
+    after: float = 120.0  # how long to run past the last deadline
+
+
+def gpu(n: int) -> dict[str, str]:
+    return {"gpu": str(n)}
+
+
+def rank(n: int) -> dict[str, str]:
+    return {"rank": str(n)}
+
+
+CASES: dict[str, Case] = {
+    "a100_ecc_dbe": Case(
+        (Expect("GpuEccUncorrectable", gpu(2), 30),),
+        {2: Health.UNHEALTHY},
+        frozenset({"GpuXidCritical"}),  # XID 48, the driver's report of the same error
+    ),
+    "h100_fall_off_bus": Case(
+        (Expect("GpuFellOffBus", gpu(5), 15),),
+        {5: Health.UNHEALTHY},
+    ),
+    "l4_thermal_runaway": Case(
+        (Expect("GpuTemperatureHigh", gpu(0), 240),),
+        {0: Health.DEGRADED},
+        frozenset({"GpuThermalThrottling"}),  # a GPU that hot slows itself down
+    ),
+    "h100_nvlink_down": Case(
+        (Expect("GpuNvlinkDown", gpu(6), 60),),
+        {6: Health.UNHEALTHY},
+        frozenset({"GpuXidCritical"}),  # XID 74
+    ),
+    "a100_nvlink_crc": Case(
+        (Expect("GpuNvlinkErrors", gpu(3), 60),),
+        {3: Health.UNHEALTHY},
+    ),
+    "v100_pcie_replays": Case(
+        (Expect("GpuPcieReplayRate", gpu(4), 60),),
+        {4: Health.DEGRADED},
+    ),
+    "a100_row_remap_failure": Case(
+        (Expect("GpuRowRemapFailed", gpu(7), 30),),
+        {7: Health.UNHEALTHY},
+        frozenset({"GpuXidCritical"}),  # XID 64
+    ),
+    "v100_retired_pages": Case(
+        (Expect("GpuRetiredPagesHigh", gpu(1), 30),),
+        {1: Health.UNHEALTHY},
+    ),
+    "h100_recovery_action": Case(
+        (Expect("GpuRecoveryActionRequired", gpu(2), 30),),
+        {2: Health.UNHEALTHY},
+    ),
+    "h100_power_brake": Case(
+        (Expect("GpuPowerBrake", gpu(3), 30),),
+        {3: Health.DEGRADED},
+        after=300,  # GpuThermalThrottling in the minutes after the brake ends is false
+    ),
+    "h100_nan_loss": Case((Expect("TrainingLossNaN", rank(3), 30),)),
+    "a100_step_stall": Case((Expect("TrainingStalled", rank(6), 660),)),
+    "h100_nccl_hang": Case(
+        (Expect("CollectiveHang", gpu(1), 360),),
+        {},
+        frozenset({"TrainingStalled"}),  # the hung rank's step stops too
+    ),
+    # The application's fault, not the GPU's: alerted, and the GPU stays healthy.
+    "h100_xid_application": Case((Expect("GpuXidApplication", gpu(4), 15),)),
+    # Idle for its whole 15-minute window, then `for: 5m`.
+    # Under the alerts' own windows: nothing fires, every GPU stays healthy.
+    "h100_short_hang": Case(after=600),
+    "a100_short_stall": Case(after=600),
+    "l4_nan_loss_rank0": Case((Expect("TrainingLossNaN", rank(0), 30),)),
+    "h100_mixed": Case(
+        (
+            Expect("GpuTemperatureHigh", gpu(2), 240),
+            Expect("GpuPowerBrake", gpu(5), 30),
+            Expect("GpuEccUncorrectable", gpu(0), 30),
+        ),
+        {2: Health.DEGRADED, 5: Health.DEGRADED, 0: Health.UNHEALTHY},
+        frozenset({"GpuThermalThrottling", "GpuXidCritical"}),  # the hot GPU's; XID 48
+        after=300,
+    ),
+    "h100_idle_with_memory": Case((Expect("GpuIdleWithMemory", gpu(2), 1260),)),
+}
+HEALTHY = ("healthy_h100_training", "healthy_a100_inference", "healthy_l4_idle",
+           "healthy_v100_training")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fired:
+    time: float  # since the scenario started
+    alert: str
+    labels: dict[str, str]
+
+
+@dataclass
+class Result:
+    name: str
+    scenario: Scenario
+    hours: float
+    caught: dict[str, float | None] = field(default_factory=dict)  # expected alert -> delay
+    false: list[str] = field(default_factory=list)
+    wrong_verdicts: list[str] = field(default_factory=list)
+    wall: float = 0.0
+
+
+def _due(library: SimulatedNvml, now: float) -> bool:
+    """An NVML event due by now that the daemon's event thread has not taken yet."""
+    events = library.node.events
+    return any(
+        s.delivered < len(events) and events[s.delivered].time <= now
+        for s in list(library._event_sets.values())  # the simulator's own bookkeeping
+    )
+
+
+async def play(name: str, case: Case, duration: float) -> Result:
+    scenario = load_scenario(str(HERE / f"{name}.yaml"))
+    result = Result(name, scenario, duration / 3600)
+    clock = ManualClock()
+    library = SimulatedNvml(scenario, clock)
+    library.install()
+    start = clock.now()
+    fired: dict[tuple[object, ...], Fired] = {}  # each firing once, a second one apart
+    events = EventLog()
+    worst: dict[int, Health] = {}
+    with tempfile.TemporaryDirectory() as state:
+        config = Config(state_dir=state)
+        source = NvmlSource(pynvml, clock, config.sampling, events.publish)
+        rules = load_rules(config, Path(state))
+        daemon = Daemon(config, clock, source, events, rules=rules)
+        job = TrainingJob(scenario) if scenario.workload == "training" else None
+        if job is not None:
+            library.node.pids.append(os.getpid())  # this process plays the job's, as jobrun's
+        await source.start()
+        wall = time.monotonic()
+        try:
+            while clock.now() - start < duration:
+                if job is not None:
+                    for r, values in job.at(clock.now() - start).items():
+                        labels = (("job", JOB_NAME), ("rank", str(r)))
+                        samples = [Sample(f"train_{k}", labels, v) for k, v in values.items()]
+                        daemon.jobs.pushed.apply(JOB_NAME, samples, clock.now())
+                settle = time.monotonic() + 2.0
+                # The event thread takes a due event, then hands it to this loop.
+                while _due(library, clock.now()) and time.monotonic() < settle:  # noqa: ASYNC110
+                    await asyncio.sleep(0.001)
+                await asyncio.sleep(0)
+                await daemon.sample_once()
+                for rule in rules.alerting_rules():
+                    for labels, alert in rule.active.items():
+                        if alert.state == AlertState.FIRING and alert.fired_at is not None:
+                            fired.setdefault(
+                                (labels, alert.fired_at),
+                                Fired(alert.fired_at - start, alert.name, dict(labels)),
+                            )
+                for index, verdict in daemon.view.gpu_verdicts.items():
+                    if SEVERITY[verdict.state] > SEVERITY[worst.get(index, Health.HEALTHY)]:
+                        worst[index] = verdict.state
+                clock.advance(config.sampling.interval)
+        finally:
+            result.wall = time.monotonic() - wall
+            await source.stop()
+            SimulatedNvml.uninstall()
+    judge(result, case, scenario, sorted(fired.values(), key=lambda f: f.time), worst)
+    return result
+
+
+def judge(
+    result: Result, case: Case, scenario: Scenario, fired: list[Fired], worst: dict[int, Health]
+) -> None:
+    for e in case.expect:
+        on = int(e.labels.get("gpu", e.labels.get("rank", "-1")))
+        fault_at = min(f.at for f in scenario.faults if f.gpu == on)
+        times = [f.time - fault_at for f in fired if f.alert == e.alert and _matches(f, e)]
+        in_time = [t for t in times if 0 <= t <= e.within]
+        result.caught[f"{e.alert}{_show(e.labels)}"] = min(in_time) if in_time else None
+    for f in fired:
+        expected = any(e.alert == f.alert and _matches(f, e) for e in case.expect)
+        if not expected and f.alert not in case.consequences:
+            shown = _show({k: v for k, v in f.labels.items() if k in ("gpu", "rank", "link")})
+            result.false.append(f"{f.alert}{shown} fired at {f.time / 60:.1f} m")
+    for index in range(scenario.gpus):
+        state = worst.get(index, Health.HEALTHY)
+        want = case.verdicts.get(index, Health.HEALTHY)
+        if state != want:
+            result.wrong_verdicts.append(f"GPU {index} {state.value}, expected {want.value}")
+
+
+def _matches(fired: Fired, expect: Expect) -> bool:
+    return all(fired.labels.get(k) == v for k, v in expect.labels.items())
+
+
+def _show(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f"{k}={v}" for k, v in labels.items()) + "}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--healthy-hours", type=float, default=12.0)
+    parser.add_argument("--only", nargs="*", default=[*CASES, *HEALTHY])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)  # the daemon's warnings are what is measured here
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}; "
+          f"healthy hours: {args.healthy_hours:g} over {len(HEALTHY)} scenarios")  # fmt: skip
+    results = []
+    for name in args.only:
+        if name in HEALTHY:
+            result = asyncio.run(play(name, Case(), args.healthy_hours * 3600 / len(HEALTHY)))
+        else:
+            case = CASES[name]
+            scenario = load_scenario(str(HERE / f"{name}.yaml"))
+            last = max(f.at for f in scenario.faults) + max(
+                (e.within for e in case.expect), default=0.0
+            )
+            result = asyncio.run(play(name, case, last + case.after))
+        results.append(result)
+        report(result)
+    caught = sum(v is not None for r in results for v in r.caught.values())
+    expected = sum(len(r.caught) for r in results)
+    false = sum(len(r.false) for r in results)
+    wrong = sum(len(r.wrong_verdicts) for r in results)
+    hours = sum(r.hours for r in results)
+    print(f"\ncaught {caught} of {expected}; {false} false alerts; {wrong} wrong verdicts; "
+          f"{hours:.1f} simulated hours in {sum(r.wall for r in results):.0f} s")  # fmt: skip
+    sys.exit(0 if caught == expected and not false and not wrong else 1)
+
+
+def report(r: Result) -> None:
+    model = r.scenario.model.name.removeprefix("NVIDIA ")
+    shown = (
+        ", ".join(
+            f"{alert} {'MISSED' if delay is None else f'{delay:.0f} s'}"
+            for alert, delay in r.caught.items()
+        )
+        or "nothing expected"
+    )
+    print(f"{r.name:24} {r.scenario.gpus}x {model:20} {r.hours:5.2f} h  {shown}; "
+          f"{len(r.false)} false; {r.wall:.0f} s", flush=True)  # fmt: skip
+    for line in [*r.false, *r.wrong_verdicts]:
+        print(f"    {line}")
+
+
+if __name__ == "__main__":
+    main()
