@@ -111,22 +111,22 @@ def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> N
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
     assert judge_at(judge, 1.0).state == Health.HEALTHY
-    judge.record_xid("GPU-3", 10.0, 94)
-    judge.record_xid("GPU-3", 20.0, 94)
+    judge.record_xid("GPU-3", 5.0, 94)  # contained: NVIDIA says restart the application
+    assert judge_at(judge, 6.0).state == Health.HEALTHY
+    judge.record_xid("GPU-3", 10.0, 54)
+    judge.record_xid("GPU-3", 20.0, 54)
     v = judge_at(judge, 30.0)
     assert v.state == Health.DEGRADED
-    assert (
-        "XID 94 (Contained memory error (one application affected)) 2 times since" in v.reasons[0]
-    )
+    assert "XID 54 (Auxiliary power not connected to the board) 2 times since" in v.reasons[0]
     assert judge_at(judge, 20.0 + 3601.0).state == Health.HEALTHY
 
 
 def test_an_xid_the_catalog_lacks_degrades_for_an_hour_never_healthy() -> None:
     judge = HealthJudge(AckStore(None))
-    judge.record_xid("GPU-3", 10.0, 155)  # a newer driver's, "reset the GPU"
+    judge.record_xid("GPU-3", 10.0, 180)  # a newer driver's than the catalog
     v = judge_at(judge, 11.0)
     assert v.state == Health.DEGRADED
-    assert "XID 155 (Unknown to gpuwatch's XID catalog, from NVIDIA's" in v.reasons[0]
+    assert "XID 180 (Unknown to gpuwatch's XID catalog, from NVIDIA's" in v.reasons[0]
     assert "dmesg" in v.actions[0]
     assert judge_at(judge, 10.0 + 3601.0).state == Health.HEALTHY
     judge.record_xid("GPU-3", 5000.0, 45)  # preemptive cleanup: the XID next to it speaks

@@ -72,13 +72,17 @@ def test_since_takes_durations_unix_times_and_rfc3339() -> None:
         parse_since("yesterday", T0)
 
 
-def test_the_catalog_has_every_xid_nvidia_documents() -> None:
-    documented = [8, 13, 31, 32, 43, 45, 46, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95,
-                  109, 110, 119, 120, 121, 136, 137, 140, 143, *range(144, 151), 154]  # fmt: skip
-    assert all(lookup(code).xid_class != "unknown" for code in documented)
-    assert {lookup(c).xid_class for c in (48, 74, 79, 94, 95, 119, 120, 140)} <= {
-        "critical",
-        "warning",
+def test_the_catalog_has_every_xid_nvidia_documents_with_its_resolution() -> None:
+    """NVIDIA's catalog for Ampere and newer lists XIDs 1-172; the class follows its immediate
+    action: restart the application, ignore, reset the GPU or reboot, contact support."""
+    assert all(lookup(code).xid_class != "unknown" for code in range(1, 173))
+    classes = {
+        "application": (8, 13, 31, 32, 68, 94),  # restart the application; the GPU is fine
+        "info": (43, 45, 63, 92, 121, 137, 157),  # no action
+        "critical": (46, 48, 64, 74, 79, 95, 119, 120, 140, 149, 155, 156, 158),
+        "warning": (61, 144, 145, 146, 147, 148, 150, 163),  # unused on Ampere+; by sub-code
     }
-    assert {lookup(c).xid_class for c in (13, 31, 43, 68)} == {"application"}
-    assert lookup(999).xid_class == "unknown"
+    for cls, codes in classes.items():
+        assert {c: lookup(c).xid_class for c in codes} == dict.fromkeys(codes, cls)
+    assert lookup(154).xid_class == "driver"
+    assert lookup(173).xid_class == lookup(999).xid_class == "unknown"

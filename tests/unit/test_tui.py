@@ -198,12 +198,12 @@ def test_a_busy_healthy_gpu_is_calm_and_a_fault_is_loud() -> None:
     for column in ("Util", "Memory", "Power"):
         assert not styles(cells[GPU_COLUMNS.index(column)]) & {"red", "yellow"}, column
     # XIDs by class: a fatal one red, a warning or an unknown one yellow, an application's plain.
-    xids = {"13": 2, "48": 1, "94": 1, "155": 1, "²": 1}
+    xids = {"13": 2, "48": 1, "54": 1, "180": 1, "²": 1}
     metrics = {**busy["metrics"], "xid_errors": xids}
     faults = gpu_cells({**busy, "metrics": metrics}, [])[GPU_COLUMNS.index("ECC/XID")]
-    assert faults.plain == "XID 13 x2, 48 x1, 94 x1, 155 x1, ² x1"
+    assert faults.plain == "XID 13 x2, 48 x1, 54 x1, 180 x1, ² x1"
     colour = {faults.plain[s.start : s.end].split()[0]: str(s.style) for s in faults.spans}
-    assert colour == {"48": "bold red", "94": "yellow", "155": "yellow", "²": "yellow"}  # 13 plain
+    assert colour == {"48": "bold red", "54": "yellow", "180": "yellow", "²": "yellow"}  # 13 plain
 
 
 def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
