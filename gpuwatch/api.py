@@ -253,8 +253,15 @@ class Api:
         """TYPE and HELP for /metrics: the catalogue's, else a job's pushed metric's."""
         found = CATALOGUE.get(name)
         if found is None and name in self.daemon.jobs.pushed.names:
-            return pushed(name, self.daemon.jobs.pushed.names)
+            return pushed(name, self._on_page)
         return found
+
+    def _on_page(self, name: str) -> bool:
+        """A metric of that name is on /metrics: pushed, the daemon's own, or recorded."""
+        store = self.daemon.store
+        return (
+            name in self.daemon.jobs.pushed.names or name in CATALOGUE or bool(store.select(name))
+        )
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Literal
@@ -158,15 +159,17 @@ PUSHED_HELP = "Pushed by a job (gpuwatch.client, /api/v1/push or a textfile): it
 _FAMILY_PARTS = ("_bucket", "_sum", "_count", "_created")
 
 
-def pushed(name: str, names: frozenset[str] = frozenset()) -> MetricDef:
+def pushed(name: str, exists: Callable[[str], bool] = lambda _: False) -> MetricDef:
     """What /metrics says of a metric a job pushed (its name is the job's), typed by
     Prometheus's naming rules so that `promtool check metrics` passes whatever a job sends:
     a `_total` is a counter, a histogram's or summary's part untyped, anything else a gauge
-    (the last value pushed). rate() and increase() work on each as before. `names` are all
-    pushed names: a counter's family is its name less `_total`, so beside a pushed metric of
-    that name it goes untyped, or OpenMetrics would show one family twice."""
+    (the last value pushed). rate() and increase() work on each as before. A counter's
+    family is its name less `_total`, with `<family>_created` inside it: where either is a
+    series of its own on the page (`exists`), or nothing is left of the name, the `_total`
+    goes untyped, or OpenMetrics would show one family twice."""
     if name.endswith("_total"):
-        alone = name.removesuffix("_total") not in names
+        family = name.removesuffix("_total")
+        alone = bool(family) and not exists(family) and not exists(f"{family}_created")
         return MetricDef(name, "counter" if alone else "untyped", PUSHED_HELP)
     if name.endswith(_FAMILY_PARTS):
         return MetricDef(name, "untyped", PUSHED_HELP)

@@ -7,6 +7,8 @@ import asyncio
 import functools
 import hmac
 import logging
+import socket
+import struct
 
 from aiohttp import web
 
@@ -77,7 +79,7 @@ async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.
             job, samples = await asyncio.to_thread(parse)
         count = jobs.pushed.apply(job, samples, now)
     except PushError as exc:
-        return error_response(exc, request, job)
+        return error_response(exc, request, exc.job or job)
     return web.json_response({"status": "success", "data": {"job": job, "series": count}})
 
 
@@ -85,10 +87,24 @@ def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
     return job, parse_text(body, job)
 
 
+def _local_peer(request: web.Request) -> str:
+    """Who is at the other end of a unix socket: the kernel's word for it (SO_PEERCRED), as
+    every local sender has the same empty address."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None:
+        return "unix socket"
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return "unix socket"
+    pid, uid, _ = struct.unpack("3i", creds)
+    return f"uid {uid} pid {pid}"
+
+
 def error_response(exc: PushError, request: web.Request, job: str = "") -> web.Response:
     # The sender is a field, so one flooding client's lines are cut short without hiding
     # another's first; the job is in the text (a flood of made-up job names stays one burst).
-    peer = request.remote or "unix socket"
+    peer = request.remote or _local_peer(request)
     log.info(
         "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
         extra=log_fields(peer=peer),

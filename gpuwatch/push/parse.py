@@ -24,7 +24,7 @@ from gpuwatch.model import Labels, Sample
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}")
-RESERVED_PREFIX = "gpuwatch_"
+RESERVED_PREFIXES = ("gpuwatch_", "gpuwatch:")  # the daemon's metrics and its packs' records
 MAX_LABEL_VALUE = 1024
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
 
@@ -44,9 +44,10 @@ def _shared(name: str) -> str:
 class PushError(Exception):
     """A push refused; `status` is the HTTP status, the message says why."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, job: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.job = job  # when known: for the log line of a refused push
 
 
 def check_job(job: Any) -> str:
@@ -58,9 +59,11 @@ def check_job(job: Any) -> str:
 def _check_name(name: str) -> None:
     if not METRIC_NAME.fullmatch(name):
         raise PushError(400, f"metric name {name!r} is not a valid Prometheus name")
-    if name.startswith(RESERVED_PREFIX):
+    if name.startswith(RESERVED_PREFIXES):
         raise PushError(
-            400, f"metric name {name!r}: names starting with gpuwatch_ are the daemon's own"
+            400,
+            f"metric name {name!r}: names starting with gpuwatch_ or gpuwatch: are the "
+            "daemon's own",
         )
 
 
@@ -73,6 +76,8 @@ def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
             )
         if not isinstance(value, str):
             raise PushError(400, f"{where}: label {key!r} must have a string value, got {value!r}")
+        if not _utf8(value):
+            raise PushError(400, f"{where}: label {key!r} is not valid UTF-8 text")
         if len(value) > MAX_LABEL_VALUE:
             raise PushError(
                 400, f"{where}: label {key!r} is longer than {MAX_LABEL_VALUE} characters"
@@ -80,6 +85,15 @@ def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
         out[_shared(key)] = value
     out["job"] = job
     return tuple(sorted(out.items()))
+
+
+def _utf8(text: str) -> bool:
+    """JSON may carry a lone surrogate ("\\ud800"), which no exposition can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _value(value: Any, where: str) -> float:
@@ -137,9 +151,13 @@ def parse_json(body: bytes) -> tuple[str, list[Sample]]:
         raise PushError(400, "labels: expected an object of label names to string values")
     if not isinstance(metrics, dict) or not metrics:
         raise PushError(400, "metrics: expected an object of metric names to values")
-    labels = _labels(job, raw_labels, "labels")
-    out = []
-    for name, value in metrics.items():
-        _check_name(name)
-        out.append(Sample(_shared(name), labels, _value(value, name)))
+    try:
+        labels = _labels(job, raw_labels, "labels")
+        out = []
+        for name, value in metrics.items():
+            _check_name(name)
+            out.append(Sample(_shared(name), labels, _value(value, name)))
+    except PushError as exc:
+        exc.job = job
+        raise
     return job, out

@@ -92,6 +92,11 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
                 state, "/api/v1/push",
                 b'{"job": "llama", "metrics": {"train_step\\n": 1}}', "application/json",
             ),
+            "lone surrogate in a label": over_socket(
+                state, "/api/v1/push",
+                b'{"job": "llama", "labels": {"a": "\\ud800"}, "metrics": {"m1": 1}}',
+                "application/json",
+            ),
             "newline in a job": over_socket(
                 state, "/api/v1/push",
                 b'{"job": "llama\\n", "metrics": {"train_step": 1}}', "application/json",
@@ -106,7 +111,8 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
             "1000 (push.max_series_per_job)",
         )  # fmt: skip
         assert reasons["gpuwatch_up"] == (
-            400, "metric name 'gpuwatch_up': names starting with gpuwatch_ are the daemon's own"
+            400, "metric name 'gpuwatch_up': names starting with gpuwatch_ or gpuwatch: are "
+            "the daemon's own"
         )  # fmt: skip
         assert reasons["NaN label, JSON"] == (
             400, "labels: label 'rank' must have a string value, got nan"
@@ -121,6 +127,9 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
             400, "metric name 'train_step\\n' is not a valid Prometheus name"
         )  # fmt: skip
         assert reasons["newline in a job"][0] == 400
+        assert reasons["lone surrogate in a label"] == (
+            400, "labels: label 'a' is not valid UTF-8 text"
+        )  # fmt: skip
         assert "job: expected a name" in reasons["newline in a job"][1]
         status, _ = over_tcp(daemon, b'train_step{rank="1"} 8\n', TOKEN, scheme="bearer")
         assert status == 200  # the scheme's case does not matter
@@ -157,7 +166,10 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         assert status == 200
         assert TOKEN not in daemon.log()
         refused = [line for line in daemon.log().splitlines() if "push refused" in line]
-        assert any("(413) for job 'big'" in line and "peer=" in line for line in refused)
+        local = f'peer="uid {os.getuid()} pid {os.getpid()}"'  # the kernel's word for the sender
+        assert any("(413) for job 'big'" in line and local in line for line in refused)
+        # A JSON body's job, read before its labels were refused.
+        assert any("(400) for job 'llama': labels: label 'rank'" in line for line in refused)
         assert any("(401)" in line and "peer=127.0.0.1" in line for line in refused)
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -94,17 +94,21 @@ def test_pushed_names_are_typed_so_both_formats_parse() -> None:
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     job = (("job", "a"),)
-    pushed = ["tokens_total", "loss", "loss_total", "lat_bucket", "lat_sum", "lat_count"]
+    pushed = ["tokens_total", "loss", "loss_total", "lat_bucket", "lat_sum", "lat_count", "_total",
+              "requests_total", "requests_created"]  # fmt: skip
     names = frozenset(pushed)
     rows = [(name, (*job, ("le", "1")) if name == "lat_bucket" else job, 1.0) for name in pushed]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(rows, lambda name: m.pushed(name, names)))
+    registry.register(SnapshotCollector(rows, lambda name: m.pushed(name, names.__contains__)))
     families = text_string_to_metric_families(generate_latest(registry).decode())
     assert sorted((f.name, f.type) for f in families) == [
+        ("_total", "unknown"),  # a counter of no name at all
         ("lat_bucket", "unknown"),
         ("lat_count", "unknown"),
         ("lat_sum", "unknown"),
         ("loss", "gauge"),
         ("loss_total", "unknown"),  # beside a pushed `loss`: as a counter it would be `loss` too
+        ("requests_created", "unknown"),  # a counter's part, pushed alone: its own family
+        ("requests_total", "unknown"),
         ("tokens", "counter"),
     ]
