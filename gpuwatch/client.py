@@ -50,6 +50,8 @@ TIMEOUT_S = 2.0
 # it can stop every later report of the job. (This module imports nothing of gpuwatch's: it is
 # copied into training images on its own.)
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+MAX_LABEL_VALUE = 1024  # the daemon's limit
+MAX_REFUSED = 100
 LABEL_NAME = re.compile(r"(?!__)[a-zA-Z_][a-zA-Z0-9_]*")  # __ names are Prometheus's own
 
 
@@ -105,7 +107,8 @@ class JobReporter:
             name: str(value)
             for name, value in (labels or {}).items()
             if self._usable(name, LABEL_NAME, "label") and name not in ("job", "rank")
-        }
+            and self._short(name, str(value))
+        }  # fmt: skip
         self.labels["rank"] = str(rank)
         self.url = url or (None if socket_path else os.environ.get("GPUWATCH_URL")) or None
         self.token = token or os.environ.get("GPUWATCH_PUSH_TOKEN", "")
@@ -130,7 +133,7 @@ class JobReporter:
         """Record the newest values; they go out with the next send. Never raises."""
         try:
             update = {f"train_{k}": float(v) for k, v in values.items()}
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return  # a value that is not a number is dropped, not raised into the loop
         if not all(METRIC_NAME.fullmatch(name) for name in update):
             update = {k: v for k, v in update.items() if self._usable(k, METRIC_NAME, "metric")}
@@ -153,23 +156,31 @@ class JobReporter:
     def _usable(self, name: str, pattern: re.Pattern[str], what: str) -> bool:
         if pattern.fullmatch(name):
             return True
-        if name not in self._refused:
-            self._refused.add(name)
-            log.warning(
-                "gpuwatch: %s name %r of job %s is not a valid Prometheus name; left out",
-                what, name, self.job,
-            )  # fmt: skip
+        self._refuse(name, f"{what} name {name!r} is not a valid Prometheus name")
         return False
+
+    def _short(self, name: str, value: str) -> bool:
+        if len(value) <= MAX_LABEL_VALUE:
+            return True
+        self._refuse(name, f"label {name!r} is longer than {MAX_LABEL_VALUE} characters")
+        return False
+
+    def _refuse(self, name: str, why: str) -> None:
+        """Logged once per name; a job that makes up new bad names is not remembered forever."""
+        if name in self._refused or len(self._refused) >= MAX_REFUSED:
+            return
+        self._refused.add(name)
+        log.warning("gpuwatch: %s (job %s); left out", why, self.job)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
-            with self._lock:
-                metrics = dict(self._latest)
-            with self._sends:
+            with self._sends:  # the values and the number together: flush() waits for these
                 self._started += 1
                 number = self._started
+                with self._lock:
+                    metrics = dict(self._latest)
             ok = False
             try:
                 ok = bool(metrics) and self._send(metrics)

@@ -37,7 +37,10 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escaped(c: str) -> str:
-    return _ESCAPES.get(c) or (c if c.isprintable() else f"\\u{ord(c):04x}")
+    if c in _ESCAPES or c.isprintable():
+        return _ESCAPES.get(c, c)
+    code = ord(c)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def logfmt_value(value: str) -> str:

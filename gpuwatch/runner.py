@@ -287,7 +287,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     push = config.push
     push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
     api, sockets = ControlApi(daemon), []
-    if push_path.absolute() == control_path.absolute():
+    if _same_path(push_path, control_path):
         await daemon.notifier.stop()
         await runner.cleanup()
         raise StartupError(f"push.socket {push_path} is the control socket: give it its own path")
@@ -315,6 +315,11 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)
     daemon.web_guard = guard
     return Running(daemon, runner, bound, sockets, scheme)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """The same file once `..` and links are resolved (at start-up, before either exists)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 STOP_WITHIN_S = 8.0  # within 10 s, well inside systemd's TimeoutStopSec of 15 s

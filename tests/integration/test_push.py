@@ -191,7 +191,9 @@ def test_a_push_over_tcp_is_off_without_a_token(tmp_path: Path) -> None:
 
 def test_a_push_socket_on_the_control_socket_is_refused_at_start(tmp_path: Path) -> None:
     config = tmp_path / "gpuwatch.yaml"
-    config.write_text(f"push: {{socket: {tmp_path / 'state' / 'gpuwatch.sock'}}}\n")
+    # Through "..": the same file by another name.
+    other_name = tmp_path / "state" / ".." / "state" / "gpuwatch.sock"
+    config.write_text(f"push: {{socket: {other_name}}}\n")
     done = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0", "--simulate",
          "healthy", "--state-dir", str(tmp_path / "state"), "-c", str(config)],

@@ -28,6 +28,7 @@ def test_report_takes_well_under_a_millisecond_and_never_raises_when_the_daemon_
         reporter.report(step=step, loss=float("nan"), tokens_per_second=1e5)
         worst = max(worst, time.perf_counter() - t0)
     reporter.report(loss="not a number")  # type: ignore[arg-type]
+    reporter.report(step=10**400)  # an int no float holds: dropped too
     time.sleep(0.1)
     assert worst < 0.001, worst
     assert reporter.failed > 0 and reporter.sent == 0
@@ -90,7 +91,7 @@ def test_a_name_the_daemon_would_refuse_is_left_out_once_and_the_rest_still_arri
 ) -> None:
     path = str(tmp_path / "daemon.sock")
     bodies, thread = fake_daemon(path, [OK, OK])
-    labels = {"node": "a", "bad label": "x", "__name__": "y"}
+    labels = {"node": "a", "bad label": "x", "__name__": "y", "note": "x" * 1025}
     reporter = JobReporter("llama", rank=1, socket_path=path, labels=labels, interval=10.0)
     with caplog.at_level(logging.WARNING, logger="gpuwatch.client"):
         for _ in range(2):
@@ -103,8 +104,10 @@ def test_a_name_the_daemon_would_refuse_is_left_out_once_and_the_rest_still_arri
             ("train_loss", (("job", "llama"), ("node", "a"), ("rank", "1")))
         ]
     warned = sorted(r.getMessage() for r in caplog.records)
-    assert len(warned) == 4, warned  # each bad name once, though reported twice
-    assert "metric name 'train_lr-scale' of job llama is not a valid Prometheus name" in warned[2]
+    assert len(warned) == 5, warned  # each bad name once, though reported twice
+    text = "\n".join(warned)
+    assert "metric name 'train_lr-scale' is not a valid Prometheus name (job llama)" in text
+    assert "label 'note' is longer than 1024 characters (job llama)" in text
     reporter.close()
 
 

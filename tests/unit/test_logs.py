@@ -88,7 +88,7 @@ def test_a_storm_on_one_gpu_does_not_hide_the_first_line_of_another() -> None:
 def test_text_from_outside_cannot_forge_or_hide_a_line(fmt: str) -> None:
     out = io.StringIO()
     logs.setup("info", fmt, out)
-    hostile = 'a\rts=x level=error msg="forged"\tb\u2028c\x85d\x1b[2Je\x00f'
+    hostile = 'a\rts=x level=error msg="forged"\tb\u2028c\x85d\x1b[2Je\x00f\U000e0041z'
     log = logging.getLogger("gpuwatch.test")
     log.warning("process %s", hostile, extra=logs.fields(label=hostile, gpu="0"))
     text = out.getvalue()
@@ -101,3 +101,4 @@ def test_text_from_outside_cannot_forge_or_hide_a_line(fmt: str) -> None:
         # The forged "level=error" stays inside the quoted value, escaped.
         escaped = r'msg="process a\rts=x level=error msg=\"forged\"\tb\u2028c\u0085d\u001b'
         assert escaped in line
+        assert line.endswith(r'\U000e0041z" gpu=0')  # not \ue0041z, which reads as U+E004 "1z"
