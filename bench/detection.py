@@ -125,7 +125,6 @@ CASES: dict[str, Case] = {
     ),
     # The application's fault, not the GPU's: alerted, and the GPU stays healthy.
     "h100_xid_application": Case((Expect("GpuXidApplication", gpu(4), 15),)),
-    # Idle for its whole 15-minute window, then `for: 5m`.
     # Under the alerts' own windows: nothing fires, every GPU stays healthy.
     "h100_short_hang": Case(after=600),
     "a100_short_stall": Case(after=600),
@@ -140,6 +139,7 @@ CASES: dict[str, Case] = {
         frozenset({"GpuThermalThrottling", "GpuXidCritical"}),  # the hot GPU's; XID 48
         after=300,
     ),
+    # Idle for its whole 15-minute window, then `for: 5m`.
     "h100_idle_with_memory": Case((Expect("GpuIdleWithMemory", gpu(2), 1260),)),
 }
 HEALTHY = ("healthy_h100_training", "healthy_a100_inference", "healthy_l4_idle",
@@ -229,14 +229,20 @@ def judge(
     result: Result, case: Case, scenario: Scenario, fired: list[Fired], worst: dict[int, Health]
 ) -> None:
     for e in case.expect:
-        on = int(e.labels.get("gpu", e.labels.get("rank", "-1")))
-        fault_at = min(f.at for f in scenario.faults if f.gpu == on)
+        fault_at = _fault_at(scenario, e)
         times = [f.time - fault_at for f in fired if f.alert == e.alert and _matches(f, e)]
         in_time = [t for t in times if 0 <= t <= e.within]
         result.caught[f"{e.alert}{_show(e.labels)}"] = min(in_time) if in_time else None
+    faulty = {str(f.gpu) for f in scenario.faults}
     for f in fired:
-        expected = any(e.alert == f.alert and _matches(f, e) for e in case.expect)
-        if not expected and f.alert not in case.consequences:
+        # An expected alert before its GPU's fault is false; a consequence only on a faulty
+        # GPU or rank.
+        expected = any(
+            e.alert == f.alert and _matches(f, e) and f.time >= _fault_at(scenario, e)
+            for e in case.expect
+        )
+        on_faulty = bool({f.labels.get("gpu"), f.labels.get("rank")} & faulty)
+        if not expected and not (f.alert in case.consequences and on_faulty):
             shown = _show({k: v for k, v in f.labels.items() if k in ("gpu", "rank", "link")})
             result.false.append(f"{f.alert}{shown} fired at {f.time / 60:.1f} m")
     for index in range(scenario.gpus):
@@ -244,6 +250,12 @@ def judge(
         want = case.verdicts.get(index, Health.HEALTHY)
         if state != want:
             result.wrong_verdicts.append(f"GPU {index} {state.value}, expected {want.value}")
+
+
+def _fault_at(scenario: Scenario, expect: Expect) -> float:
+    """When the fault on the expectation's GPU (or rank) starts."""
+    on = int(expect.labels.get("gpu", expect.labels.get("rank", "-1")))
+    return min(f.at for f in scenario.faults if f.gpu == on)
 
 
 def _matches(fired: Fired, expect: Expect) -> bool:
@@ -260,19 +272,20 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=[*CASES, *HEALTHY])
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the daemon's warnings are what is measured here
+    healthy = [name for name in args.only if name in HEALTHY]
     print(f"machine: {platform.machine()}, Python {platform.python_version()}; "
-          f"healthy hours: {args.healthy_hours:g} over {len(HEALTHY)} scenarios")  # fmt: skip
+          f"healthy hours: {args.healthy_hours:g} over {len(healthy)} scenarios")  # fmt: skip
     results = []
     for name in args.only:
         if name in HEALTHY:
-            result = asyncio.run(play(name, Case(), args.healthy_hours * 3600 / len(HEALTHY)))
+            result = asyncio.run(play(name, Case(), args.healthy_hours * 3600 / len(healthy)))
         else:
             case = CASES[name]
             scenario = load_scenario(str(HERE / f"{name}.yaml"))
-            last = max(f.at for f in scenario.faults) + max(
-                (e.within for e in case.expect), default=0.0
-            )
-            result = asyncio.run(play(name, case, last + case.after))
+            # Past the last deadline and the end of the last fault: recovery is watched too.
+            ends = [f.at + (f.duration or 0.0) for f in scenario.faults]
+            deadlines = [_fault_at(scenario, e) + e.within for e in case.expect]
+            result = asyncio.run(play(name, case, max(ends + deadlines) + case.after))
         results.append(result)
         report(result)
     caught = sum(v is not None for r in results for v in r.caught.values())
