@@ -34,7 +34,7 @@ import pynvml
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
-from gpuwatch.health import Health
+from gpuwatch.health import SEVERITY, Health
 from gpuwatch.model import Sample
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.alerting import AlertState
@@ -44,7 +44,6 @@ from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
 
 HERE = Path(__file__).resolve().parent / "detection"
-SEVERITY = {Health.HEALTHY: 0, Health.DEGRADED: 1, Health.UNHEALTHY: 2}
 
 
 @dataclass(frozen=True)
@@ -173,8 +172,7 @@ def _due(library: SimulatedNvml, now: float) -> bool:
     )
 
 
-async def play(name: str, case: Case, duration: float) -> Result:
-    scenario = load_scenario(str(HERE / f"{name}.yaml"))
+async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Result:
     result = Result(name, scenario, duration / 3600)
     clock = ManualClock()
     library = SimulatedNvml(scenario, clock)
@@ -277,15 +275,16 @@ def main() -> None:
           f"healthy hours: {args.healthy_hours:g} over {len(healthy)} scenarios")  # fmt: skip
     results = []
     for name in args.only:
+        scenario = load_scenario(str(HERE / f"{name}.yaml"))
         if name in HEALTHY:
-            result = asyncio.run(play(name, Case(), args.healthy_hours * 3600 / len(healthy)))
+            hours = args.healthy_hours / len(healthy)
+            result = asyncio.run(play(name, scenario, Case(), hours * 3600))
         else:
             case = CASES[name]
-            scenario = load_scenario(str(HERE / f"{name}.yaml"))
             # Past the last deadline and the end of the last fault: recovery is watched too.
             ends = [f.at + (f.duration or 0.0) for f in scenario.faults]
             deadlines = [_fault_at(scenario, e) + e.within for e in case.expect]
-            result = asyncio.run(play(name, case, max(ends + deadlines) + case.after))
+            result = asyncio.run(play(name, scenario, case, max(ends + deadlines) + case.after))
         results.append(result)
         report(result)
     caught = sum(v is not None for r in results for v in r.caught.values())

@@ -287,11 +287,9 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     push = config.push
     push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
     api, sockets = ControlApi(daemon), []
-    if _same_path(push_path, control_path):
-        await daemon.notifier.stop()
-        await runner.cleanup()
-        raise StartupError(f"push.socket {push_path} is the control socket: give it its own path")
     try:
+        if _same_path(push_path, control_path):
+            raise OSError(f"push.socket {push_path} is the control socket: give it its own path")
         sockets.append(await start_socket("control", api.app(), control_path, CONTROL_MODE))
         sockets.append(
             await start_socket(

@@ -59,10 +59,14 @@ class TrainingJob:
                 self.steps[r] += dt * 2.0  # two steps a second
             step = self.steps[r]
             noise = hash01(self.scenario.seed, r, int(step)) - 0.5
-            loss = math.nan if "nan_loss" in faults else 2.4 * math.exp(-step / 4000) + 0.6
+            loss = (
+                math.nan
+                if "nan_loss" in faults
+                else 2.4 * math.exp(-step / 4000) + 0.6 + 0.02 * noise
+            )
             out[r] = {
                 "step": float(int(step)),
-                "loss": loss if math.isnan(loss) else loss + 0.02 * noise,
+                "loss": loss,
                 "tokens_per_second": 0.0 if frozen else 3.1e5 * (1 + 0.02 * noise),
             }
         return out
