@@ -35,12 +35,7 @@ from gpuwatch.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
 
-# How hard the simulated faults hit: rates per second once a fault starts, and where.
-ECC_SBE_PER_S = 20.0  # a single-bit storm (XID 92)
-PCIE_REPLAYS_PER_S = 2.0  # 120 a minute, above Gen5 x16's expected ~31
-NVLINK_CRC_PER_S = 500.0  # above DCGM's 100/s failure line
-FAULTY_LINK = 0  # the NVLink that nvlink_down and nvlink_crc_storm break
-RETIRED_SBE_PAGES, RETIRED_DBE_PAGES = 60, 3  # 63 in all: DCGM's failure line
+RETIRED_DBE_PAGES = 3  # of a retired_pages fault's pages, retired for double-bit errors
 VIRTUALIZATION_VGPU = 2  # nvmlGpuVirtualizationMode_t: a guest with a vGPU
 SUPPORTED_REASONS = 0xFF  # idle, app clocks, sw power cap, hw slowdown, sync boost, thermal, brake
 
@@ -251,7 +246,7 @@ class SimulatedNvml:
         until = gpu.hang_until(now)
         if until is not None:
             self.clock.block(until - now)
-        if gpu.lost(self.clock.now()):
+        if gpu.lost(self.clock.now()) or gpu.missing(self.clock.now()):
             raise _Answer(c.ERROR_GPU_IS_LOST)
         error = gpu.error_now()
         if error is not None:
@@ -308,16 +303,23 @@ class SimulatedNvml:
         _put_text(out, length, self.profile.nvml_version)
         return c.SUCCESS
 
+    def _listed(self) -> list[_Device]:
+        """The GPUs the driver enumerates now, in bus order: a missing one leaves a gap that
+        the later ones close, as after a reboot (indices shift; UUIDs do not)."""
+        now = self.clock.now()
+        return [dev for dev in self._gpus if not dev.gpu.missing(now)]
+
     def nvmlDeviceGetCount_v2(self, out: int) -> int:
         self._check_init()
-        _put(ctypes.c_uint, out, len(self._gpus))
+        _put(ctypes.c_uint, out, len(self._listed()))
         return c.SUCCESS
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: int, out: int) -> int:
         self._check_init()
-        if not 0 <= index < len(self._gpus):
+        listed = self._listed()
+        if not 0 <= index < len(listed):
             return c.ERROR_INVALID_ARGUMENT
-        _put(ctypes.c_void_p, out, self._gpus[index].address)
+        _put(ctypes.c_void_p, out, listed[index].address)
         return c.SUCCESS
 
     # -- identity --------------------------------------------------------------------------
@@ -518,9 +520,9 @@ class SimulatedNvml:
         if field_id in _ECC:
             if not self.scenario.ecc or self._vgpu:
                 raise _Answer(c.ERROR_NOT_SUPPORTED)
-            if field_id in (FI_ECC_SBE_VOL, FI_ECC_SBE_AGG):
-                return gpu.fault_count("ecc_sbe", ECC_SBE_PER_S)
-            return gpu.fault_count("ecc_dbe", 0.0)
+            volatile = field_id in (FI_ECC_SBE_VOL, FI_ECC_DBE_VOL)
+            kind = "ecc_sbe" if field_id in (FI_ECC_SBE_VOL, FI_ECC_SBE_AGG) else "ecc_dbe"
+            return gpu.fault_count(kind, volatile=volatile)
         if field_id in _REMAP:
             if not m.has_row_remapping or self._vgpu:
                 raise _Answer(c.ERROR_NOT_SUPPORTED)
@@ -537,7 +539,7 @@ class SimulatedNvml:
             return gpu.reading().energy_mj
         if field_id == FI_PCIE_REPLAY:
             self._not_in_vgpu_guest()
-            return gpu.fault_count("pcie_replay_storm", PCIE_REPLAYS_PER_S)
+            return gpu.fault_count("pcie_replay_storm")
         if field_id == FI_RECOVERY_ACTION:
             return gpu.recovery_action()
         if field_id == FI_NVLINK_LINK_COUNT:
@@ -566,23 +568,31 @@ class SimulatedNvml:
             return r.nvlink_tx_kib[link]
         if field_id == FI_NVLINK_RX:
             return r.nvlink_rx_kib[link]
-        faulty = link == FAULTY_LINK
         if field_id == FI_NVLINK_STATE:
-            return 0 if faulty and gpu.fault_now("nvlink_down") else 1
-        if faulty and field_id in (FI_NVLINK_DL_CRC, FI_NVLINK5_EFFECTIVE_ERRORS):
-            return gpu.fault_count("nvlink_crc_storm", NVLINK_CRC_PER_S)
-        if faulty and field_id == FI_NVLINK5_SYMBOL_ERRORS:
-            return 4 * gpu.fault_count("nvlink_crc_storm", NVLINK_CRC_PER_S)
-        if faulty and field_id in (FI_NVLINK5_RECOVERY, FI_NVLINK5_RECOVERY_FAILED):
-            return gpu.fault_count("nvlink_down", 0.0)
+            return 0 if gpu.fault_now("nvlink_down", link) else 1
+        if field_id in (FI_NVLINK_DL_CRC, FI_NVLINK5_EFFECTIVE_ERRORS):
+            return gpu.fault_count("nvlink_crc_storm", link=link)
+        if field_id == FI_NVLINK5_SYMBOL_ERRORS:
+            return 4 * gpu.fault_count("nvlink_crc_storm", link=link)
+        if field_id == FI_NVLINK_DL_REPLAY:
+            return gpu.fault_count("nvlink_replay", link=link)
+        if field_id == FI_NVLINK_DL_RECOVERY:
+            return gpu.fault_count("nvlink_recovery", link=link)
+        if field_id == FI_NVLINK5_RECOVERY:
+            # NVLink5 counts every recovery, the failed ones (a link that went down) too.
+            recovered = gpu.fault_count("nvlink_recovery", link=link)
+            return recovered + gpu.fault_count("nvlink_down", link=link)
+        if field_id == FI_NVLINK5_RECOVERY_FAILED:
+            return gpu.fault_count("nvlink_down", link=link)
         return 0
 
     @staticmethod
     def _remap(gpu: SimGpu, field_id: int) -> int:
+        """Rows remapped for uncorrectable errors: a pending remap's rows and a failed one's
+        (it used the spare rows up); a reset applies the pending remap, the rows stay."""
         if field_id == FI_REMAPPED_UNC:
-            return gpu.fault_count("row_remap_pending", 0.0) + gpu.fault_count(
-                "row_remap_failure", 0.0
-            )
+            pending = gpu.fault_count("row_remap_pending")
+            return pending + gpu.fault_count("row_remap_failure")
         if field_id == FI_REMAPPED_PENDING:
             return int(gpu.fault_now("row_remap_pending"))
         if field_id == FI_REMAPPED_FAILURE:
@@ -591,13 +601,14 @@ class SimulatedNvml:
 
     @staticmethod
     def _retired(gpu: SimGpu, field_id: int) -> int:
-        """retired_pages: the GPU reaches DCGM's limit of 63 retired pages, one pending."""
-        if not gpu.fault_count("retired_pages", 0.0):
-            return 0
+        """retired_pages: `count` pages retired (by default DCGM's limit of 63), a few of them
+        for double-bit errors, and one pending until a reset."""
+        pages = gpu.fault_count("retired_pages")
+        dbe = min(RETIRED_DBE_PAGES, pages)
         if field_id == FI_RETIRED_SBE:
-            return RETIRED_SBE_PAGES
+            return pages - dbe
         if field_id == FI_RETIRED_DBE:
-            return RETIRED_DBE_PAGES
+            return dbe
         return int(gpu.fault_now("retired_pages"))
 
     # -- the per-purpose calls older drivers offer where they lack a field id ----------------
@@ -825,10 +836,10 @@ class SimulatedNvml:
         found: tuple[int | None, float] = (None, float("inf"))
         for index in list(event_set.masks):
             gpu = self.node.gpus[index]
-            lost = gpu.active("fall_off_bus", now)
+            lost = gpu.lost_since(now)
             fault = gpu.active("event_wait_error", now)
             if lost is not None:
-                candidate = (c.ERROR_GPU_IS_LOST, self.node.start + lost.at)
+                candidate = (c.ERROR_GPU_IS_LOST, lost)
             elif fault is not None and fault.error:
                 candidate = (c.ERRORS[fault.error], self.node.start + fault.at)
             else:

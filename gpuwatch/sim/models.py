@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GIB = 1024**3
+SHUTDOWN_MARGIN_C = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,12 @@ class GpuModel:
     has_nvlink_crc_data: bool  # NVLink4 (Hopper) reports one CRC counter, not flit/data
     nvlink_generation: int = 0  # 5 (Blackwell): the DL error counters gave way to NVLink5's
     mig_capable: bool = False
+
+    @property
+    def shutdown_temp_c(self) -> float:
+        """Where the GPU switches itself off. nvidia-smi -q reports it per board; the
+        simulator keeps the few degrees above slowdown that boards commonly show."""
+        return self.slowdown_temp_c + SHUTDOWN_MARGIN_C
 
 
 MODELS: dict[str, GpuModel] = {

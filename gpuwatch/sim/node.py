@@ -108,12 +108,17 @@ class SimGpu:
     def __init__(self, node: SimNode, index: int) -> None:
         self.node = node
         self.index = index
-        self.model: GpuModel = node.scenario.model
-        self.faults = [f for f in node.scenario.faults if f.gpu == index]
+        self.model: GpuModel = node.scenario.models[index]
+        mine = [f for f in node.scenario.faults if f.gpu == index]
+        self.resets = sorted(f.at for f in mine if f.kind == "gpu_reset")
+        # A reset ends every fault that began before it (and clears what it left behind:
+        # volatile counters, a pending remap, the driver's recovery action, a lost GPU).
+        self.faults = [(f, self._end(f)) for f in mine if f.kind != "gpu_reset"]
         self.instances = _instances(index, node.scenario.mig.get(index, ()))
         self._lock = threading.Lock()
         self._t = node.start
         self._temp = AMBIENT_C
+        self._climb: tuple[float, float] | None = None  # thermal_shutdown: (from when, from °C)
         self._energy_mj = 0.0
         self._tx = [0.0] * self.model.nvlinks
         self._rx = [0.0] * self.model.nvlinks
@@ -121,30 +126,57 @@ class SimGpu:
         self._temp = self._target_temp(node.start, self._power_w(node.start, self._temp)[0])
         self._reading = self._read(node.start)
 
+    def _end(self, fault: Fault) -> float:
+        """When a fault stops (seconds into the scenario): its duration's end or the first
+        reset after it began. A thermal shutdown's duration is the climb; the GPU stays off."""
+        end = math.inf
+        if fault.duration is not None and fault.kind != "thermal_shutdown":
+            end = fault.at + fault.duration
+        return min([end, *(r for r in self.resets if r > fault.at)])
+
     # -- faults --------------------------------------------------------------------------
     def active(self, kind: str, t: float) -> Fault | None:
         elapsed = t - self.node.start
-        for f in self.faults:
-            if f.kind == kind and f.active(elapsed):
+        for f, end in self.faults:
+            if f.kind == kind and f.at <= elapsed < end:
                 return f
         return None
 
-    def fault_count(self, kind: str, rate: float) -> int:
-        """Errors that faults of `kind` have produced by now: one at once, then `rate` a second
-        while the fault lasts. Counters only ever grow, as the hardware's do."""
+    def fault_count(self, kind: str, *, volatile: bool = False, link: int | None = None) -> int:
+        """Errors (rows, pages) that faults of `kind` have produced by now: `count` at once,
+        then `rate` a second while the fault lasts. Counters only grow, as the hardware's do;
+        a volatile one starts again from 0 at a GPU reset. `link`: only faults on that link."""
         elapsed = self.node.clock.now() - self.node.start
+        since = max((r for r in self.resets if r <= elapsed), default=-math.inf)
         total = 0.0
-        for f in self.faults:
-            if f.kind == kind and elapsed >= f.at:
-                end = elapsed if f.duration is None else min(elapsed, f.at + f.duration)
-                total += 1 + rate * (end - f.at)
+        for f, end in self.faults:
+            if f.kind != kind or elapsed < f.at or (link is not None and f.link != link):
+                continue
+            if volatile and f.at < since:
+                continue
+            total += f.errors_at_once + f.errors_per_s * (min(elapsed, end) - f.at)
         return int(total)
 
-    def fault_now(self, kind: str) -> bool:
-        return self.active(kind, self.node.clock.now()) is not None
+    def fault_now(self, kind: str, link: int | None = None) -> bool:
+        f = self.active(kind, self.node.clock.now())
+        return f is not None and (link is None or f.link == link)
+
+    def lost_since(self, t: float) -> float | None:
+        """Since when the GPU has been off the bus (fallen off it, or shut down for heat):
+        None while it answers."""
+        elapsed = t - self.node.start
+        for f, end in self.faults:
+            off = f.at + (f.duration or 0.0) if f.kind == "thermal_shutdown" else f.at
+            if f.kind in ("fall_off_bus", "thermal_shutdown") and off <= elapsed < end:
+                return self.node.start + off
+        return None
 
     def lost(self, t: float) -> bool:
-        return self.active("fall_off_bus", t) is not None
+        return self.lost_since(t) is not None
+
+    def missing(self, t: float) -> bool:
+        """Not enumerated by the driver: gone from the bus at a reboot (gpu_missing)."""
+        return self.active("gpu_missing", t) is not None
 
     def error_now(self, kind: str = "nvml_error") -> int | None:
         """The NVML error an nvml_error (or event_wait_error) fault makes its calls answer."""
@@ -229,6 +261,18 @@ class SimGpu:
         power, _, _ = self._power_w(t, self._temp)
         target = self._target_temp(t, power)
         self._temp = target + (self._temp - target) * math.exp(-dt / THERMAL_TAU_S)
+        shutdown = self.active("thermal_shutdown", t)
+        if shutdown is None:
+            self._climb = None
+        else:
+            # Cooling gone: a straight climb to the shutdown temperature over the fault's
+            # duration, so a scenario says when the GPU switches itself off.
+            if self._climb is None:
+                self._climb = (self.node.start + shutdown.at, self._temp)
+            since, start_c = self._climb
+            span = shutdown.duration or 0.0
+            share = 1.0 if span <= 0 else min(1.0, (t - since) / span)
+            self._temp = start_c + (self.model.shutdown_temp_c - start_c) * share
         self._energy_mj += power * dt * 1000.0
         traffic = 0.0 if self.active("nccl_hang", t) else self.utilization(t)
         rate_kib = traffic * NVLINK_SHARE * self.model.nvlink_gbps_per_link * 1e9 / 1024
@@ -322,11 +366,17 @@ class SimNode:
         # adds. On a MIG GPU they run in its first instance.
         self.pids: list[int] = []
         events = []
-        for f in scenario.faults:
-            if f.kind == "xid" and f.code is not None:
-                raised: tuple[tuple[int, int], ...] = ((d.EVENT_XID, f.code),)
-            else:
-                raised = FAULT_EVENTS.get(f.kind, ())
-            for event_type, data in raised:
-                events.append(SimEvent(self.start + f.at, f.gpu, event_type, data))
+        for gpu in self.gpus:
+            for f, end in gpu.faults:
+                at = f.at  # seconds into the scenario
+                if f.kind == "xid" and f.code is not None:
+                    raised: tuple[tuple[int, int], ...] = ((d.EVENT_XID, f.code),)
+                elif f.kind == "thermal_shutdown":
+                    # The GPU switches off at the end of the climb and leaves the bus.
+                    at += f.duration or 0.0
+                    raised = FAULT_EVENTS["fall_off_bus"] if at < end else ()  # unless reset
+                else:
+                    raised = FAULT_EVENTS.get(f.kind, ())
+                for event_type, data in raised:
+                    events.append(SimEvent(self.start + at, f.gpu, event_type, data))
         self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))

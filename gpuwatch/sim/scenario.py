@@ -51,9 +51,32 @@ FAULT_KINDS = (
     "retired_pages",
     "nvml_error",
     "event_wait_error",
+    "gpu_reset",
+    "nvlink_replay",
+    "nvlink_recovery",
+    "thermal_shutdown",
+    "gpu_missing",
     *JOB_FAULT_KINDS,
 )
 ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
+
+# How hard the counting faults hit unless a scenario says (`rate:` errors a second while the
+# fault lasts, after `count:` at once), so a rule can be tried just under and over its line.
+DEFAULT_RATE = {
+    "ecc_sbe": 20.0,  # a single-bit storm (XID 92)
+    "ecc_dbe": 0.0,
+    "pcie_replay_storm": 2.0,  # 120 a minute, above Gen5 x16's expected ~31
+    "nvlink_crc_storm": 500.0,  # above DCGM's 100/s failure line
+    "nvlink_replay": 0.0,
+    "nvlink_recovery": 0.0,
+}
+DEFAULT_COUNT = {
+    **{kind: 1 for kind in DEFAULT_RATE},
+    "row_remap_pending": 1,  # rows remapped for uncorrectable errors
+    "row_remap_failure": 1,
+    "retired_pages": 63,  # DCGM's failure line
+}
+NVLINK_FAULT_KINDS = ("nvlink_down", "nvlink_crc_storm", "nvlink_replay", "nvlink_recovery")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +88,17 @@ class Fault:
     code: int | None = None  # XID code, for `xid`
     error: str | None = None  # nvml.h's error name, for nvml_error and event_wait_error
     action: int | None = None  # the driver's recovery action, for recovery_action
+    rate: float | None = None  # errors a second while it lasts (None: DEFAULT_RATE)
+    count: int | None = None  # errors (rows, pages) at once (None: DEFAULT_COUNT)
+    link: int = 0  # the NVLink an NVLink fault hits
+
+    @property
+    def errors_per_s(self) -> float:
+        return DEFAULT_RATE.get(self.kind, 0.0) if self.rate is None else self.rate
+
+    @property
+    def errors_at_once(self) -> int:
+        return DEFAULT_COUNT.get(self.kind, 1) if self.count is None else self.count
 
     def active(self, elapsed: float) -> bool:
         if elapsed < self.at:
@@ -77,7 +111,7 @@ class Scenario:
     name: str
     description: str
     gpus: int
-    model: GpuModel
+    models: tuple[GpuModel, ...]  # one a GPU
     workload: str
     seed: int
     faults: tuple[Fault, ...] = field(default_factory=tuple)
@@ -86,10 +120,16 @@ class Scenario:
     ecc: bool = True  # ECC mode enabled (off: every ECC counter answers NOT_SUPPORTED)
     virtualization: str = "none"  # "vgpu_guest": a VM with a vGPU, as GRID guests see it
 
+    @property
+    def model(self) -> GpuModel:
+        """The first GPU's model: the node's, unless it mixes models."""
+        return self.models[0]
+
     def with_gpus(self, gpus: int) -> Scenario:
         return replace(
             self,
             gpus=gpus,
+            models=(self.models + (self.models[-1],) * gpus)[:gpus],
             faults=tuple(f for f in self.faults if f.gpu < gpus),
             mig={g: p for g, p in self.mig.items() if g < gpus},
         )
@@ -111,30 +151,30 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         ("node",),
         ("gpus", "model", "workload", "seed", "driver", "mig", "ecc", "virtualization"),
     )
-    gpus = c.value(node, ("node",), "gpus", whole_number(1, 1024), 8)
     seed = c.value(node, ("node",), "seed", whole_number(0, 2**31), 1)
     workload = c.value(node, ("node",), "workload", one_of(WORKLOADS), "training")
     driver = PROFILES[c.value(node, ("node",), "driver", one_of(tuple(PROFILES)), DEFAULT_PROFILE)]
     ecc = c.value(node, ("node",), "ecc", boolean, True)
     virtualization = c.value(node, ("node",), "virtualization", one_of(VIRTUALIZATION), "none")
-    model_name = str(node.get("model", "H100"))
-    model = find_model(model_name)
-    if model is None:
-        names = ", ".join([*ALIASES, *MODELS])
+    raw_models = node.get("model", "H100")
+    # A list names each GPU's model (a node that mixes them); its length is the GPU count.
+    names = [str(m) for m in raw_models] if isinstance(raw_models, list) else None
+    gpus = c.value(node, ("node",), "gpus", whole_number(1, 1024), len(names) if names else 8)
+    if names is not None and len(names) != gpus:
         c.problems.append(
-            doc.problem(
-                ("node", "model"), f"unknown GPU model {model_name!r}; expected one of: {names}"
-            )
+            doc.problem(("node", "model"), f"lists {len(names)} models for {gpus} GPUs")
         )
-        model = MODELS[ALIASES["H100"]]
-    mig = _mig(c, node.get("mig"), gpus, model)
-    if mig and not model.mig_capable:
-        c.problems.append(doc.problem(("node", "mig"), f"{model.name} has no MIG mode"))
-    if model.nvlink_generation >= 5 and not driver.blackwell:
+    models = _models(c, names or [str(raw_models)] * gpus, gpus, names is not None)
+    mig = _mig(c, node.get("mig"), gpus, models)
+    for g in mig:
+        if not models[g].mig_capable:
+            c.problems.append(doc.problem(("node", "mig"), f"{models[g].name} has no MIG mode"))
+    blackwell = next((m for m in models if m.nvlink_generation >= 5), None)
+    if blackwell is not None and not driver.blackwell:
         c.problems.append(
             doc.problem(
                 ("node", "driver"),
-                f"{model.name} needs driver R570 or newer; {driver.name} does not support it",
+                f"{blackwell.name} needs driver R570 or newer; {driver.name} does not support it",
             )
         )
 
@@ -144,20 +184,18 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         c.problems.append(doc.problem(("faults",), "must be a list of faults"))
         raw_faults = []
     for i, raw in enumerate(raw_faults):
-        fault = _fault(c, raw, ("faults", i), gpus)
-        if fault is None:
-            continue
-        misfit = _misfit(fault, driver, ecc)
-        if misfit is not None:
-            c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
-        else:
+        for fault in _fault(c, raw, ("faults", i), gpus):
+            misfit = _misfit(fault, driver, ecc, models[fault.gpu])
+            if misfit is not None:
+                c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
+                break
             faults.append(fault)
     c.check()
     return Scenario(
         name=str(top.get("name", default_name)),
         description=str(top.get("description", "")),
         gpus=gpus,
-        model=model,
+        models=models,
         workload=workload,
         seed=seed,
         faults=tuple(sorted(faults, key=lambda f: f.at)),
@@ -172,21 +210,52 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
 ECC_FAULT_KINDS = ("ecc_sbe", "ecc_dbe", "row_remap_pending", "row_remap_failure", "retired_pages")
 
 
-def _misfit(fault: Fault, driver: DriverProfile, ecc: bool) -> tuple[str, str] | None:
-    """(field, why) when a fault cannot happen on this node; None when it can."""
+def _misfit(
+    fault: Fault, driver: DriverProfile, ecc: bool, model: GpuModel
+) -> tuple[str, str] | None:
+    """(field, why) when a fault cannot happen on this GPU; None when it can."""
     if fault.action is not None and fault.action > driver.recovery_action_max:
         highest = driver.recovery_action_max
         known = f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
         return "action", f"driver {driver.name} {known}"
     if fault.kind in ECC_FAULT_KINDS and not ecc:
         return "kind", f"{fault.kind} needs ECC memory; this node has node.ecc: false"
+    if fault.kind.startswith("row_remap") and not model.has_row_remapping:
+        return "kind", f"{model.name} retires pages instead of remapping rows (retired_pages)"
+    if fault.kind == "retired_pages" and model.has_row_remapping:
+        return "kind", f"{model.name} remaps rows instead of retiring pages (row_remap_*)"
+    if fault.kind in NVLINK_FAULT_KINDS:
+        if not model.nvlinks:
+            return "kind", f"{model.name} has no NVLink"
+        if fault.link >= model.nvlinks:
+            return "link", f"{model.name} has links 0-{model.nvlinks - 1}"
+        if fault.kind == "nvlink_replay" and model.nvlink_generation >= 5:
+            # nvml.h: the DL replay counter is unsupported from Blackwell on.
+            return "kind", f"{model.name} (NVLink5) has no replay counter"
     return None
 
 
 MIG_SLICES = (1, 2, 3, 4, 7)  # the compute slices a GPU instance profile can have
 
 
-def _mig(c: Checker, raw: Any, gpus: int, model: GpuModel) -> dict[int, tuple[str, ...]]:
+def _models(c: Checker, names: list[str], gpus: int, listed: bool) -> tuple[GpuModel, ...]:
+    out: list[GpuModel] = []
+    for i, name in enumerate(names[:gpus]):
+        model = find_model(name)
+        if model is None:
+            known = ", ".join([*ALIASES, *MODELS])
+            path: PathKey = ("node", "model", i) if listed else ("node", "model")
+            c.problems.append(
+                c.doc.problem(path, f"unknown GPU model {name!r}; expected one of: {known}")
+            )
+            model = MODELS[ALIASES["H100"]]
+        out.append(model)
+    return tuple(out + out[-1:] * (gpus - len(out)))
+
+
+def _mig(
+    c: Checker, raw: Any, gpus: int, models: tuple[GpuModel, ...]
+) -> dict[int, tuple[str, ...]]:
     """node.mig: a list of {gpu, instances: [profile, ...]}, profiles as nvidia-smi names
     them (`3g.40gb`); at most 7 compute slices and the GPU's memory a GPU."""
     if raw is None:
@@ -211,6 +280,7 @@ def _mig(c: Checker, raw: Any, gpus: int, model: GpuModel) -> dict[int, tuple[st
         sizes = [(int(m.group(1)), int(m.group(2))) for m in matches if m is not None]
         slices, gigabytes = sum(s for s, _ in sizes), sum(g for _, g in sizes)
         # Profile names round the memory up to whole GB: 7g.80gb on an H100's 79.6 GiB.
+        model = models[gpu]
         memory = -(-model.memory_bytes // 2**30)
         problem = None
         if bad:
@@ -234,15 +304,35 @@ def _kind(value: Any) -> str:
     return str(value)
 
 
-def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
+def _gpus(gpus: int) -> Any:
+    """A fault's `gpu`: an index, or `all` (a hang every rank shares, a driver gone)."""
+    one = whole_number(0, gpus - 1)
+
+    def parse(value: Any) -> tuple[int, ...]:
+        return tuple(range(gpus)) if value == "all" else (one(value),)
+
+    return parse
+
+
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ValueError(f"must be a number of errors a second, 0 or more: {value!r}")
+    return float(value)
+
+
+def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> list[Fault]:
+    """The fault at `path`, one for each GPU it hits; none when it has problems."""
     before = len(c.problems)
-    data = c.section(raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action"))
+    data = c.section(
+        raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action", "rate", "count",
+                    "link"),
+    )  # fmt: skip
     if not data:
-        return None
+        return []
     has_kind = c.require(data, path, "kind", "the fault kind")
-    has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits")
+    has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits, or all")
     kind = c.value(data, path, "kind", _kind, "")
-    gpu = c.value(data, path, "gpu", whole_number(0, gpus - 1), 0)
+    on = c.value(data, path, "gpu", _gpus(gpus), (0,))
     at = c.value(data, path, "at", parse_duration, 0.0)
     duration = c.value(data, path, "duration", parse_duration, None)
     code = None
@@ -262,9 +352,29 @@ def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> Fault | None:
         action = c.value(data, path, "action", whole_number(0, 7), 1)
     elif "action" in data:
         c.problems.append(c.doc.problem((*path, "action"), "only recovery_action takes an action"))
+    rate = _only(c, data, path, "rate", kind=kind, kinds=tuple(DEFAULT_RATE), parse=_positive)
+    count = _only(
+        c, data, path, "count", kind=kind, kinds=tuple(DEFAULT_COUNT), parse=whole_number(0, 10**9)
+    )
+    link = _only(
+        c, data, path, "link", kind=kind, kinds=NVLINK_FAULT_KINDS, parse=whole_number(0, 17)
+    )
     if len(c.problems) > before or not (has_kind and has_gpu):
+        return []
+    return [Fault(kind, g, at, duration, code, error, action, rate, count, link or 0) for g in on]
+
+
+def _only(
+    c: Checker, data: dict[str, Any], path: PathKey, key: str, *, kind: str,
+    kinds: tuple[str, ...], parse: Any,
+) -> Any:  # fmt: skip
+    """A field only some kinds take: its value, or a problem naming the kinds that do."""
+    if key not in data:
         return None
-    return Fault(kind, gpu, at, duration, code, error, action)
+    if kind not in kinds:
+        c.problems.append(c.doc.problem((*path, key), f"only {', '.join(kinds)} take a {key}"))
+        return None
+    return c.value(data, path, key, parse, None)
 
 
 def load_scenario(name_or_path: str) -> Scenario:

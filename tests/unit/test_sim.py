@@ -51,15 +51,16 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
     for name in names - {"demo", "healthy", "mig"}:
         scenario = load_scenario(name)
         assert scenario.gpus == 8
-        assert scenario.faults[0] == Fault(
+        assert next(f for f in scenario.faults if f.kind == name) == Fault(
             kind=name,
             gpu=1,
             # Job faults come after a minute of normal training, so the job has a history.
             at=60.0 if name in JOB_FAULT_KINDS else 10.0,
-            duration=30.0 if name == "nvml_hang" else None,
+            duration={"nvml_hang": 30.0, "thermal_shutdown": 60.0}.get(name),
             code=48 if name == "xid" else None,
             action=1 if name == "recovery_action" else None,
             error={"nvml_error": "RESET_REQUIRED", "event_wait_error": "UNKNOWN"}.get(name),
+            rate=0.1 if name == "nvlink_replay" else None,
         )
     assert load_scenario("healthy").faults == ()
 
@@ -191,11 +192,11 @@ def test_the_scenario_in_the_simulator_docs_loads(tmp_path: Path) -> None:
     path.write_text(block)
     scenario = load_scenario(str(path))
     assert (scenario.driver.name, scenario.mig) == ("R615", {0: ("3g.40gb", "2g.20gb", "1g.10gb")})
-    assert [f.kind for f in scenario.faults] == [
-        "nvml_error",
-        "event_wait_error",
-        "recovery_action",
-    ]
+    kinds = [(f.kind, f.gpu) for f in scenario.faults]
+    assert kinds[:5] == [("nvml_error", 1), ("event_wait_error", 2), ("recovery_action", 3),
+                         ("pcie_replay_storm", 4), ("nvlink_crc_storm", 5)]  # fmt: skip
+    assert next(f for f in scenario.faults if f.kind == "nvlink_crc_storm").link == 3
+    assert [g for k, g in kinds if k == "nccl_hang"] == list(range(8))
 
 
 def test_scenario_errors_for_the_node_and_library_faults(tmp_path: Path) -> None:

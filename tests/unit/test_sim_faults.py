@@ -1,0 +1,186 @@
+"""The simulator's fault magnitudes, resets, shutdowns, missing GPUs and mixed nodes, read
+through the real pynvml over the simulated NVML library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.sim.scenario import load_scenario
+from gpuwatch.yamlfile import FileError
+from tests.conftest import Simulate
+
+FI_DL_REPLAY = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY
+FI_DL_RECOVERY = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY
+FI_DL_CRC = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC
+FI_NVLINK5_RECOVERY = 215  # NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS
+
+
+def open_node(simulate: Simulate, tmp_path: Path, text: str) -> ManualClock:
+    path = tmp_path / "node.yaml"
+    path.write_text(text)
+    clock = ManualClock()
+    simulate(load_scenario(str(path)), clock)
+    pynvml.nvmlInit()
+    return clock
+
+
+def field(gpu: int, field_id: int, link: int | None = None) -> Any:
+    """One field value of a GPU: its value, or raises the NVML error its slot carries."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+    request = field_id if link is None else (field_id, link)
+    [value] = pynvml.nvmlDeviceGetFieldValues(handle, [request])
+    if value.nvmlReturn != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(value.nvmlReturn)
+    return value.value.ullVal
+
+
+def test_a_scenario_sets_how_hard_and_where_a_fault_hits(
+    simulate: Simulate, tmp_path: Path
+) -> None:
+    clock = open_node(
+        simulate,
+        tmp_path,
+        "node: {gpus: 2, model: A100}\n"
+        "faults:\n"
+        "  - {kind: pcie_replay_storm, gpu: 0, at: 10s, duration: 60s, rate: 0.25}\n"
+        "  - {kind: nvlink_crc_storm, gpu: 1, at: 10s, rate: 120, link: 4, count: 0}\n"
+        "  - {kind: nvlink_replay, gpu: 1, at: 10s, link: 2}\n"
+        "  - {kind: nvlink_recovery, gpu: 1, at: 10s, link: 2, count: 3}\n",
+    )
+    clock.advance(38)
+    assert field(0, pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER) == 1 + 0.25 * 28
+    clock.advance(62)  # past the storm's end: the counter stays where it got to
+    assert field(0, pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER) == 1 + 0.25 * 60
+    assert field(1, FI_DL_CRC, 4) == 120 * 90
+    assert field(1, FI_DL_CRC, 0) == 0
+    assert (field(1, FI_DL_REPLAY, 2), field(1, FI_DL_RECOVERY, 2)) == (1, 3)
+    assert (field(1, FI_DL_REPLAY, 0), field(1, FI_DL_RECOVERY, 0)) == (0, 0)
+
+
+def test_nvlink5_counts_recoveries_in_its_own_counter(simulate: Simulate, tmp_path: Path) -> None:
+    clock = open_node(
+        simulate,
+        tmp_path,
+        "node: {gpus: 1, model: B200, driver: R580}\n"
+        "faults: [{kind: nvlink_recovery, gpu: 0, at: 5s, link: 7, count: 2}]\n",
+    )
+    clock.advance(6)
+    assert field(0, FI_NVLINK5_RECOVERY, 7) == 2
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # nvml.h: none from Blackwell on
+        field(0, FI_DL_RECOVERY, 7)
+
+
+def test_a_reset_clears_volatile_counts_and_applies_a_pending_remap(
+    simulate: Simulate, tmp_path: Path
+) -> None:
+    clock = open_node(
+        simulate,
+        tmp_path,
+        "node: {gpus: 1, model: H100}\n"
+        "faults:\n"
+        "  - {kind: ecc_dbe, gpu: 0, at: 5s}\n"
+        "  - {kind: row_remap_pending, gpu: 0, at: 5s, count: 512}\n"
+        "  - {kind: recovery_action, gpu: 0, at: 5s}\n"
+        "  - {kind: gpu_reset, gpu: 0, at: 20s}\n"
+        "  - {kind: ecc_sbe, gpu: 0, at: 30s, rate: 0}\n",
+    )
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    volatile = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+    aggregate = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC)
+    clock.advance(10)
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *volatile) == 1
+    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 512, 1, 0)
+    assert field(0, 230) == 1  # the driver asks for a GPU reset
+    clock.advance(15)
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *volatile) == 0
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *aggregate) == 1
+    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 512, 0, 0)
+    assert field(0, 230) == 0
+    clock.advance(10)  # a fault after the reset counts from 0 again
+    corrected = (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC)
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *corrected) == 1
+
+
+def test_a_thermal_shutdown_climbs_then_the_gpu_leaves_the_bus(
+    simulate: Simulate, tmp_path: Path
+) -> None:
+    clock = open_node(
+        simulate,
+        tmp_path,
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: thermal_shutdown, gpu: 1, at: 10s, duration: 60s}]\n",
+    )
+    h = pynvml.nvmlDeviceGetHandleByIndex(1)
+    events = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
+    start = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    clock.advance(40)  # halfway up from about 70 °C to 92 °C
+    halfway = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    assert start + 5 < halfway < 92
+    clock.advance(29)
+    assert pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) >= 91
+    reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+    assert reasons & pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    with pytest.raises(pynvml.NVMLError_Timeout):  # not off yet
+        pynvml.nvmlEventSetWait_v2(events, 0)
+    clock.advance(2)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
+    assert pynvml.nvmlEventSetWait_v2(events, 0).eventData == 79
+
+
+def test_a_missing_gpu_leaves_the_driver_s_list_and_the_rest_move_up(
+    simulate: Simulate, tmp_path: Path
+) -> None:
+    clock = open_node(
+        simulate,
+        tmp_path,
+        "node: {gpus: 4, model: [H100, H100, L4, L4]}\n"
+        "faults: [{kind: gpu_missing, gpu: 1, at: 10s}]\n",
+    )
+    names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(4)]
+    assert names == ["NVIDIA H100 80GB HBM3"] * 2 + ["NVIDIA L4"] * 2
+    held = pynvml.nvmlDeviceGetHandleByIndex(1)
+    uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(4)]
+    clock.advance(10)
+    assert pynvml.nvmlDeviceGetCount() == 3
+    now = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(3)]
+    assert now == [uuids[0], uuids[2], uuids[3]]
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetTemperature(held, pynvml.NVML_TEMPERATURE_GPU)
+
+
+def test_magnitudes_and_mixed_nodes_are_checked_against_the_node(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "node: {gpus: 3, model: [H100, L4, V100]}\n"
+        "faults:\n"
+        "  - {kind: xid, gpu: 0, code: 13, rate: 5}\n"
+        "  - {kind: nvlink_down, gpu: 1}\n"
+        "  - {kind: nvlink_crc_storm, gpu: 0, link: 18}\n"
+        "  - {kind: row_remap_pending, gpu: 2}\n"
+        "  - {kind: ecc_sbe, gpu: 0, rate: -1}\n"
+        "  - {kind: retired_pages, gpu: 0}\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    problems = str(caught.value).splitlines()
+    at = f"{path}:{{}}: faults[{{}}].{{}}".format
+    assert at(3, 0, "rate: only ecc_sbe, ecc_dbe, pcie_replay_storm") in " ".join(problems)
+    assert at(4, 1, "kind: NVIDIA L4 has no NVLink") in problems
+    assert at(5, 2, "link: expected a whole number from 0 to 17, got 18") in problems
+    assert at(6, 3, "kind: Tesla V100-SXM2-32GB retires pages instead of remapping rows "
+                    "(retired_pages)") in problems  # fmt: skip
+    rate = at(7, 4, "rate: must be a number of errors a second")
+    assert any(p.startswith(rate) for p in problems)
+    assert at(8, 5, "kind: NVIDIA H100 80GB HBM3 remaps rows instead of retiring pages "
+                    "(row_remap_*)") in problems  # fmt: skip
+    short = tmp_path / "short.yaml"
+    short.write_text("node: {gpus: 3, model: [H100, L4]}\n")
+    with pytest.raises(FileError, match=r"short.yaml:1: node.model: lists 2 models for 3 GPUs"):
+        load_scenario(str(short))
