@@ -31,17 +31,21 @@ from pathlib import Path
 
 import pynvml
 
+from gpuwatch.acks import AckStore
+from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.health import SEVERITY, Health
+from gpuwatch.journal import Journal
 from gpuwatch.model import Sample
-from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.alerting import AlertState
-from gpuwatch.runner import load_rules
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.runner import load_rules, make_source
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
+from gpuwatch.statedir import StateProblems
 
 HERE = Path(__file__).resolve().parent / "detection"
 
@@ -59,6 +63,15 @@ class Case:
     verdicts: dict[int, Health] = field(default_factory=dict)  # faulty GPUs; others: healthy
     consequences: frozenset[str] = frozenset()  # other alerts the fault rightly raises
     after: float = 120.0  # how long to run past the last deadline
+    # The daemon stops and a new one starts on the same state directory at these times
+    # (seconds into the scenario), while the node runs on.
+    restarts: tuple[float, ...] = ()
+    cleared: frozenset[str] = frozenset()  # alerts that must be resolved by the end
+    recovered: frozenset[int] = frozenset()  # GPUs that must be healthy again by the end
+
+
+# Every alert: the fault has passed and its windows emptied by the end.
+_all_cleared = frozenset({"*"})
 
 
 def gpu(n: int) -> dict[str, str]:
@@ -140,9 +153,76 @@ CASES: dict[str, Case] = {
     ),
     # Idle for its whole 15-minute window, then `for: 5m`.
     "h100_idle_with_memory": Case((Expect("GpuIdleWithMemory", gpu(2), 1260),)),
+    # Just under and just over the lines: the one under must raise nothing.
+    "h100_pcie_replay_threshold": Case(
+        (Expect("GpuPcieReplayRate", gpu(5), 75),), {5: Health.DEGRADED}, cleared=_all_cleared
+    ),
+    "mixed_pcie_replays": Case(
+        (Expect("GpuPcieReplayRate", gpu(6), 75),), {6: Health.DEGRADED}, cleared=_all_cleared
+    ),
+    "a100_nvlink_crc_threshold": Case(
+        (
+            Expect("GpuNvlinkErrors", {**gpu(1), "severity": "warning"}, 30),
+            Expect("GpuNvlinkErrors", {**gpu(4), "severity": "warning"}, 30),
+            Expect("GpuNvlinkErrors", {**gpu(4), "severity": "critical"}, 90),
+        ),
+        {1: Health.DEGRADED, 4: Health.UNHEALTHY},
+        after=420,  # the 5-minute windows empty: everything clears
+        cleared=_all_cleared,
+    ),
+    "a100_nvlink_replay": Case(
+        (Expect("GpuNvlinkErrors", {**gpu(2), "severity": "critical"}, 30),),
+        {2: Health.UNHEALTHY},
+        after=420,
+        cleared=_all_cleared,
+    ),
+    "b200_nvlink_recovery": Case(
+        (Expect("GpuNvlinkErrors", {**gpu(3), "severity": "critical"}, 30),),
+        {3: Health.UNHEALTHY},
+        after=420,
+        cleared=_all_cleared,
+    ),
+    "a100_remapped_rows_512": Case(
+        (
+            Expect("GpuRowRemapPending", gpu(2), 30),
+            Expect("GpuRowRemapPending", gpu(6), 30),
+            Expect("GpuRemappedRowsHigh", gpu(6), 30),
+        ),
+        {2: Health.DEGRADED, 6: Health.DEGRADED},
+        cleared=frozenset({"GpuRowRemapPending"}),  # the reset applied the remaps
+        recovered=frozenset({2}),
+    ),
+    "h100_gpu_reset": Case(
+        (Expect("GpuEccUncorrectable", gpu(3), 30),),
+        {3: Health.UNHEALTHY},
+        frozenset({"GpuXidCritical"}),  # XID 48
+        cleared=frozenset({"GpuEccUncorrectable"}),
+        recovered=frozenset({3}),
+    ),
+    "h100_thermal_shutdown": Case(
+        (Expect("GpuTemperatureHigh", gpu(4), 290), Expect("GpuFellOffBus", gpu(4), 315)),
+        {4: Health.UNHEALTHY},
+        frozenset({"GpuThermalThrottling", "GpuXidCritical"}),  # hot, then XID 79
+    ),
+    # After the reboot the GPU is not listed at all: no XID, no error, only its absence.
+    "h100_missing_after_reboot": Case(
+        (Expect("GpuFellOffBus", gpu(5), 15), Expect("GpuMissing", gpu(5), 150)),
+        {5: Health.UNHEALTHY},
+        frozenset({"GpuXidCritical"}),  # XID 79
+        restarts=(180.0,),
+    ),
+    "h100_all_ranks_hang": Case(
+        tuple(Expect("CollectiveHang", gpu(g), 360) for g in range(8)),
+        {},
+        frozenset({"TrainingStalled"}),
+    ),
+    "h100_driver_lost": Case(
+        tuple(Expect("GpuUnresponsive", gpu(g), 30) for g in range(8)),
+        {g: Health.UNHEALTHY for g in range(8)},
+    ),
 }
 HEALTHY = ("healthy_h100_training", "healthy_a100_inference", "healthy_l4_idle",
-           "healthy_v100_training")  # fmt: skip
+           "healthy_v100_training", "healthy_mixed_training")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,6 +240,7 @@ class Result:
     caught: dict[str, float | None] = field(default_factory=dict)  # expected alert -> delay
     false: list[str] = field(default_factory=list)
     wrong_verdicts: list[str] = field(default_factory=list)
+    uncleared: list[str] = field(default_factory=list)  # alerts still firing that should not be
     wall: float = 0.0
 
 
@@ -179,20 +260,23 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
     library.install()
     start = clock.now()
     fired: dict[tuple[object, ...], Fired] = {}  # each firing once, a second one apart
-    events = EventLog()
     worst: dict[int, Health] = {}
+    restarts = sorted(case.restarts)
+    firing: set[str] = set()
     with tempfile.TemporaryDirectory() as state:
         config = Config(state_dir=state)
-        source = NvmlSource(pynvml, clock, config.sampling, events.publish)
-        rules = load_rules(config, Path(state))
-        daemon = Daemon(config, clock, source, events, rules=rules)
+        daemon, rules = await _start(config, clock)
         job = TrainingJob(scenario) if scenario.workload == "training" else None
         if job is not None:
             library.node.pids.append(os.getpid())  # this process plays the job's, as jobrun's
-        await source.start()
         wall = time.monotonic()
         try:
             while clock.now() - start < duration:
+                if restarts and clock.now() - start >= restarts[0]:
+                    restarts.pop(0)
+                    await daemon.source.stop()  # the alert state is saved as it changes
+                    daemon.journal.close()
+                    daemon, rules = await _start(config, clock)
                 if job is not None:
                     for r, values in job.at(clock.now() - start).items():
                         labels = (("job", JOB_NAME), ("rank", str(r)))
@@ -204,9 +288,11 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
                     await asyncio.sleep(0.001)
                 await asyncio.sleep(0)
                 await daemon.sample_once()
+                firing = set()
                 for rule in rules.alerting_rules():
                     for labels, alert in rule.active.items():
                         if alert.state == AlertState.FIRING and alert.fired_at is not None:
+                            firing.add(alert.name)
                             fired.setdefault(
                                 (labels, alert.fired_at),
                                 Fired(alert.fired_at - start, alert.name, dict(labels)),
@@ -215,12 +301,35 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
                     if SEVERITY[verdict.state] > SEVERITY[worst.get(index, Health.HEALTHY)]:
                         worst[index] = verdict.state
                 clock.advance(config.sampling.interval)
+            late = firing if "*" in case.cleared else firing & case.cleared
+            result.uncleared = [f"{a} still firing at the end" for a in sorted(late)]
+            result.uncleared += [
+                f"GPU {g} {v.state.value} at the end, expected healthy again"
+                for g, v in sorted(daemon.view.gpu_verdicts.items())
+                if g in case.recovered and v.state != Health.HEALTHY
+            ]
         finally:
             result.wall = time.monotonic() - wall
-            await source.stop()
+            await daemon.source.stop()
             SimulatedNvml.uninstall()
     judge(result, case, scenario, sorted(fired.values(), key=lambda f: f.time), worst)
     return result
+
+
+async def _start(config: Config, clock: ManualClock) -> tuple[Daemon, RuleEngine]:
+    """A daemon as `gpuwatch run` builds one (its journal, acknowledgements, GPU inventory
+    and saved alert state), on the state directory the last one left."""
+    state = Path(config.state_dir)
+    rules = load_rules(config, state)
+    problems = StateProblems(state)
+    journal = Journal(state, config.journal.retention, current_boot_id(), problems)
+    events = EventLog()
+    source = make_source(config, pynvml, clock, events, state)
+    daemon = Daemon(config, clock, source, events, rules=rules, journal=journal,
+                    acks=AckStore(state), problems=problems)  # fmt: skip
+    daemon.restore_xids()
+    await source.start()
+    return daemon, rules
 
 
 def judge(
@@ -290,15 +399,17 @@ def main() -> None:
     caught = sum(v is not None for r in results for v in r.caught.values())
     expected = sum(len(r.caught) for r in results)
     false = sum(len(r.false) for r in results)
-    wrong = sum(len(r.wrong_verdicts) for r in results)
+    wrong = sum(len(r.wrong_verdicts) + len(r.uncleared) for r in results)
     hours = sum(r.hours for r in results)
-    print(f"\ncaught {caught} of {expected}; {false} false alerts; {wrong} wrong verdicts; "
+    print(f"\ncaught {caught} of {expected}; {false} false alerts; {wrong} wrong verdicts "
+          f"or alerts not cleared; "
           f"{hours:.1f} simulated hours in {sum(r.wall for r in results):.0f} s")  # fmt: skip
     sys.exit(0 if caught == expected and not false and not wrong else 1)
 
 
 def report(r: Result) -> None:
-    model = r.scenario.model.name.removeprefix("NVIDIA ")
+    names = dict.fromkeys(m.name.removeprefix("NVIDIA ") for m in r.scenario.models)
+    model = "+".join(n.split()[0] for n in names) if len(names) > 1 else next(iter(names))
     shown = (
         ", ".join(
             f"{alert} {'MISSED' if delay is None else f'{delay:.0f} s'}"
@@ -308,7 +419,7 @@ def report(r: Result) -> None:
     )
     print(f"{r.name:24} {r.scenario.gpus}x {model:20} {r.hours:5.2f} h  {shown}; "
           f"{len(r.false)} false; {r.wall:.0f} s", flush=True)  # fmt: skip
-    for line in [*r.false, *r.wrong_verdicts]:
+    for line in [*r.false, *r.wrong_verdicts, *r.uncleared]:
         print(f"    {line}")
 
 

@@ -25,7 +25,7 @@ from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
-from gpuwatch.inventory import Inventory
+from gpuwatch.inventory import Inventory, missing_samples
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.processes import with_jobs
@@ -86,7 +86,7 @@ class DcgmSource:
         self._check_inventory(reading)
         self._note_xids(reading.gpus)
         states = self._states(reading.gpus)
-        samples = [Sample(m.UP, (), 1.0), *reading.samples]
+        samples = [Sample(m.UP, (), 1.0), *missing_samples(self._backend.missing), *reading.samples]
         samples += [Sample(m.GPU_UP, self._known[u].labels, 0.0) for u in sorted(self._lost)]
         samples += [Sample(m.GPU_LOST, g.info.labels, float(g.status == GpuStatus.LOST))
                     for g in states]  # fmt: skip

@@ -112,7 +112,7 @@ class Daemon:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
-        self._restore_xids()
+        self.restore_xids()
         await self.source.start()
         await self.sample_once()
         self._task = asyncio.create_task(self._loop(), name="sampling")
@@ -124,7 +124,7 @@ class Daemon:
                 await self._task
         await self.source.stop()
 
-    def _restore_xids(self) -> None:
+    def restore_xids(self) -> None:
         """This boot's XIDs, from the journal: counts, verdicts and the counters' recent
         history carry over a restart, so rules neither forget an XID nor see an old one anew."""
         if self.journal is None:

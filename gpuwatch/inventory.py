@@ -8,8 +8,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from gpuwatch import metrics as m
 from gpuwatch.atomicfile import read_json_records, write_json
-from gpuwatch.model import GpuInfo, MissingGpu
+from gpuwatch.model import GpuInfo, MissingGpu, Sample
 
 log = logging.getLogger(__name__)
 
@@ -52,3 +53,14 @@ class Inventory:
 def _as_json(gpu: MissingGpu) -> dict[str, str | int]:
     return {"uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "serial": gpu.serial,
             "pci_bus_id": gpu.pci_bus_id}  # fmt: skip
+
+
+def missing_samples(missing: tuple[MissingGpu, ...]) -> list[Sample]:
+    """gpuwatch_gpu_missing for each GPU the driver no longer lists, by its last index. It
+    carries the GPU's descriptive labels itself: there is no gpuwatch_gpu_info to join."""
+    out = []
+    for g in missing:
+        labels = (("gpu", str(g.index)), ("uuid", g.uuid), ("model", g.model),
+                  ("pci_bus_id", g.pci_bus_id), ("serial", g.serial))  # fmt: skip
+        out.append(Sample(m.GPU_MISSING, labels, 1.0))
+    return out

@@ -59,6 +59,7 @@ NVML_TIMEOUTS = "gpuwatch_nvml_timeouts_total"
 NVML_ABANDONED_WORKERS = "gpuwatch_nvml_abandoned_workers"
 STORE_SERIES = "gpuwatch_store_series"
 GPU_LOST = "gpuwatch_gpu_lost"
+GPU_MISSING = "gpuwatch_gpu_missing"
 ALERTS = "gpuwatch_alerts"
 RULE_EVALUATION_DURATION = "gpuwatch_rule_evaluation_duration_seconds"
 RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
@@ -118,6 +119,11 @@ _DEFS = [
     MetricDef(STORE_SERIES, "gauge", "Series held in the in-memory store."),
     MetricDef(BUILD_INFO, "gauge", "1; the versions of gpuwatch, Python and nvidia-ml-py."),
     MetricDef(GPU_LOST, "gauge", "1 when NVML reports the GPU lost (fallen off the bus)."),
+    MetricDef(
+        GPU_MISSING,
+        "gauge",
+        "1 per GPU this node had (state directory) that the driver no longer lists.",
+    ),
     MetricDef(ALERTS, "gauge", "1 per pending or firing alert (Prometheus's ALERTS, renamed)."),
     MetricDef(RULE_EVALUATION_DURATION, "gauge", "Duration of the last evaluation of a group."),
     MetricDef(RULE_EVALUATION_FAILURES, "counter", "Rule evaluations that failed, per group."),

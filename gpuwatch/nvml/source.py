@@ -17,7 +17,7 @@ from typing import cast
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
-from gpuwatch.inventory import Inventory
+from gpuwatch.inventory import Inventory, missing_samples
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
     BackendState,
@@ -276,7 +276,7 @@ class NvmlSource:
         )
         outcome = dict(zip((g.index for g in readable), results, strict=True))
         per_gpu = [self._sampled(g, outcome.get(g.index)) for g in self._gpus]
-        samples = [Sample(m.UP, (), 1.0)]
+        samples = [Sample(m.UP, (), 1.0), *missing_samples(self._backend.missing)]
         slow: list[Sample] = []
         for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
             samples.extend(gpu_samples)

@@ -25,7 +25,8 @@ PACKS = ROOT / "rules"
 EXPECTED = {
     "hardware.yaml": {
         "GpuFellOffBus", "GpuUnresponsive", "GpuMissing", "GpuXidCritical", "GpuXidApplication",
-        "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRetiredPagesHigh",
+        "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRemappedRowsHigh",
+        "GpuRetiredPagesHigh",
         "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
         "GpuXidWarning", "GpuXidUnknown",
     },
