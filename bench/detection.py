@@ -13,7 +13,9 @@ For each scenario: every expected alert must fire for the right GPU or rank with
 deadline after the fault starts; an alert that fires and is neither expected nor listed as
 a consequence of the fault (XID 79 raising GpuXidCritical beside GpuFellOffBus) is a false
 alert; the faulty GPU's worst verdict must be the one expected and every other GPU must stay
-healthy. The healthy scenarios share `--healthy-hours` between them.
+healthy. A scenario may also ask for alerts cleared and reset GPUs healthy by its end, and for
+daemon restarts on the same state directory while the node runs on. The healthy scenarios
+share `--healthy-hours` between them.
 """
 
 from __future__ import annotations

@@ -32,6 +32,16 @@ def test_events_survive_a_reopen_and_come_back_oldest_first(tmp_path: Path) -> N
     assert again.events(T0 - 1, 100, kind="alert") == []
 
 
+def test_events_at_the_same_instant_keep_the_order_they_happened_in(tmp_path: Path) -> None:
+    # A GPU falling off the bus logs XID 79 and its loss in the same millisecond; the
+    # dashboard and `gpuwatch events` must not show the loss before the XID.
+    journal = Journal(tmp_path, retention=86400)
+    for code in (79, 48, 13, 63):
+        journal.record(xid_event(T0, code))
+    assert [e.data["xid"] for e in journal.events(T0 - 1, 100)] == [79, 48, 13, 63]
+    assert [e.data["xid"] for e in journal.events(T0 - 1, 2)] == [13, 63]
+
+
 def test_an_event_as_json_carries_the_xid_meaning_and_action(tmp_path: Path) -> None:
     assert event_json(xid_event(T0 + 0.25, 79)) == {
         "time": "2023-11-14T22:13:20.250000Z",
