@@ -192,9 +192,17 @@ def _map(vector: Vector, fn: Callable[[float], float]) -> Vector:
     return [VSample(drop_name(s.metric), fn(s.value), s.time) for s in vector]
 
 
+def _unparen(expr: pp.Expr) -> pp.Expr:
+    """The expression inside any parentheses: `rate((x[5m]))` is `rate(x[5m])`, and
+    `timestamp((x))` and `absent((x{a="b"}))` see the selector, as Prometheus unwraps them."""
+    while isinstance(expr, pp.ParenExpr):
+        expr = expr.expr
+    return expr
+
+
 def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
     name = expr.func.name
-    args = expr.args
+    args = [_unparen(a) for a in expr.args]
     if name in ("rate", "increase", "delta", "irate", "idelta", "deriv") or name in OVER_TIME:
         return _range_function(ev, name, args[0], t)
     if name == "last_over_time":
