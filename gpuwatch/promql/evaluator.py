@@ -70,6 +70,21 @@ def _matcher(m: pp.Matcher) -> Callable[[str], bool]:
     return lambda v: pattern.fullmatch(v) is None
 
 
+def _absent_labels(selector: pp.VectorSelector) -> Labels:
+    """What absent() puts on its answer, as Prometheus does: each label an equality matcher
+    names, unless the same name has any other matcher too (`job="a", job=~"b"`: no job)."""
+    labels: dict[str, str] = {}
+    dropped: set[str] = set()
+    for m in selector.matchers.matchers:
+        if m.name == NAME:
+            continue
+        if m.op == pp.MatchOp.Equal and m.name not in labels:
+            labels[m.name] = m.value
+        else:
+            dropped.add(m.name)
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
+
+
 class Selection:
     """A vector selector compiled once: the metric name to look up and the label tests."""
 
@@ -89,14 +104,7 @@ class Selection:
         self._name_tests = name_tests
         self._label_tests = label_tests
         self._cache: tuple[int, list[SeriesView]] | None = None
-        # label names with an equality matcher: what absent() puts on its answer
-        self.equalities: Labels = tuple(
-            sorted(
-                (m.name, m.value)
-                for m in selector.matchers.matchers
-                if m.op == pp.MatchOp.Equal and m.name != NAME
-            )
-        )
+        self.absent_labels = _absent_labels(selector)
 
     def matches(self, series: SeriesView) -> bool:
         if any(not test(series.name) for test in self._name_tests):

@@ -294,13 +294,7 @@ def _absent_labels(ev: Evaluator, arg: pp.Expr) -> Labels:
     selector = arg.vector_selector if isinstance(arg, pp.MatrixSelector) else arg
     if not isinstance(selector, pp.VectorSelector):
         return ()
-    labels: dict[str, str] = {}
-    duplicated: set[str] = set()
-    for name, value in ev.selection(selector).equalities:
-        if name in labels:
-            duplicated.add(name)
-        labels[name] = value
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in duplicated))
+    return ev.selection(selector).absent_labels
 
 
 def _clamp_call(ev: Evaluator, name: str, args: list[pp.Expr], t: float) -> Vector:
