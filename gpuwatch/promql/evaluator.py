@@ -85,6 +85,19 @@ def _absent_labels(selector: pp.VectorSelector) -> Labels:
     return tuple(sorted((k, v) for k, v in labels.items() if k not in dropped))
 
 
+def _distinct(value: Value) -> Value:
+    """`value`, unless two of its samples have the same labels: dropping the metric name
+    (`ceil({__name__=~"a|b"})`) or relabelling can leave two, and Prometheus refuses those."""
+    if (
+        isinstance(value, list)
+        and len(value) > 1
+        and isinstance(value[0], VSample)
+        and len({s.metric for s in value}) < len(value)
+    ):
+        raise EvalError("vector cannot contain metrics with the same labelset")
+    return value
+
+
 class Selection:
     """A vector selector compiled once: the metric name to look up and the label tests."""
 
@@ -187,15 +200,16 @@ class Evaluator:
         if isinstance(expr, pp.MatrixSelector):
             return self.matrix_selector(expr, t)
         if isinstance(expr, pp.UnaryExpr):
-            return binops.negate(self.eval(expr.expr, t))
+            return _distinct(binops.negate(self.eval(expr.expr, t)))
         if isinstance(expr, pp.BinaryExpr):
-            return binops.evaluate(expr, self.eval(expr.lhs, t), self.eval(expr.rhs, t), t)
+            lhs, rhs = self.eval(expr.lhs, t), self.eval(expr.rhs, t)
+            return _distinct(binops.evaluate(expr, lhs, rhs, t))
         if isinstance(expr, pp.AggregateExpr):
             param = self.eval(expr.param, t) if expr.param is not None else None
             op, memo = self._aggregation(expr)
             return aggregations.evaluate(op, memo.at(t), self.vector(expr.expr, t), param)
         if isinstance(expr, pp.Call):
-            return functions.call(self, expr, t)
+            return _distinct(functions.call(self, expr, t))
         raise EvalError(f"unsupported expression {type(expr).__name__}")
 
     def vector(self, expr: pp.Expr, t: float) -> Vector:
