@@ -68,6 +68,7 @@ class Case:
     # The daemon stops and a new one starts on the same state directory at these times
     # (seconds into the scenario), while the node runs on.
     restarts: tuple[float, ...] = ()
+    reboot: bool = False  # the restarts are the node's reboots: a new boot id each
     cleared: frozenset[str] = frozenset()  # alerts that must be resolved by the end
     recovered: frozenset[int] = frozenset()  # GPUs that must be healthy again by the end
 
@@ -212,6 +213,7 @@ CASES: dict[str, Case] = {
         {5: Health.UNHEALTHY},
         frozenset({"GpuXidCritical"}),  # XID 79
         restarts=(180.0,),
+        reboot=True,
     ),
     "h100_all_ranks_hang": Case(
         tuple(Expect("CollectiveHang", gpu(g), 360) for g in range(8)),
@@ -267,7 +269,8 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
     firing: set[str] = set()
     with tempfile.TemporaryDirectory() as state:
         config = Config(state_dir=state)
-        daemon, rules = await _start(config, clock)
+        boot = current_boot_id()
+        daemon, rules = await _start(config, clock, boot)
         job = TrainingJob(scenario) if scenario.workload == "training" else None
         if job is not None:
             library.node.pids.append(os.getpid())  # this process plays the job's, as jobrun's
@@ -278,7 +281,8 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
                     restarts.pop(0)
                     await daemon.source.stop()  # the alert state is saved as it changes
                     daemon.journal.close()
-                    daemon, rules = await _start(config, clock)
+                    boot = f"{boot}+" if case.reboot else boot
+                    daemon, rules = await _start(config, clock, boot)
                 if job is not None:
                     for r, values in job.at(clock.now() - start).items():
                         labels = (("job", JOB_NAME), ("rank", str(r)))
@@ -318,13 +322,13 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
     return result
 
 
-async def _start(config: Config, clock: ManualClock) -> tuple[Daemon, RuleEngine]:
+async def _start(config: Config, clock: ManualClock, boot: str) -> tuple[Daemon, RuleEngine]:
     """A daemon as `gpuwatch run` builds one (its journal, acknowledgements, GPU inventory
     and saved alert state), on the state directory the last one left."""
     state = Path(config.state_dir)
     rules = load_rules(config, state)
     problems = StateProblems(state)
-    journal = Journal(state, config.journal.retention, current_boot_id(), problems)
+    journal = Journal(state, config.journal.retention, boot, problems)
     events = EventLog()
     source = make_source(config, pynvml, clock, events, state)
     daemon = Daemon(config, clock, source, events, rules=rules, journal=journal,

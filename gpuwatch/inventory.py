@@ -36,10 +36,19 @@ class Inventory:
                 self.known[gpu.uuid] = gpu
 
     def update(self, present: list[GpuInfo]) -> tuple[MissingGpu, ...]:
-        """Record the GPUs present now; return the known ones that are not."""
+        """Record the GPUs present now; return the known ones that are not. A known GPU whose
+        PCI slot another GPU now holds was replaced (an RMA): it is forgotten, not missing."""
         seen = {g.uuid for g in present}
-        missing = tuple(g for uuid, g in self.known.items() if uuid not in seen)
+        slots = {g.pci_bus_id for g in present if g.pci_bus_id}
         before = dict(self.known)
+        for uuid, gone in before.items():
+            if uuid not in seen and gone.pci_bus_id in slots:
+                log.info(
+                    "GPU %s (last seen as GPU %d) was replaced: another GPU is in its slot %s",
+                    uuid, gone.index, gone.pci_bus_id,
+                )  # fmt: skip
+                del self.known[uuid]
+        missing = tuple(g for uuid, g in self.known.items() if uuid not in seen)
         for g in present:
             self.known[g.uuid] = MissingGpu(g.uuid, g.index, g.model, g.serial, g.pci_bus_id)
         if self.known != before and self.path is not None:

@@ -179,12 +179,16 @@ class NvmlSource:
             self._events_started = True
 
     def _check_inventory(self) -> None:
-        """Report the GPUs this node had before that the driver no longer lists."""
-        if self._inventory is None:
+        """Report the GPUs this node had before that the driver no longer lists. Only once
+        every listed GPU has opened: one that has not may be one of those it had."""
+        if self._inventory is None or any(g.reader is None for g in self._gpus):
             return
-        missing = self._inventory.update([g.info for g in self._gpus if g.reader is not None])
+        before = {g.uuid for g in self._backend.missing}
+        missing = self._inventory.update([g.info for g in self._gpus])
         self._backend = replace(self._backend, missing=missing)
         for gone in missing:
+            if gone.uuid in before:
+                continue
             message = (
                 f"GPU {gone.uuid} (last seen as GPU {gone.index}, serial {gone.serial}) is "
                 "missing: the driver no longer lists it"
@@ -268,6 +272,7 @@ class NvmlSource:
         reopened = [g for g in self._gpus if self._open_due(g)]
         if reopened:
             await asyncio.gather(*(self._open(g) for g in reopened))
+            self._check_inventory()
             self._watch_events()
         readable = [g for g in self._gpus if g.reader is not None]
         results = await self._caller.call_many(

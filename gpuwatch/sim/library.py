@@ -19,6 +19,7 @@ import ctypes
 import hashlib
 import itertools
 import logging
+import math
 import threading
 import time
 import types
@@ -837,9 +838,11 @@ class SimulatedNvml:
         for index in list(event_set.masks):
             gpu = self.node.gpus[index]
             lost = gpu.lost_since(now)
+            gone = gpu.active("gpu_missing", now)
             fault = gpu.active("event_wait_error", now)
-            if lost is not None:
-                candidate = (c.ERROR_GPU_IS_LOST, lost)
+            if lost is not None or gone is not None:
+                since = min(lost or math.inf, self.node.start + gone.at if gone else math.inf)
+                candidate = (c.ERROR_GPU_IS_LOST, since)
             elif fault is not None and fault.error:
                 candidate = (c.ERRORS[fault.error], self.node.start + fault.at)
             else:

@@ -16,7 +16,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.sim import driver as d
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.models import GIB, GpuModel
-from gpuwatch.sim.scenario import MIG_PROFILE, Fault, Scenario
+from gpuwatch.sim.scenario import JOB_FAULT_KINDS, MIG_PROFILE, Fault, Scenario
 
 AMBIENT_C = 28.0
 THERMAL_TAU_S = 25.0
@@ -128,10 +128,14 @@ class SimGpu:
 
     def _end(self, fault: Fault) -> float:
         """When a fault stops (seconds into the scenario): its duration's end or the first
-        reset after it began. A thermal shutdown's duration is the climb; the GPU stays off."""
+        reset after it began. A thermal shutdown's duration is the climb; the GPU stays off.
+        A row-remap failure outlives resets (NVML: a remapping has failed in the past), and
+        the training job's faults are the job's, not the GPU's."""
         end = math.inf
         if fault.duration is not None and fault.kind != "thermal_shutdown":
             end = fault.at + fault.duration
+        if fault.kind == "row_remap_failure" or fault.kind in JOB_FAULT_KINDS:
+            return end
         return min([end, *(r for r in self.resets if r > fault.at)])
 
     # -- faults --------------------------------------------------------------------------
@@ -189,10 +193,11 @@ class SimGpu:
         return 0 if f is None or f.action is None else f.action
 
     def hang_until(self, t: float) -> float | None:
-        f = self.active("nvml_hang", t)
-        if f is None:
-            return None
-        return math.inf if f.duration is None else self.node.start + f.at + f.duration
+        elapsed = t - self.node.start
+        for f, end in self.faults:
+            if f.kind == "nvml_hang" and f.at <= elapsed < end:
+                return self.node.start + end
+        return None
 
     # -- signals -------------------------------------------------------------------------
     def utilization(self, t: float) -> float:

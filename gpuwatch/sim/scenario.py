@@ -94,7 +94,10 @@ class Fault:
 
     @property
     def errors_per_s(self) -> float:
-        return DEFAULT_RATE.get(self.kind, 0.0) if self.rate is None else self.rate
+        """The fault's rate; a fault given only a `count` adds that many and no more."""
+        if self.rate is not None:
+            return self.rate
+        return 0.0 if self.count is not None else DEFAULT_RATE.get(self.kind, 0.0)
 
     @property
     def errors_at_once(self) -> int:
@@ -164,6 +167,8 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         c.problems.append(
             doc.problem(("node", "model"), f"lists {len(names)} models for {gpus} GPUs")
         )
+    if names == []:
+        names = ["H100"]  # the problem is said; go on checking the rest
     models = _models(c, names or [str(raw_models)] * gpus, gpus, names is not None)
     mig = _mig(c, node.get("mig"), gpus, models)
     for g in mig:
@@ -309,7 +314,13 @@ def _gpus(gpus: int) -> Any:
     one = whole_number(0, gpus - 1)
 
     def parse(value: Any) -> tuple[int, ...]:
-        return tuple(range(gpus)) if value == "all" else (one(value),)
+        if value == "all":
+            return tuple(range(gpus))
+        try:
+            return (one(value),)
+        except ValueError:
+            message = f"expected a GPU index from 0 to {gpus - 1} or all, got {value!r}"
+            raise ValueError(message) from None
 
     return parse
 

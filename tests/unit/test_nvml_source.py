@@ -17,7 +17,7 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock, ScaledClock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.inventory import Inventory
-from gpuwatch.model import Event, GpuStatus, Sample
+from gpuwatch.model import Event, GpuInfo, GpuStatus, MissingGpu, Sample
 from gpuwatch.nvml.device import DeviceReader, open_device
 from gpuwatch.nvml.fields import FieldRequest, FieldValues
 from gpuwatch.nvml.source import NvmlSource
@@ -110,6 +110,47 @@ async def test_a_gpu_the_node_had_before_and_no_longer_lists_is_reported(
     assert [(g.index, g.pci_bus_id) for g in after.backend.missing] == [(7, "00000000:DB:00.0")]
     assert [e.kind for e in events] == ["gpu_missing"]
     assert "last seen as GPU 7" in events[0].message
+
+
+async def test_a_gpu_that_cannot_be_opened_yet_is_not_reported_missing(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    clock = ManualClock()
+    eight = load_scenario("healthy")
+    simulate(eight, clock)
+    before = NvmlSource(pynvml, clock, SamplingConfig(), [].append, Inventory(tmp_path))
+    await before.start()
+    await before.stop()
+    flaky = tmp_path / "flaky.yaml"
+    flaky.write_text(
+        "node: {gpus: 8, model: H100, seed: 1}\n"
+        "faults: [{kind: nvml_error, gpu: 3, at: 0s, duration: 20s, error: UNKNOWN}]\n"
+    )
+    simulate(load_scenario(str(flaky)), clock)
+    events: list[Event] = []
+    after = NvmlSource(pynvml, clock, SamplingConfig(), events.append, Inventory(tmp_path))
+    await after.start()
+    try:
+        await after.collect()
+        assert after.backend.missing == ()  # GPU 3 is listed: it may be the one it had
+        clock.advance(30)
+        await after.collect()  # GPU 3 opens: every GPU the node had is there
+        assert after.backend.missing == ()
+        assert "gpu_missing" not in [e.kind for e in events]
+    finally:
+        await after.stop()
+
+
+def test_a_gpu_replaced_in_its_slot_is_forgotten_not_missing(tmp_path: Path) -> None:
+    def gpu(uuid: str, slot: str) -> GpuInfo:
+        return GpuInfo(0, uuid, "NVIDIA H100 80GB HBM3", slot, "1650", "96.00", 0)
+
+    Inventory(tmp_path).update([gpu("GPU-old", "00000000:18:00.0"), gpu("GPU-2", "0000:2A")])
+    after_rma = Inventory(tmp_path)
+    assert after_rma.update([gpu("GPU-new", "00000000:18:00.0")]) == (
+        MissingGpu("GPU-2", 0, "NVIDIA H100 80GB HBM3", "1650", "0000:2A"),
+    )
+    assert set(Inventory(tmp_path).known) == {"GPU-new", "GPU-2"}
 
 
 def _read_all(reader: DeviceReader) -> list[Sample]:

@@ -55,7 +55,8 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
             kind=name,
             gpu=1,
             # Job faults come after a minute of normal training, so the job has a history.
-            at=60.0 if name in JOB_FAULT_KINDS else 10.0,
+            # gpu_missing: gone from the start, as after a reboot.
+            at=60.0 if name in JOB_FAULT_KINDS else 0.0 if name == "gpu_missing" else 10.0,
             duration={"nvml_hang": 30.0, "thermal_shutdown": 60.0}.get(name),
             code=48 if name == "xid" else None,
             action=1 if name == "recovery_action" else None,
@@ -78,7 +79,7 @@ def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
         load_scenario(str(path))
     text = str(caught.value)
     assert f"{path}:1: node.model: unknown GPU model 'B300'" in text
-    assert f"{path}:3: faults[0].gpu: expected a whole number from 0 to 1, got 5" in text
+    assert f"{path}:3: faults[0].gpu: expected a GPU index from 0 to 1 or all, got 5" in text
     assert f"{path}:3: faults[0].at: expected a duration" in text
     assert f"{path}:3: faults[0]: missing 'code' (the XID number)" in text
     assert f"{path}:4: faults[1].kind: unknown fault kind 'nan_loss_soon'" in text

@@ -86,24 +86,28 @@ def test_a_reset_clears_volatile_counts_and_applies_a_pending_remap(
         "  - {kind: ecc_dbe, gpu: 0, at: 5s}\n"
         "  - {kind: row_remap_pending, gpu: 0, at: 5s, count: 512}\n"
         "  - {kind: recovery_action, gpu: 0, at: 5s}\n"
+        "  - {kind: row_remap_failure, gpu: 0, at: 6s}\n"
         "  - {kind: gpu_reset, gpu: 0, at: 20s}\n"
-        "  - {kind: ecc_sbe, gpu: 0, at: 30s, rate: 0}\n",
+        "  - {kind: ecc_sbe, gpu: 0, at: 30s, count: 7}\n",
     )
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     volatile = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
     aggregate = (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC)
     clock.advance(10)
     assert pynvml.nvmlDeviceGetTotalEccErrors(h, *volatile) == 1
-    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 512, 1, 0)
+    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 513, 1, 1)
     assert field(0, 230) == 1  # the driver asks for a GPU reset
     clock.advance(15)
     assert pynvml.nvmlDeviceGetTotalEccErrors(h, *volatile) == 0
     assert pynvml.nvmlDeviceGetTotalEccErrors(h, *aggregate) == 1
-    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 512, 0, 0)
+    # The failure stays: NVML reports that a remapping has failed in the past.
+    assert pynvml.nvmlDeviceGetRemappedRows(h) == (0, 513, 0, 1)
     assert field(0, 230) == 0
     clock.advance(10)  # a fault after the reset counts from 0 again
     corrected = (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC)
-    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *corrected) == 1
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *corrected) == 7
+    clock.advance(60)  # a count alone: that many, no storm after it
+    assert pynvml.nvmlDeviceGetTotalEccErrors(h, *corrected) == 7
 
 
 def test_a_thermal_shutdown_climbs_then_the_gpu_leaves_the_bus(
@@ -181,6 +185,11 @@ def test_magnitudes_and_mixed_nodes_are_checked_against_the_node(tmp_path: Path)
     assert at(8, 5, "kind: NVIDIA H100 80GB HBM3 remaps rows instead of retiring pages "
                     "(row_remap_*)") in problems  # fmt: skip
     short = tmp_path / "short.yaml"
-    short.write_text("node: {gpus: 3, model: [H100, L4]}\n")
-    with pytest.raises(FileError, match=r"short.yaml:1: node.model: lists 2 models for 3 GPUs"):
+    short.write_text("node: {gpus: 3, model: [H100, L4]}\nfaults: [{kind: xid, gpu: ALL}]\n")
+    with pytest.raises(FileError) as caught:
         load_scenario(str(short))
+    assert str(caught.value).splitlines() == [
+        f"{short}:1: node.model: lists 2 models for 3 GPUs",
+        f"{short}:2: faults[0].gpu: expected a GPU index from 0 to 2 or all, got 'ALL'",
+        f"{short}:2: faults[0]: missing 'code' (the XID number)",
+    ]
