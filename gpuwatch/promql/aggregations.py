@@ -51,7 +51,9 @@ def quantile(q: float, values: list[float]) -> float:
         return math.inf
     if math.isnan(q):
         return math.nan
-    ordered = sorted(values)
+    # NaN sorts first, as Go's sort puts it: a NaN input shifts the ranks, it does not
+    # poison the answer.
+    ordered = sorted(values, key=lambda v: (not math.isnan(v), v))
     rank = q * (len(ordered) - 1)
     lower = max(0, math.floor(rank))
     upper = min(len(ordered) - 1, lower + 1)
@@ -80,16 +82,21 @@ def _max(values: list[float]) -> float:
     return max(real) if real else math.nan
 
 
-def _avg(values: list[float]) -> float:
+def mean(values: Sequence[float]) -> float:
+    """avg and avg_over_time: the compensated sum over the count, or, where that sum overflows
+    though no value is infinite, a running mean, as Prometheus falls back to."""
     total = kahan_sum(values)
-    if math.isinf(total):
-        return total
-    return total / len(values)
+    if not math.isinf(total) or any(math.isinf(v) for v in values):
+        return total / len(values)
+    running = 0.0
+    for n, v in enumerate(values, 1):
+        running += v / n - running / n
+    return running
 
 
 SIMPLE = {
     "sum": kahan_sum,
-    "avg": _avg,
+    "avg": mean,
     "min": _min,
     "max": _max,
     "count": lambda values: float(len(values)),

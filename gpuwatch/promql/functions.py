@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import promql_parser as pp
 
-from gpuwatch.promql.aggregations import kahan_add, kahan_sum, quantile, variance
+from gpuwatch.promql.aggregations import kahan_add, kahan_sum, mean, quantile, variance
 from gpuwatch.promql.values import (
     EvalError,
     Labels,
@@ -111,8 +111,7 @@ def _changes(w: Window) -> float:
 
 
 def _avg_over_time(w: Window) -> float:
-    total = kahan_sum(w.values())
-    return total if math.isinf(total) else total / len(w)
+    return mean(list(w.values()))
 
 
 def _extreme(w: Window, pick: Callable[[Sequence[float]], float]) -> float:
