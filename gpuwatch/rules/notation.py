@@ -76,7 +76,13 @@ def expand_values(text: str) -> list[float | None]:
             start, step = _number(m.group(1)), _number(m.group(3))
             if m.group(2) == "-":
                 step = -step
-            out.extend(start + step * i for i in range(int(m.group(4)) + 1))
+            # Added step by step, as Prometheus's series parser does: `1+0.1x3` ends at
+            # 1.3000000000000003, not at 1 + 0.1 * 3.
+            value = start
+            out.append(value)
+            for _ in range(int(m.group(4))):
+                value += step
+                out.append(value)
         elif (m := _REPEAT.fullmatch(token)) is not None:
             times = int(m.group(2))
             if m.group(1) == "_":
