@@ -129,12 +129,13 @@ class SimGpu:
     def _end(self, fault: Fault) -> float:
         """When a fault stops (seconds into the scenario): its duration's end or the first
         reset after it began. A thermal shutdown's duration is the climb; the GPU stays off.
-        A row-remap failure outlives resets (NVML: a remapping has failed in the past), and
-        the training job's faults are the job's, not the GPU's."""
+        A row-remap failure outlives resets (NVML: a remapping has failed in the past), so
+        does a GPU missing from the bus (nothing there to reset), and the training job's
+        faults are the job's, not the GPU's."""
         end = math.inf
         if fault.duration is not None and fault.kind != "thermal_shutdown":
             end = fault.at + fault.duration
-        if fault.kind == "row_remap_failure" or fault.kind in JOB_FAULT_KINDS:
+        if fault.kind in ("row_remap_failure", "gpu_missing", *JOB_FAULT_KINDS):
             return end
         return min([end, *(r for r in self.resets if r > fault.at)])
 
