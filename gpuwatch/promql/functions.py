@@ -248,7 +248,13 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
     if name == "label_join":
         return _label_join(ev, args, t)
     if name in ("sort", "sort_desc"):
-        return ev.vector(args[0], t)  # order carries no meaning in an instant evaluation
+        # Order is what the query shows (and what a template's `first` takes): by value, NaN
+        # at the bottom either way, as Prometheus sorts.
+        sign = 1.0 if name == "sort" else -1.0
+        return sorted(
+            ev.vector(args[0], t),
+            key=lambda s: (True, 0.0) if math.isnan(s.value) else (False, sign * s.value),
+        )
     raise EvalError(f"function {name}() is not supported")
 
 
