@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -170,6 +172,36 @@ def _floor(v: float) -> float:
     return v if math.isinf(v) or math.isnan(v) else float(math.floor(v))
 
 
+def _nan_outside(fn: Callable[[float], float]) -> Callable[[float], float]:
+    """fn, NaN outside its domain (asin(2), acosh(0), sin(Inf)), as Go's math answers."""
+
+    def apply(v: float) -> float:
+        try:
+            return fn(v)
+        except ValueError:
+            return math.nan
+
+    return apply
+
+
+def _overflowing(fn: Callable[[float], float]) -> Callable[[float], float]:
+    """sinh and cosh: Go's ±Inf where Python raises on overflow."""
+
+    def apply(v: float) -> float:
+        try:
+            return fn(v)
+        except OverflowError:
+            return math.copysign(math.inf, v) if fn is math.sinh else math.inf
+
+    return apply
+
+
+def _atanh(v: float) -> float:
+    if abs(v) == 1:
+        return math.copysign(math.inf, v)
+    return math.atanh(v) if abs(v) < 1 else math.nan
+
+
 ELEMENTWISE: dict[str, Callable[[float], float]] = {
     "abs": abs,
     "ceil": _ceil,
@@ -177,8 +209,58 @@ ELEMENTWISE: dict[str, Callable[[float], float]] = {
     "sqrt": _safe(math.sqrt),
     "exp": _safe(math.exp),
     "ln": _safe(math.log),
+    "log2": _safe(math.log2),
+    "log10": _safe(math.log10),
     "sgn": _sgn,
+    "sin": _nan_outside(math.sin),
+    "cos": _nan_outside(math.cos),
+    "tan": _nan_outside(math.tan),
+    "asin": _nan_outside(math.asin),
+    "acos": _nan_outside(math.acos),
+    "atan": math.atan,
+    "sinh": _overflowing(math.sinh),
+    "cosh": _overflowing(math.cosh),
+    "tanh": math.tanh,
+    "asinh": math.asinh,
+    "acosh": _nan_outside(math.acosh),
+    "atanh": _atanh,
+    # In Prometheus's order of operations, so results match to the last bit.
+    "deg": lambda v: v * 180 / math.pi,
+    "rad": lambda v: v * math.pi / 180,
 }
+
+
+def _days_in_month(d: datetime) -> float:
+    return float(calendar.monthrange(d.year, d.month)[1])
+
+
+# The date functions: each sample's value read as seconds since the epoch, in UTC.
+DATE_PARTS: dict[str, Callable[[datetime], float]] = {
+    "minute": lambda d: float(d.minute),
+    "hour": lambda d: float(d.hour),
+    "day_of_week": lambda d: float(d.isoweekday() % 7),  # Sunday is 0
+    "day_of_month": lambda d: float(d.day),
+    "day_of_year": lambda d: float(d.timetuple().tm_yday),
+    "days_in_month": _days_in_month,
+    "month": lambda d: float(d.month),
+    "year": lambda d: float(d.year),
+}
+
+
+def _date_part(part: Callable[[datetime], float], v: float) -> float:
+    if math.isnan(v) or math.isinf(v):
+        return math.nan
+    try:  # whole seconds, truncated as Go's int64 conversion does
+        return part(datetime.fromtimestamp(int(v), tz=UTC))
+    except (OverflowError, ValueError, OSError):  # beyond the years datetime holds
+        return math.nan
+
+
+def _date_call(ev: Evaluator, name: str, args: list[pp.Expr], t: float) -> Vector:
+    part = DATE_PARTS[name]
+    if not args:  # the evaluation time, as vector(time())
+        return [VSample((), _date_part(part, t), t)]
+    return _map(ev.vector(args[0], t), lambda v: _date_part(part, v))
 
 
 def _clamp(v: float, low: float, high: float) -> float:
@@ -227,6 +309,10 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
         return [VSample(_absent_labels(ev, args[0]), 1.0, t)]
     if name in ELEMENTWISE:
         return _map(ev.vector(args[0], t), ELEMENTWISE[name])
+    if name in DATE_PARTS:
+        return _date_call(ev, name, args, t)
+    if name == "pi":
+        return Scalar(math.pi)
     if name == "round":
         to_nearest = ev.scalar(args[1], t) if len(args) > 1 else 1.0
         return _map(ev.vector(args[0], t), lambda v: _round(v, to_nearest))

@@ -34,6 +34,10 @@ FUNCTIONS = frozenset(
         "predict_linear", "abs", "ceil", "floor", "round", "sqrt", "exp", "ln", "sgn",
         "clamp", "clamp_min", "clamp_max", "time", "timestamp", "vector", "scalar",
         "label_replace", "label_join", "sort", "sort_desc",
+        "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+        "asinh", "acosh", "atanh", "deg", "rad", "pi",
+        "minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",
+        "month", "year",
     }
 )  # fmt: skip
 
