@@ -60,11 +60,27 @@ def format_v(v: float) -> str:
     sign = "-" if v < 0 else ""
     if exp < -4 or exp >= 6:
         return sign + format_e(abs(v), upper=False)
+    return sign + _fixed(digits, exp)
+
+
+def format_f(v: float) -> str:
+    """strconv.FormatFloat(v, 'f', -1, 64): shortest digits, never an exponent (1e21 is
+    1000000000000000000000), as count_values writes its label values."""
+    special = non_finite(v)
+    if special is not None:
+        return special
+    if v == 0:
+        return "-0" if math.copysign(1.0, v) < 0 else "0"
+    digits, exp = _shortest(v)
+    return ("-" if v < 0 else "") + _fixed(digits, exp)
+
+
+def _fixed(digits: str, exp: int) -> str:
     if exp < 0:
-        return f"{sign}0.{'0' * (-exp - 1)}{digits}"
+        return f"0.{'0' * (-exp - 1)}{digits}"
     if len(digits) <= exp + 1:
-        return sign + digits + "0" * (exp + 1 - len(digits))
-    return f"{sign}{digits[: exp + 1]}.{digits[exp + 1 :]}"
+        return digits + "0" * (exp + 1 - len(digits))
+    return f"{digits[: exp + 1]}.{digits[exp + 1 :]}"
 
 
 def format_g4(v: float) -> str:

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import heapq
+import json
 import math
+import re
 from collections.abc import Callable, Sequence
 
 import promql_parser as pp
 
-from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Value, Vector, VSample
+from gpuwatch.gofmt import format_f
+from gpuwatch.promql.values import (
+    NAME,
+    EvalError,
+    Labels,
+    Scalar,
+    StringValue,
+    Value,
+    Vector,
+    VSample,
+)
 
 
 def kahan_add(total: float, comp: float, inc: float) -> tuple[float, float]:
@@ -115,6 +127,8 @@ def evaluate(
         groups.setdefault(key_of(s.metric), []).append(s)
     if op in ("topk", "bottomk"):
         return _top(op, groups, _scalar_param(op, param))
+    if op == "count_values":
+        return _count_values(key_of, vector, param)
     out: Vector = []
     if op == "quantile":
         q = _scalar_param(op, param)
@@ -125,6 +139,28 @@ def evaluate(
     for key, members in groups.items():
         out.append(VSample(key, fn([s.value for s in members]), 0.0))
     return out
+
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _count_values(
+    key_of: Callable[[Labels], Labels], vector: Vector, param: Value | None
+) -> Vector:
+    """count_values("label", v): per group, how many samples have each value, the value
+    (as Go prints it) in `label`; it replaces a label of that name."""
+    if not isinstance(param, StringValue):
+        raise EvalError("count_values needs a string parameter")
+    label = param.value
+    if not LABEL_NAME.fullmatch(label):
+        raise EvalError(f"invalid label name {json.dumps(label, ensure_ascii=False)}")
+    counts: dict[Labels, int] = {}
+    for s in vector:
+        labels = dict(key_of(s.metric))
+        labels[label] = format_f(s.value)
+        key = tuple(sorted(labels.items()))
+        counts[key] = counts.get(key, 0) + 1
+    return [VSample(key, float(n), 0.0) for key, n in counts.items()]
 
 
 def _scalar_param(op: str, param: Value | None) -> float:

@@ -23,6 +23,7 @@ AGGREGATIONS = frozenset(
         "topk",
         "bottomk",
         "quantile",
+        "count_values",
     }
 )
 FUNCTIONS = frozenset(
