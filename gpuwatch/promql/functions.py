@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import promql_parser as pp
 
 from gpuwatch.promql.aggregations import kahan_add, kahan_sum, mean, quantile, variance
+from gpuwatch.promql.histograms import histogram_quantile
 from gpuwatch.promql.values import (
     EvalError,
     Labels,
@@ -313,6 +314,8 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
         return _date_call(ev, name, args, t)
     if name == "pi":
         return Scalar(math.pi)
+    if name == "histogram_quantile":
+        return histogram_quantile(ev.scalar(args[0], t), ev.vector(args[1], t), t)
     if name == "round":
         to_nearest = ev.scalar(args[1], t) if len(args) > 1 else 1.0
         return _map(ev.vector(args[0], t), lambda v: _round(v, to_nearest))

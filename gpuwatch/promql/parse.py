@@ -38,7 +38,7 @@ FUNCTIONS = frozenset(
         "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
         "asinh", "acosh", "atanh", "deg", "rad", "pi",
         "minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",
-        "month", "year",
+        "month", "year", "histogram_quantile",
     }
 )  # fmt: skip
 
