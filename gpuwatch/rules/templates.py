@@ -1,7 +1,8 @@
 """The Go-template forms rule authors use in labels and annotations, compiled at load time.
 
 Supported: text, {{ $labels.x }} / {{ .Labels.x }}, {{ $value }} / {{ .Value }},
-{{ $externalLabels.x }}, string and number literals, pipes, and the functions humanize,
+{{ $externalLabels.x }}, the label maps whole ({{ $labels }}, printed as Go prints a map),
+string and number literals, pipes, and the functions humanize,
 humanizePercentage, humanizeDuration, printf, toUpper, toLower, title. Anything else (if,
 range, with, define ...) is rejected when the rule file loads.
 """
@@ -129,9 +130,25 @@ def _lookup(attr: str, key: str) -> Operand:
     return get
 
 
+def go_map(mapping: Mapping[str, str]) -> str:
+    """A map[string]string as Go's fmt prints it, keys sorted: map[instance:a job:node]."""
+    return "map[" + " ".join(f"{k}:{mapping[k]}" for k in sorted(mapping)) + "]"
+
+
+_WHOLE = {
+    "$labels": "labels",
+    ".Labels": "labels",
+    "$externalLabels": "external_labels",
+    ".ExternalLabels": "external_labels",
+}
+
+
 def _operand(token: str) -> Operand:
     if token in ("$value", ".Value"):
         return lambda d: d.value
+    if token in _WHOLE:
+        attr = _WHOLE[token]
+        return lambda d: go_map(getattr(d, attr))
     for prefix, attr in (
         ("$labels.", "labels"),
         (".Labels.", "labels"),
