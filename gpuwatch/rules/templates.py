@@ -2,16 +2,19 @@
 
 Supported: text, {{ $labels.x }} / {{ .Labels.x }}, {{ $value }} / {{ .Value }},
 {{ $externalLabels.x }}, the label maps whole ({{ $labels }}, printed as Go prints a map),
-string and number literals, pipes, and the functions humanize,
-humanizePercentage, humanizeDuration, printf, toUpper, toLower, title. Anything else (if,
-range, with, define ...) is rejected when the rule file loads.
+string and number literals, pipes, and the functions humanize, humanize1024,
+humanizePercentage, humanizeDuration, printf, toUpper, toLower, title, safeHtml, stripPort,
+stripDomain, urlQueryEscape. Anything else (if, range, with, define ...) is rejected when the
+rule file loads.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import shlex
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -111,7 +114,59 @@ def _printf(*args: Arg) -> str:
         raise TemplateError(f"printf {fmt!r}: {exc}") from None
 
 
+def humanize_1024(v: float) -> str:
+    if abs(v) <= 1 or math.isnan(v) or math.isinf(v):
+        return format_g4(v)
+    prefix = ""
+    for p in ("ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"):
+        if abs(v) < 1024:
+            break
+        prefix, v = p, v / 1024
+    return format_g4(v) + prefix
+
+
+def split_host_port(text: str) -> tuple[str, str] | None:
+    """Go's net.SplitHostPort: (host, port), or None where Go answers an error."""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or text[end + 1 : end + 2] != ":":
+            return None
+        host, port = text[1:end], text[end + 2 :]
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host:
+            return None
+    if any(c in host for c in "[]") or any(c in port for c in "[]:"):
+        return None
+    return host, port
+
+
+def _strip_port(text: str) -> str:
+    split = split_host_port(text)
+    return text if split is None else split[0]
+
+
+def _strip_domain(text: str) -> str:
+    """Prometheus's stripDomain: the host's first name, the port kept; an IP unchanged."""
+    host, port = split_host_port(text) or (text, "")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return text
+    host = host.split(".")[0]
+    if not port:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 FUNCTIONS: dict[str, Callable[..., str]] = {
+    "humanize1024": lambda v: humanize_1024(_number(v)),
+    "safeHtml": _text,
+    "stripPort": lambda v: _strip_port(_text(v)),
+    "stripDomain": lambda v: _strip_domain(_text(v)),
+    "urlQueryEscape": lambda v: urllib.parse.quote_plus(_text(v), safe="-_.~"),
     "humanize": lambda v: humanize(_number(v)),
     "humanizePercentage": lambda v: format_g4(_number(v) * 100) + "%",
     "humanizeDuration": lambda v: humanize_duration(_number(v)),
