@@ -104,6 +104,10 @@ class Selection:
     def __init__(self, selector: pp.VectorSelector) -> None:
         self.name = selector.name
         self.offset = selector.offset.total_seconds() if selector.offset else 0.0
+        # `@ t` pins the selector to a time; `@ start()` and `@ end()` are the evaluation
+        # time itself in an instant evaluation, which is all a rule is.
+        at = selector.at
+        self.pinned = at.at.timestamp() if at is not None and at.at is not None else None
         name_tests: list[Callable[[str], bool]] = []
         label_tests: list[tuple[str, Callable[[str], bool]]] = []
         for m in selector.matchers.matchers:
@@ -118,6 +122,10 @@ class Selection:
         self._label_tests = label_tests
         self._cache: tuple[int, list[SeriesView]] | None = None
         self.absent_labels = _absent_labels(selector)
+
+    def time(self, t: float) -> float:
+        """The time the selector reads at when evaluated at `t`: its `@`, less its offset."""
+        return (t if self.pinned is None else self.pinned) - self.offset
 
     def matches(self, series: SeriesView) -> bool:
         if any(not test(series.name) for test in self._name_tests):
@@ -226,7 +234,7 @@ class Evaluator:
 
     def vector_selector(self, selector: pp.VectorSelector, t: float) -> Vector:
         sel = self.selection(selector)
-        at = t - sel.offset
+        at = sel.time(t)
         out: Vector = []
         for series in sel.select(self.querier):
             point = series.point_at(at, self.lookback)
@@ -239,7 +247,7 @@ class Evaluator:
 
     def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
         sel = self.selection(expr.vector_selector)
-        end = t - sel.offset
+        end = sel.time(t)
         start = end - expr.range.total_seconds()
         out: Matrix = []
         for series in sel.select(self.querier):

@@ -357,8 +357,7 @@ def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
 def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     if not isinstance(arg, pp.MatrixSelector):
         raise EvalError(f"{name}() needs a range selector")
-    offset = arg.vector_selector.offset
-    end = t - (offset.total_seconds() if offset else 0.0)
+    end = ev.selection(arg.vector_selector).time(t)
     start = end - arg.range.total_seconds()
     out: Vector = []
     if name in ("rate", "increase", "delta"):

@@ -65,8 +65,6 @@ def parse(text: str) -> pp.Expr:
 def _check(node: pp.Expr, problems: list[str]) -> bool:
     if isinstance(node, pp.SubqueryExpr):
         problems.append("subquery [range:step]")
-    elif isinstance(node, pp.VectorSelector) and node.at is not None:
-        problems.append("the @ modifier")
     elif isinstance(node, pp.VectorSelector):
         for m in node.matchers.matchers:
             if m.op in (pp.MatchOp.Re, pp.MatchOp.NotRe):
