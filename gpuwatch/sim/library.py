@@ -19,7 +19,6 @@ import ctypes
 import hashlib
 import itertools
 import logging
-import math
 import threading
 import time
 import types
@@ -247,7 +246,7 @@ class SimulatedNvml:
         until = gpu.hang_until(now)
         if until is not None:
             self.clock.block(until - now)
-        if gpu.lost(self.clock.now()) or gpu.missing(self.clock.now()):
+        if gpu.lost(self.clock.now()):
             raise _Answer(c.ERROR_GPU_IS_LOST)
         error = gpu.error_now()
         if error is not None:
@@ -838,11 +837,9 @@ class SimulatedNvml:
         for index in list(event_set.masks):
             gpu = self.node.gpus[index]
             lost = gpu.lost_since(now)
-            gone = gpu.active("gpu_missing", now)
             fault = gpu.active("event_wait_error", now)
-            if lost is not None or gone is not None:
-                since = min(lost or math.inf, self.node.start + gone.at if gone else math.inf)
-                candidate = (c.ERROR_GPU_IS_LOST, since)
+            if lost is not None:
+                candidate = (c.ERROR_GPU_IS_LOST, lost)
             elif fault is not None and fault.error:
                 candidate = (c.ERRORS[fault.error], self.node.start + fault.at)
             else:

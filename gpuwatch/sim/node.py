@@ -26,6 +26,7 @@ MAX_STEP_S = 1.0
 READING_RESOLUTION_S = 0.05  # calls closer together than this see the same reading
 NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
 XID_FELL_OFF_BUS = 79
+OFF_BUS_KINDS = ("fall_off_bus", "thermal_shutdown", "gpu_missing")
 
 # Clock-event reason bits, as NVML reports them.
 REASON_GPU_IDLE = 0x1
@@ -167,14 +168,15 @@ class SimGpu:
         return f is not None and (link is None or f.link == link)
 
     def lost_since(self, t: float) -> float | None:
-        """Since when the GPU has been off the bus (fallen off it, or shut down for heat):
-        None while it answers."""
+        """Since when the GPU has been off the bus (fallen off it, shut down for heat, or
+        gone at a reboot), so that a handle to it answers GpuIsLost: None while it answers."""
         elapsed = t - self.node.start
+        since: float | None = None
         for f, end in self.faults:
             off = f.at + (f.duration or 0.0) if f.kind == "thermal_shutdown" else f.at
-            if f.kind in ("fall_off_bus", "thermal_shutdown") and off <= elapsed < end:
-                return self.node.start + off
-        return None
+            if f.kind in OFF_BUS_KINDS and off <= elapsed < end and (since is None or off < since):
+                since = off
+        return None if since is None else self.node.start + since
 
     def lost(self, t: float) -> bool:
         return self.lost_since(t) is not None
