@@ -48,14 +48,19 @@ def format_e(v: float, upper: bool = True) -> str:
     return f"{sign}{mantissa}{'E' if upper else 'e'}{'-' if exp < 0 else '+'}{abs(exp):02d}"
 
 
+def _non_finite_or_zero(v: float) -> str | None:
+    """NaN, ±Inf and ±0 as every Go float format without an exponent spells them."""
+    if v == 0:
+        return "-0" if math.copysign(1.0, v) < 0 else "0"
+    return non_finite(v)
+
+
 def format_v(v: float) -> str:
     """fmt's %v for a float64 (as {{ $value }} prints): shortest digits, exponent form below
     1e-4 and from 1e+06, as strconv's 'g' with the shortest precision does."""
-    special = non_finite(v)
+    special = _non_finite_or_zero(v)
     if special is not None:
         return special
-    if v == 0:
-        return "-0" if math.copysign(1.0, v) < 0 else "0"
     digits, exp = _shortest(v)
     sign = "-" if v < 0 else ""
     if exp < -4 or exp >= 6:
@@ -66,11 +71,9 @@ def format_v(v: float) -> str:
 def format_f(v: float) -> str:
     """strconv.FormatFloat(v, 'f', -1, 64): shortest digits, never an exponent (1e21 is
     1000000000000000000000), as count_values writes its label values."""
-    special = non_finite(v)
+    special = _non_finite_or_zero(v)
     if special is not None:
         return special
-    if v == 0:
-        return "-0" if math.copysign(1.0, v) < 0 else "0"
     digits, exp = _shortest(v)
     return ("-" if v < 0 else "") + _fixed(digits, exp)
 

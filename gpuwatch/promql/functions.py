@@ -114,7 +114,7 @@ def _changes(w: Window) -> float:
 
 
 def _avg_over_time(w: Window) -> float:
-    return mean(list(w.values()))
+    return mean(w.values())
 
 
 def _extreme(w: Window, pick: Callable[[Sequence[float]], float]) -> float:
@@ -249,7 +249,7 @@ DATE_PARTS: dict[str, Callable[[datetime], float]] = {
 
 
 def _date_part(part: Callable[[datetime], float], v: float) -> float:
-    if math.isnan(v) or math.isinf(v):
+    if not math.isfinite(v):
         return math.nan
     try:  # whole seconds, truncated as Go's int64 conversion does
         return part(datetime.fromtimestamp(int(v), tz=UTC))
