@@ -190,7 +190,8 @@ def go_map(mapping: Mapping[str, str]) -> str:
     return "map[" + " ".join(f"{k}:{mapping[k]}" for k in sorted(mapping)) + "]"
 
 
-_WHOLE = {
+# The label maps a template can name, whole or one key (`$labels.job`), and where they are.
+_MAPS = {
     "$labels": "labels",
     ".Labels": "labels",
     "$externalLabels": "external_labels",
@@ -201,17 +202,12 @@ _WHOLE = {
 def _operand(token: str) -> Operand:
     if token in ("$value", ".Value"):
         return lambda d: d.value
-    if token in _WHOLE:
-        attr = _WHOLE[token]
+    if token in _MAPS:
+        attr = _MAPS[token]
         return lambda d: go_map(getattr(d, attr))
-    for prefix, attr in (
-        ("$labels.", "labels"),
-        (".Labels.", "labels"),
-        ("$externalLabels.", "external_labels"),
-        (".ExternalLabels.", "external_labels"),
-    ):
-        if token.startswith(prefix):
-            return _lookup(attr, token[len(prefix) :])
+    for name, attr in _MAPS.items():
+        if token.startswith(name + "."):
+            return _lookup(attr, token[len(name) + 1 :])
     if token.startswith(('"', "`")):
         text = token[1:-1]
         return lambda d: text
