@@ -33,21 +33,18 @@ from pathlib import Path
 
 import pynvml
 
-from gpuwatch.acks import AckStore
 from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
-from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.daemon import Daemon
 from gpuwatch.health import SEVERITY, Health
-from gpuwatch.journal import Journal
 from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.runner import load_rules, make_source
+from gpuwatch.runner import build_daemon, load_rules
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
-from gpuwatch.statedir import StateProblems
 
 HERE = Path(__file__).resolve().parent / "detection"
 
@@ -327,14 +324,9 @@ async def _start(config: Config, clock: ManualClock, boot: str) -> tuple[Daemon,
     and saved alert state), on the state directory the last one left."""
     state = Path(config.state_dir)
     rules = load_rules(config, state)
-    problems = StateProblems(state)
-    journal = Journal(state, config.journal.retention, boot, problems)
-    events = EventLog()
-    source = make_source(config, pynvml, clock, events, state)
-    daemon = Daemon(config, clock, source, events, rules=rules, journal=journal,
-                    acks=AckStore(state), problems=problems)  # fmt: skip
+    daemon = build_daemon(config, pynvml, clock, state, rules, boot_id=boot)
     daemon.restore_xids()
-    await source.start()
+    await daemon.source.start()
     return daemon, rules
 
 

@@ -239,16 +239,26 @@ async def _recreate_socket(served: UnixSocket) -> None:
         served.recreating = None
 
 
-async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
-    rules = load_rules(config, state_dir)
+def build_daemon(
+    config: Config,
+    nvml: NvmlModule | None,
+    clock: Clock,
+    state_dir: Path,
+    rules: RuleEngine,
+    *,
+    boot_id: str | None = None,
+) -> Daemon:
+    """The daemon `gpuwatch run` serves, before its listeners and notifier: its source, rules,
+    journal (of this boot, the machine's unless `boot_id` says) and acknowledgements."""
     problems = StateProblems(state_dir)
+    boot = current_boot_id() if boot_id is None else boot_id
     try:
-        journal = Journal(state_dir, config.journal.retention, current_boot_id(), problems)
+        journal = Journal(state_dir, config.journal.retention, boot, problems)
     except sqlite3.Error as exc:
         raise StartupError(f"journal in {state_dir}: {exc}") from exc
     events = EventLog()
     source = make_source(config, nvml, clock, events, state_dir)
-    daemon = Daemon(
+    return Daemon(
         config,
         clock,
         source,
@@ -258,6 +268,12 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
         acks=AckStore(state_dir),
         problems=problems,
     )
+
+
+async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
+    rules = load_rules(config, state_dir)
+    daemon = build_daemon(config, nvml, clock, state_dir, rules)
+    events, problems = daemon.events, daemon.problems
     guard = None
     if config.web_config is not None:
         try:
