@@ -7,6 +7,7 @@ Prometheus. RE2 runs in time linear in the input, with bounded memory, and has G
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import re2
@@ -15,6 +16,10 @@ import re2
 class Match(Protocol):
     def group(self, key: int | str = 0) -> str | None: ...
 
+    def start(self) -> int: ...
+
+    def end(self) -> int: ...
+
 
 class Regex(Protocol):
     @property
@@ -22,9 +27,34 @@ class Regex(Protocol):
 
     def fullmatch(self, text: str) -> Match | None: ...
 
+    def search(self, text: str) -> Match | None: ...
+
+    def finditer(self, text: str) -> Iterator[Match]: ...
+
 
 class RegexError(ValueError):
     """A pattern RE2 does not accept; the message is RE2's."""
+
+    @property
+    def go_message(self) -> str:
+        """The message as Go's regexp words it: error parsing regexp: missing closing ): `(`."""
+        reason, _, fragment = str(self).partition(": ")
+        if reason == "trailing \\":
+            reason, fragment = "trailing backslash at end of expression", ""
+        reason = _GO_REASONS.get(reason, reason)
+        return f"error parsing regexp: {reason}: `{fragment}`"
+
+
+# RE2's C++ wording -> Go's regexp/syntax wording for the same error
+_GO_REASONS = {
+    "missing )": "missing closing )",
+    "missing ]": "missing closing ]",
+    "bad repetition operator": "invalid nested repetition operator",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid repetition size": "invalid repeat count",
+    "invalid named capture group": "invalid named capture",
+}
 
 
 MAX_MEM = 8 << 20  # RE2's default budget per pattern; past it, compiling fails

@@ -165,11 +165,14 @@ class Running:
 
 
 def load_rules(config: Config, state_dir: Path) -> RuleEngine:
+    _, port = parse_listen(config.listen)
     engine = RuleEngine(
         Store(config.store.retention),
         config.rules.files,
         default_rule_interval(config.rules, config.sampling),
         state_dir,
+        # where an alert's reader can look, as the notifier links to it
+        config.notify.external_url or f"http://{config.node_name}:{port}",
     )
     try:
         engine.load()

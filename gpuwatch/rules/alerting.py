@@ -15,9 +15,11 @@ from enum import StrEnum
 
 from gpuwatch.model import Event, Sample
 from gpuwatch.promql.evaluator import Evaluator
+from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
 from gpuwatch.rules.files import GroupDef, RuleDef
-from gpuwatch.rules.templates import TemplateData
+from gpuwatch.rules.template import TemplateData
+from gpuwatch.rules.template.functions import FuncError
 from gpuwatch.units import ascii_int
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,20 @@ def _scalar_as_vector(value: object, t: float) -> Vector:
     raise EvalError("rule result is not a vector or scalar")
 
 
+def _query_with(ev: Evaluator) -> Callable[[str, float], list[tuple[dict[str, str], float]]]:
+    """The templates' `query`: an instant query on the rules' own store, as Prometheus runs
+    one against its own."""
+
+    def query(expr: str, t: float) -> list[tuple[dict[str, str], float]]:
+        try:
+            vector = _scalar_as_vector(ev.eval(parse(expr), t), t)
+        except (QueryError, EvalError) as exc:
+            raise FuncError(str(exc)) from None
+        return [(dict(s.metric), s.value) for s in vector]
+
+    return query
+
+
 class RecordingRule:
     def __init__(self, rule: RuleDef, group_labels: Labels, source: str) -> None:
         self.rule = rule
@@ -128,6 +144,8 @@ class AlertingRule:
         source: str,
         external_labels: Mapping[str, str],
         alerts_metric: str,
+        *,
+        external_url: str = "",
     ) -> None:
         self.rule = rule
         self.source = source
@@ -135,10 +153,13 @@ class AlertingRule:
         self.active: dict[Labels, Alert] = {}
         self._group_labels = group_labels
         self._external = external_labels
+        self._external_url = external_url
         self._alerts_metric = alerts_metric
 
-    def _alert_for(self, s: VSample, t: float) -> tuple[Labels, Alert]:
-        data = TemplateData(dict(s.metric), s.value, self._external)
+    def _alert_for(self, s: VSample, ev: Evaluator, t: float) -> tuple[Labels, Alert]:
+        data = TemplateData(
+            dict(s.metric), s.value, self._external, self._external_url, _query_with(ev), t
+        )
         labels = {k: v for k, v in s.metric if k != NAME}
         labels.update(self._group_labels)
         for name, template in self.rule.labels:
@@ -153,7 +174,7 @@ class AlertingRule:
         vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
         current: dict[Labels, Alert] = {}
         for s in vector:
-            key, alert = self._alert_for(s, t)
+            key, alert = self._alert_for(s, ev, t)
             if key in current:
                 raise EvalError(
                     "vector contains metrics with the same labelset after applying alert labels"
@@ -223,6 +244,7 @@ class RuleGroup:
         definition: GroupDef,
         external_labels: Mapping[str, str] | None = None,
         alerts_metric: str = "ALERTS",
+        external_url: str = "",
     ) -> RuleGroup:
         group = cls(definition)
         external = external_labels or {}
@@ -230,7 +252,14 @@ class RuleGroup:
             source = f"{rule.kind}:{definition.key}:{i}"
             if rule.kind == "alert":
                 group.rules.append(
-                    AlertingRule(rule, definition.labels, source, external, alerts_metric)
+                    AlertingRule(
+                        rule,
+                        definition.labels,
+                        source,
+                        external,
+                        alerts_metric,
+                        external_url=external_url,
+                    )
                 )
             else:
                 group.rules.append(RecordingRule(rule, definition.labels, source))

@@ -59,8 +59,10 @@ class RuleEngine:
         files: Iterable[str] | None,
         default_interval: float,
         state_dir: Path | None,
+        external_url: str = "",
     ) -> None:
         self.store = store
+        self.external_url = external_url  # what templates' externalURL and pathPrefix answer
         self.configured_retention = store.retention
         # Recording-rule results live apart so that /metrics exports only what was sampled.
         self.recorded = Store(store.retention)
@@ -82,7 +84,7 @@ class RuleEngine:
 
     def load(self) -> None:
         """First load: a bad file is fatal here (the daemon refuses to start with it)."""
-        self.groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in self._definitions()]
+        self.groups = [self._build(d) for d in self._definitions()]
         self._keep_enough_history()
         if self.state_path is not None:
             restored = statefile.restore(self.state_path, self.alerting_rules())
@@ -90,6 +92,9 @@ class RuleEngine:
                 log.info("restored %d alerts from %s", restored, self.state_path)
         self._saved = statefile.signature(self.alerting_rules())
         log.info("loaded %d rule groups from %d files", len(self.groups), len(self.paths()))
+
+    def _build(self, definition: GroupDef) -> RuleGroup:
+        return RuleGroup.build(definition, alerts_metric=m.ALERTS, external_url=self.external_url)
 
     def _definitions(self) -> list[GroupDef]:
         paths = self.paths()
@@ -106,7 +111,7 @@ class RuleEngine:
             log.error("rule reload failed, keeping the old rules: %s", self.last_reload_error)
             return self.last_reload_error
         old = {statefile.rule_key(r): r for r in self.alerting_rules()}
-        groups = [RuleGroup.build(d, alerts_metric=m.ALERTS) for d in definitions]
+        groups = [self._build(d) for d in definitions]
         self.groups = groups
         for rule in self.alerting_rules():
             previous = old.get(statefile.rule_key(rule))

@@ -11,7 +11,7 @@ from typing import Any
 import promql_parser as pp
 
 from gpuwatch.promql.parse import QueryError, parse
-from gpuwatch.rules.templates import Template, TemplateError
+from gpuwatch.rules.template import Template, TemplateError
 from gpuwatch.units import parse_duration
 from gpuwatch.yamlfile import FileError, PathKey, Problem, YamlDoc, load
 
@@ -190,11 +190,17 @@ class _RuleChecker:
             out[key] = "" if value is None else str(value)
         return out
 
-    def templates(self, raw: Any, path: PathKey, what: str) -> tuple[tuple[str, Template], ...]:
+    def templates(
+        self, raw: Any, path: PathKey, what: str, alert: str | None
+    ) -> tuple[tuple[str, Template], ...]:
+        """Labels and annotations; an alert's are templates, a recording rule's plain text."""
         out = []
         for key, value in sorted(self.label_map(raw, path, what).items()):
+            if alert is None:
+                out.append((key, Template.literal(value)))
+                continue
             try:
-                out.append((key, Template(value)))
+                out.append((key, Template(value, f"__alert_{alert}")))
             except TemplateError as exc:
                 self.fail((*path, key), f"{what}.{key}", f"template: {exc}")
         return tuple(out)
@@ -230,12 +236,15 @@ class _RuleChecker:
         keep = 0.0
         if "keep_firing_for" in data:
             keep = self.duration(data["keep_firing_for"], (*path, "keep_firing_for"), what) or 0.0
-        labels = self.templates(data.get("labels"), (*path, "labels"), f"{what}: labels")
+        alert_name = name if kind == "alert" else None
+        labels = self.templates(
+            data.get("labels"), (*path, "labels"), f"{what}: labels", alert_name
+        )
         for key, _ in labels:
             if key in RESERVED_LABELS:
                 self.fail((*path, "labels", key), f"{what}: labels", f"{key!r} is reserved")
         annotations = self.templates(
-            data.get("annotations"), (*path, "annotations"), f"{what}: annotations"
+            data.get("annotations"), (*path, "annotations"), f"{what}: annotations", alert_name
         )
         return RuleDef(
             kind, name, str(expr_text), expr, self.doc.file, self.doc.line(path), group,

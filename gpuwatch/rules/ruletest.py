@@ -150,7 +150,8 @@ class _TestGroup:
             definitions = load_rule_files(self.rule_files)
         except FileError as exc:
             return [str(exc)]
-        groups = [RuleGroup.build(d, external, "ALERTS") for d in definitions]
+        external_url = str(self.data.get("external_url") or "")
+        groups = [RuleGroup.build(d, external, "ALERTS", external_url) for d in definitions]
         groups.sort(key=lambda g: self.group_order.get(g.definition.name, 0))
         evaluator = Evaluator(storage)
         test_name = self.data.get("name")

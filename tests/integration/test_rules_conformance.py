@@ -100,3 +100,33 @@ def test_the_command_line_reports_like_promtool() -> None:
     assert done.returncode == reference.returncode == 1
     assert done.stdout == reference.stdout
     assert done.stderr == reference.stderr
+
+
+_TEMPLATE_ERROR = re.compile(r'annotations?[. ]"?(\w+)"?: template: (.*)')
+
+
+def _template_errors(text: str) -> dict[str, str]:
+    """annotation -> message; promtool words the location differently and prints in map order."""
+    return dict(m.groups() for m in map(_TEMPLATE_ERROR.search, text.splitlines()) if m)
+
+
+def test_templates_go_refuses_are_refused_at_load_with_go_reasons() -> None:
+    rules = CONFORMANCE / "rules" / "template_parse_errors.yaml"
+    reference = subprocess.run(
+        ["promtool", "check", "rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "rules", "check", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    expected = _template_errors(reference.stdout + reference.stderr)
+    assert reference.returncode == 1 and len(expected) >= 10
+    assert done.returncode != 0
+    assert _template_errors(done.stdout + done.stderr) == expected

@@ -1,0 +1,469 @@
+"""Go's text/template grammar: actions, pipelines and control structures into a tree.
+
+What the parser refuses, Go refuses at parse time too (an unknown function, an undefined
+variable, an `end` without its `if`), so a rule file is rejected when it loads, not when an
+alert fires."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Container
+from dataclasses import dataclass, field
+
+from gpuwatch.rules.template.lex import Kind, TemplateError, Token, lex
+
+
+@dataclass(slots=True)
+class Node:
+    pos: int
+
+
+@dataclass(slots=True)
+class Text(Node):
+    text: str
+
+
+@dataclass(slots=True)
+class Dot(Node):
+    def __str__(self) -> str:
+        return "."
+
+
+@dataclass(slots=True)
+class Nil(Node):
+    def __str__(self) -> str:
+        return "nil"
+
+
+@dataclass(slots=True)
+class Literal(Node):
+    """A bool, string, character or number constant; `source` as written."""
+
+    value: bool | str | int | float
+    source: str
+    is_int: bool = False
+    is_float: bool = False
+
+    def __str__(self) -> str:
+        return self.source
+
+
+@dataclass(slots=True)
+class Field(Node):
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return "".join("." + n for n in self.names)
+
+
+@dataclass(slots=True)
+class Variable(Node):
+    name: str
+    names: tuple[str, ...] = ()  # fields after the variable: $labels.job
+
+    def __str__(self) -> str:
+        return self.name + "".join("." + n for n in self.names)
+
+
+@dataclass(slots=True)
+class Identifier(Node):
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(slots=True)
+class Chain(Node):
+    """Fields after a parenthesised pipeline or a function name: (first $x).Labels."""
+
+    node: Node
+    names: tuple[str, ...]
+
+    def __str__(self) -> str:
+        inner = f"({self.node})" if isinstance(self.node, Pipe) else str(self.node)
+        return inner + "".join("." + n for n in self.names)
+
+
+@dataclass(slots=True)
+class Command(Node):
+    args: list[Node] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return " ".join(f"({a})" if isinstance(a, Pipe) else str(a) for a in self.args)
+
+
+@dataclass(slots=True)
+class Pipe(Node):
+    decl: list[Variable] = field(default_factory=list)
+    is_assign: bool = False
+    cmds: list[Command] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = ""
+        if self.decl:
+            head = ", ".join(str(v) for v in self.decl) + (" = " if self.is_assign else " := ")
+        return head + " | ".join(str(c) for c in self.cmds)
+
+
+@dataclass(slots=True)
+class Action(Node):
+    pipe: Pipe
+
+
+@dataclass(slots=True)
+class Branch(Node):
+    """if, with and range: a pipeline, a body and an else body."""
+
+    keyword: str
+    pipe: Pipe
+    body: list[Node]
+    orelse: list[Node] | None
+
+
+@dataclass(slots=True)
+class Loop(Node):
+    keyword: str  # break or continue
+
+
+@dataclass(slots=True)
+class Call(Node):
+    """{{ template "name" pipeline }}."""
+
+    name: str
+    pipe: Pipe | None
+
+
+@dataclass(slots=True)
+class Tree:
+    root: list[Node]
+    defined: dict[str, list[Node]]
+
+
+_OPERAND_START = (
+    Kind.BOOL,
+    Kind.CHAR,
+    Kind.DOT,
+    Kind.FIELD,
+    Kind.IDENT,
+    Kind.NUMBER,
+    Kind.NIL,
+    Kind.STRING,
+    Kind.VARIABLE,
+    Kind.LPAREN,
+)
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _unquote(token: Token) -> str:
+    if token.text.startswith("`"):
+        return token.text[1:-1]
+    try:
+        value = ast.literal_eval(token.text)
+    except (ValueError, SyntaxError):
+        raise TemplateError(f"bad string syntax: {token.text}") from None
+    if not isinstance(value, str):
+        raise TemplateError(f"bad string syntax: {token.text}")
+    return value
+
+
+def number_literal(token: Token) -> Literal:
+    """Go's constants: `80` is an int, `80.0` and `1e3` are floats, 'a' is an int."""
+    text = token.text
+    if token.kind is Kind.CHAR:
+        char = _unquote(token)
+        if len(char) != 1:
+            raise TemplateError(f"malformed character constant: {text}")
+        return Literal(token.pos, ord(char), text, is_int=True, is_float=True)
+    clean = text.replace("_", "")
+    try:
+        if any(c in clean.lower() for c in ".p") or (
+            "e" in clean.lower() and not clean.lower().lstrip("+-").startswith("0x")
+        ):
+            value: int | float = float.fromhex(clean) if "x" in clean.lower() else float(clean)
+            return Literal(token.pos, value, text, is_float=True)
+        number = int(clean, 0) if clean.lstrip("+-")[1:2].isalpha() else int(clean, 10)
+    except ValueError:
+        raise TemplateError(f"illegal number syntax: {_q(text)}") from None
+    return Literal(token.pos, number, text, is_int=True, is_float=True)
+
+
+class _Parser:
+    def __init__(self, text: str, functions: Container[str]) -> None:
+        self.text = text
+        self.tokens = lex(text)
+        self.at = 0
+        self.functions = functions
+        self.vars: list[str] = ["$"]
+        self.range_depth = 0
+        self.defined: dict[str, list[Node]] = {}
+
+    # tokens
+    def peek(self) -> Token:
+        return self.tokens[self.at]
+
+    def next(self) -> Token:
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def peek_non_space(self) -> Token:
+        while self.tokens[self.at].kind is Kind.SPACE:
+            self.at += 1
+        return self.tokens[self.at]
+
+    def next_non_space(self) -> Token:
+        self.peek_non_space()
+        return self.next()
+
+    def error(self, token: Token | int, message: str) -> TemplateError:
+        pos = token if isinstance(token, int) else token.pos
+        line = self.text.count("\n", 0, pos) + 1
+        return TemplateError(f"{line}: {message}")
+
+    def expect(self, kind: Kind, context: str) -> Token:
+        token = self.next_non_space()
+        if token.kind is not kind:
+            raise self.unexpected(token, context)
+        return token
+
+    def unexpected(self, token: Token, context: str) -> TemplateError:
+        if token.kind is Kind.EOF:
+            return self.error(token, f"unexpected EOF in {context}")
+        shown = token.text if token.kind is not Kind.RIGHT else "}}"
+        return self.error(token, f"unexpected {_q(shown)} in {context}")
+
+    # lists and actions
+    def parse(self) -> Tree:
+        root: list[Node] = []
+        while self.peek().kind is not Kind.EOF:
+            if self.peek().kind is Kind.LEFT and self._keyword_after_left() == "define":
+                self.next()
+                self.next_non_space()
+                self.definition()
+                continue
+            node, stop = self.text_or_action()
+            if stop is not None:
+                raise self.error(stop, f"unexpected {{{{{stop.text}}}}}")
+            if node is not None:
+                root.append(node)
+        return Tree(root, self.defined)
+
+    def _keyword_after_left(self) -> str:
+        i = self.at + 1
+        while self.tokens[i].kind is Kind.SPACE:
+            i += 1
+        return self.tokens[i].text if self.tokens[i].kind is Kind.KEYWORD else ""
+
+    def definition(self) -> None:
+        name_token = self.expect(Kind.STRING, "define clause")
+        name = _unquote(name_token)
+        self.expect(Kind.RIGHT, "define clause")
+        saved, self.vars = self.vars, ["$"]
+        body, stop = self.item_list()
+        self.vars = saved
+        if stop.text != "end":
+            raise self.error(stop, "unexpected {{else}} in define clause")
+        self.defined[name] = body
+
+    def item_list(self) -> tuple[list[Node], Token]:
+        """Nodes up to an {{end}} or {{else}}; the keyword token is returned."""
+        nodes: list[Node] = []
+        while True:
+            if self.peek().kind is Kind.EOF:
+                raise self.error(self.peek(), "unexpected EOF")
+            node, stop = self.text_or_action()
+            if stop is not None:
+                return nodes, stop
+            if node is not None:
+                nodes.append(node)
+
+    def text_or_action(self) -> tuple[Node | None, Token | None]:
+        token = self.next()
+        if token.kind is Kind.TEXT:
+            return Text(token.pos, token.text), None
+        if token.kind is Kind.LEFT:
+            return self.action()
+        raise self.unexpected(token, "input")
+
+    def action(self) -> tuple[Node | None, Token | None]:
+        token = self.peek_non_space()
+        if token.kind is Kind.COMMENT:
+            self.next()
+            self.next()
+            return None, None
+        if token.kind is Kind.KEYWORD:
+            self.next()
+            word = token.text
+            if word in ("end", "else"):
+                if word == "end":
+                    self.expect(Kind.RIGHT, "end")
+                elif self.peek_non_space().kind is not Kind.KEYWORD:
+                    self.expect(Kind.RIGHT, "else")
+                return None, token
+            if word in ("if", "with", "range"):
+                return self.control(word, token), None
+            if word in ("break", "continue"):
+                if not self.range_depth:
+                    raise self.error(token, f"{{{{{word}}}}} outside {{{{range}}}}")
+                self.expect(Kind.RIGHT, word)
+                return Loop(token.pos, word), None
+            if word in ("template", "block"):
+                return self.template_call(word, token), None
+            raise self.error(token, f"unexpected {_q(word)}")
+        return Action(token.pos, self.pipeline("command", Kind.RIGHT)), None
+
+    def control(self, keyword: str, token: Token) -> Branch:
+        mark = len(self.vars)
+        pipe = self.pipeline(keyword, Kind.RIGHT)
+        if keyword == "range":
+            self.range_depth += 1
+        body, stop = self.item_list()
+        if keyword == "range":
+            self.range_depth -= 1
+        orelse: list[Node] | None = None
+        if stop.text == "else":
+            follow = self.peek_non_space()
+            if follow.kind is Kind.KEYWORD and follow.text in ("if", "with"):
+                if follow.text != keyword or keyword == "range":
+                    raise self.unexpected(follow, "else")
+                self.next()
+                orelse = [self.control(keyword, follow)]
+            else:
+                orelse, stop = self.item_list()
+                if stop.text != "end":
+                    raise self.error(stop, "expected end; found {{else}}")
+        del self.vars[mark:]
+        return Branch(token.pos, keyword, pipe, body, orelse)
+
+    def template_call(self, keyword: str, token: Token) -> Node:
+        name = _unquote(self.expect(Kind.STRING, f"{keyword} clause"))
+        pipe: Pipe | None = None
+        if self.peek_non_space().kind is not Kind.RIGHT:
+            pipe = self.pipeline(f"{keyword} clause", Kind.RIGHT)
+        else:
+            self.next()
+        if keyword == "block":
+            saved, self.vars = self.vars, ["$"]
+            body, stop = self.item_list()
+            self.vars = saved
+            if stop.text != "end":
+                raise self.error(stop, "unexpected {{else}} in block clause")
+            self.defined[name] = body
+        return Call(token.pos, name, pipe)
+
+    # pipelines
+    def pipeline(self, context: str, end: Kind) -> Pipe:
+        start = self.peek_non_space()
+        pipe = Pipe(start.pos)
+        self.declarations(pipe, context)
+        while True:
+            token = self.next_non_space()
+            if token.kind is end:
+                break
+            if token.kind not in _OPERAND_START:
+                raise self.unexpected(token, context)
+            self.at -= 1
+            pipe.cmds.append(self.command())
+        if not pipe.cmds:
+            raise self.error(token, f"missing value for {context}")
+        for i, cmd in enumerate(pipe.cmds[1:], start=2):
+            if isinstance(cmd.args[0], Literal | Dot | Nil):
+                raise self.error(cmd.pos, f"non executable command in pipeline stage {i}")
+        return pipe
+
+    def declarations(self, pipe: Pipe, context: str) -> None:
+        while self.peek_non_space().kind is Kind.VARIABLE:
+            save = self.at
+            variable = self.next()
+            if self.peek().kind is Kind.FIELD:
+                self.at = save
+                return
+            follow = self.peek_non_space()
+            if follow.kind in (Kind.DECLARE, Kind.ASSIGN):
+                self.next()
+                pipe.is_assign = follow.kind is Kind.ASSIGN  # Go checks `$x =` when it runs
+                pipe.decl.append(Variable(variable.pos, variable.text))
+                self.vars.append(variable.text)
+                return
+            if follow.kind is Kind.COMMA:
+                self.next()
+                pipe.decl.append(Variable(variable.pos, variable.text))
+                self.vars.append(variable.text)
+                if context != "range" or len(pipe.decl) >= 2:
+                    raise self.error(follow, f"too many declarations in {context}")
+                if self.peek_non_space().kind is not Kind.VARIABLE:
+                    raise self.error(follow, "range can only initialize variables")
+                continue
+            self.at = save
+            return
+
+    def command(self) -> Command:
+        cmd = Command(self.peek_non_space().pos)
+        while True:
+            self.peek_non_space()
+            operand = self.operand()
+            if operand is not None:
+                cmd.args.append(operand)
+            token = self.next()
+            if token.kind is Kind.SPACE:
+                continue
+            if token.kind in (Kind.RIGHT, Kind.RPAREN):
+                self.at -= 1
+            elif token.kind is not Kind.PIPE:
+                raise self.unexpected(token, "operand")
+            break
+        if not cmd.args:
+            raise self.error(cmd.pos, "empty command")
+        return cmd
+
+    def operand(self) -> Node | None:
+        node = self.term()
+        if node is None or self.peek().kind is not Kind.FIELD:
+            return node
+        names: list[str] = []
+        pos = self.peek().pos  # Go places a chain at its first field, and names it there
+        while self.peek().kind is Kind.FIELD:
+            names.append(self.next().text[1:])
+        if isinstance(node, Field):
+            return Field(pos, node.names + tuple(names))
+        if isinstance(node, Variable):
+            return Variable(pos, node.name, node.names + tuple(names))
+        if isinstance(node, Literal | Nil | Dot):
+            raise self.error(node.pos, f"unexpected . after term {_q(str(node))}")
+        return Chain(node.pos, node, tuple(names))
+
+    def term(self) -> Node | None:
+        token = self.next_non_space()
+        kind = token.kind
+        if kind is Kind.IDENT:
+            if token.text not in self.functions:
+                raise self.error(token, f"function {_q(token.text)} not defined")
+            return Identifier(token.pos, token.text)
+        if kind is Kind.DOT:
+            return Dot(token.pos)
+        if kind is Kind.NIL:
+            return Nil(token.pos)
+        if kind is Kind.VARIABLE:
+            if token.text not in self.vars:
+                raise self.error(token, f"undefined variable {_q(token.text)}")
+            return Variable(token.pos, token.text)
+        if kind is Kind.FIELD:
+            return Field(token.pos, (token.text[1:],))
+        if kind is Kind.BOOL:
+            return Literal(token.pos, token.text == "true", token.text)
+        if kind in (Kind.NUMBER, Kind.CHAR):
+            return number_literal(token)
+        if kind is Kind.LPAREN:
+            return self.pipeline("parenthesized pipeline", Kind.RPAREN)
+        if kind is Kind.STRING:
+            return Literal(token.pos, _unquote(token), token.text)
+        self.at -= 1
+        return None
+
+
+def parse(text: str, functions: Container[str]) -> Tree:
+    return _Parser(text, functions).parse()
