@@ -53,6 +53,20 @@ def variance(values: Sequence[float]) -> float:
     return acc / len(values)
 
 
+def variance_over_time(values: Sequence[float]) -> float:
+    """stdvar_over_time's variance: Welford's method with the mean and the sum of squares
+    each compensated, as Prometheus computes it over a window (its aggregation does not)."""
+    count = 0
+    mean_, mean_c = 0.0, 0.0
+    aux, aux_c = 0.0, 0.0
+    for v in values:
+        count += 1
+        delta = v - (mean_ + mean_c)
+        mean_, mean_c = kahan_add(mean_, mean_c, delta / count)
+        aux, aux_c = kahan_add(aux, aux_c, delta * (v - (mean_ + mean_c)))
+    return (aux + aux_c) / count
+
+
 def quantile(q: float, values: list[float]) -> float:
     """Prometheus's quantile: linear interpolation between the closest ranks."""
     if not values:

@@ -24,10 +24,12 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.promql.window import CounterStats, Window
+from gpuwatch.promql.window import CounterStats, ListWindow, Window
 from gpuwatch.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
+DEFAULT_SUBQUERY_STEP_S = 60.0  # Prometheus's default global evaluation_interval
+MAX_SUBQUERY_STEPS = 11_000  # Prometheus's cap on the points of one range query's series
 MEMO_LIMIT = 100_000  # label sets an aggregation remembers in one evaluation, at most
 
 
@@ -172,9 +174,17 @@ class GroupMemo:
 
 
 class Evaluator:
-    def __init__(self, querier: Querier, lookback: float = DEFAULT_LOOKBACK_S) -> None:
+    def __init__(
+        self,
+        querier: Querier,
+        lookback: float = DEFAULT_LOOKBACK_S,
+        subquery_step: float = DEFAULT_SUBQUERY_STEP_S,
+    ) -> None:
         self.querier = querier
         self.lookback = lookback
+        # A subquery without a step (`x[1h:]`) steps at the global evaluation interval, as
+        # Prometheus's does: the rules' default interval, a test file's evaluation_interval.
+        self.subquery_step = subquery_step
         self._selections: dict[str, Selection] = {}
         self._aggregations: dict[str, tuple[str, GroupMemo]] = {}
 
@@ -207,6 +217,8 @@ class Evaluator:
             return self.vector_selector(expr, t)
         if isinstance(expr, pp.MatrixSelector):
             return self.matrix_selector(expr, t)
+        if isinstance(expr, pp.SubqueryExpr):
+            return self.subquery(expr, t)
         if isinstance(expr, pp.UnaryExpr):
             return _distinct(binops.negate(self.eval(expr.expr, t)))
         if isinstance(expr, pp.BinaryExpr):
@@ -256,3 +268,45 @@ class Evaluator:
                 out.append(RangeSeries(series.metric(), window))
         out.sort(key=lambda s: s.metric)
         return out
+
+    def subquery_window(self, expr: pp.SubqueryExpr, t: float) -> tuple[float, float]:
+        """The (start, end] a subquery covers at `t`: its `@` or `t`, less its offset."""
+        at = expr.at
+        end = at.at.timestamp() if at is not None and at.at is not None else t
+        end -= expr.offset.total_seconds() if expr.offset else 0.0
+        span = expr.range.total_seconds() if expr.range is not None else 0.0
+        return end - span, end
+
+    def subquery(self, expr: pp.SubqueryExpr, t: float) -> Matrix:
+        """`expr[range:step]`: the inner expression evaluated at every multiple of the step
+        (counted from the epoch, as Prometheus aligns them) inside (end - range, end]."""
+        start_s, end_s = self.subquery_window(expr, t)
+        step = round((expr.step.total_seconds() if expr.step else self.subquery_step) * 1000)
+        if step <= 0:
+            raise EvalError("a subquery's step must be positive")
+        start, end = round(start_s * 1000), round(end_s * 1000)
+        first = step * int(start / step)  # Go's integer division truncates towards zero
+        if first <= start:
+            first += step
+        count = (end - first) // step + 1 if end >= first else 0
+        if count > MAX_SUBQUERY_STEPS:
+            raise EvalError(
+                f"subquery of {count} steps; at most {MAX_SUBQUERY_STEPS} (widen the step)"
+            )
+        points: dict[Labels, tuple[list[float], list[float]]] = {}
+        for i in range(count):
+            at = (first + i * step) / 1000
+            value = self.eval(expr.expr, at)
+            if isinstance(value, Scalar):
+                value = [VSample((), value.value, at)]
+            if not isinstance(value, list) or (value and not isinstance(value[0], VSample)):
+                raise EvalError("a subquery needs an instant vector inside")
+            for sample in value:
+                assert isinstance(sample, VSample)
+                times, values = points.setdefault(sample.metric, ([], []))
+                times.append(at)
+                values.append(sample.value)
+        return sorted(
+            (RangeSeries(metric, ListWindow(*tv)) for metric, tv in points.items()),
+            key=lambda s: s.metric,
+        )

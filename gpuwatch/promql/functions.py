@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 import promql_parser as pp
 
-from gpuwatch.promql.aggregations import kahan_add, kahan_sum, mean, quantile, variance
+from gpuwatch.promql.aggregations import (
+    kahan_add,
+    kahan_sum,
+    mean,
+    quantile,
+    variance_over_time,
+)
 from gpuwatch.promql.histograms import histogram_quantile
 from gpuwatch.promql.values import (
     EvalError,
@@ -28,7 +34,7 @@ from gpuwatch.promql.values import (
     label_value,
     with_label,
 )
-from gpuwatch.promql.window import CounterStats, Window
+from gpuwatch.promql.window import CounterStats, Window, counter_stats
 from gpuwatch.regex import Match, RegexError, compile_regex
 from gpuwatch.units import ascii_int
 
@@ -132,8 +138,8 @@ OVER_TIME: dict[str, Callable[[Window], float]] = {
     "max_over_time": lambda w: _extreme(w, max),
     "sum_over_time": lambda w: kahan_sum(w.values()),
     "count_over_time": lambda w: float(len(w)),
-    "stddev_over_time": lambda w: math.sqrt(variance(w.values())),
-    "stdvar_over_time": lambda w: variance(w.values()),
+    "stddev_over_time": lambda w: math.sqrt(variance_over_time(w.values())),
+    "stdvar_over_time": lambda w: variance_over_time(w.values()),
     "present_over_time": lambda w: 1.0,
     "changes": _changes,
     "resets": lambda w: float(w.drops()[0]),
@@ -355,6 +361,8 @@ def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
 
 
 def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
+    if isinstance(arg, pp.SubqueryExpr):
+        return _range_function_of(name, ev.subquery(arg, t), *ev.subquery_window(arg, t), t)
     if not isinstance(arg, pp.MatrixSelector):
         raise EvalError(f"{name}() needs a range selector")
     end = ev.selection(arg.vector_selector).time(t)
@@ -369,9 +377,18 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
                 out.append(VSample(drop_name(series.metric()), result, t))
         out.sort(key=lambda sample: sample.metric)
         return out
-    for s in ev.matrix_selector(arg, t):
+    return _range_function_of(name, ev.matrix_selector(arg, t), start, end, t)
+
+
+def _range_function_of(name: str, matrix: Matrix, start: float, end: float, t: float) -> Vector:
+    """A range function over windows already read (a subquery's, or any but the hot path)."""
+    out: Vector = []
+    for s in matrix:
         value: float | None
-        if name in ("irate", "idelta"):
+        if name in ("rate", "increase", "delta"):
+            stats = counter_stats(s.window)
+            value = _extrapolated(stats, start, end, name != "delta", name == "rate")
+        elif name in ("irate", "idelta"):
             value = _instant_rate(s.window, name == "irate", name == "irate")
         elif name == "deriv":
             w = s.window

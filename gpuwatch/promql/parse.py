@@ -63,9 +63,7 @@ def parse(text: str) -> pp.Expr:
 
 
 def _check(node: pp.Expr, problems: list[str]) -> bool:
-    if isinstance(node, pp.SubqueryExpr):
-        problems.append("subquery [range:step]")
-    elif isinstance(node, pp.VectorSelector):
+    if isinstance(node, pp.VectorSelector):
         for m in node.matchers.matchers:
             if m.op in (pp.MatchOp.Re, pp.MatchOp.NotRe):
                 try:

@@ -66,7 +66,7 @@ class RuleEngine:
         self.configured_retention = store.retention
         # Recording-rule results live apart so that /metrics exports only what was sampled.
         self.recorded = Store(store.retention)
-        self.evaluator = Evaluator(_Querier((store, self.recorded)))
+        self.evaluator = Evaluator(_Querier((store, self.recorded)), subquery_step=default_interval)
         self.patterns = list(files) if files is not None else None
         self.default_interval = default_interval
         self.state_path = state_dir / statefile.FILE_NAME if state_dir is not None else None

@@ -153,7 +153,7 @@ class _TestGroup:
         external_url = str(self.data.get("external_url") or "")
         groups = [RuleGroup.build(d, external, "ALERTS", external_url) for d in definitions]
         groups.sort(key=lambda g: self.group_order.get(g.definition.name, 0))
-        evaluator = Evaluator(storage)
+        evaluator = Evaluator(storage, subquery_step=self.eval_interval)
         test_name = self.data.get("name")
         name_line = f"    name: {test_name},\n" if test_name else ""
 

@@ -127,7 +127,7 @@ def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path
 
 def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path) -> None:
     rules = tmp_path / "mine.yaml"
-    rules.write_text(RULE.replace("expr: count(gpuwatch_gpu_up == 1) == 8", "expr: up[5m:1m]"))
+    rules.write_text(RULE.replace("expr: count(gpuwatch_gpu_up == 1) == 8", "expr: histogram_count(up)"))
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(f"rules:\n  files: [{rules}]\n")
     done = subprocess.run(
@@ -138,5 +138,5 @@ def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path
     assert done.returncode == 2
     assert (
         f'{rules}:5: group "mine" alert "AllGpusUp": expr: '
-        "unsupported in gpuwatch's PromQL subset: subquery [range:step]"
+        "unsupported in gpuwatch's PromQL subset: function histogram_count()"
     ) in done.stderr

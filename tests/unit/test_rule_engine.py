@@ -97,11 +97,11 @@ def test_a_bad_file_on_reload_keeps_the_old_rules_evaluating(tmp_path: Path) -> 
     engine = engine_for(rules, tmp_path)
     feed(engine, T0, T0 + 310, 50.0)
 
-    rules.write_text(RULES.replace("ecc_rate > 10", "rate(ecc_rate[5m:1m]) > 10"))
+    rules.write_text(RULES.replace("ecc_rate > 10", "histogram_count(ecc_rate) > 10"))
     error = engine.reload()
     assert error == (
         f'{rules}:5: group "test" alert "EccStorm": expr: '
-        "unsupported in gpuwatch's PromQL subset: subquery [range:step]"
+        "unsupported in gpuwatch's PromQL subset: function histogram_count()"
     )
     assert engine.last_reload_error == error
     # The old rule still runs: the alert keeps firing, and it resolves when the value drops.
