@@ -136,11 +136,19 @@ class Selection:
         return all(test(labels.get(name, "")) for name, test in self._label_tests)
 
     def select(self, querier: Querier) -> list[SeriesView]:
-        """The matching series; recomputed only when the set of series has changed."""
+        """The matching series sorted by labels, as Prometheus's storage returns them (sums
+        and means then come out bit for bit the same); recomputed only when the set of series
+        has changed."""
         layout = querier.layout
         if self._cache is None or self._cache[0] != layout:
-            self._cache = (layout, list(querier.select(self.name, self.matches)))
+            found = sorted(querier.select(self.name, self.matches), key=lambda s: s.metric())
+            self._cache = (layout, found)
         return self._cache[1]
+
+    @property
+    def one_name(self) -> bool:
+        """Every series it selects has the same name, so dropping the name keeps their order."""
+        return self.name is not None and not self._name_tests
 
 
 class GroupMemo:
@@ -252,9 +260,6 @@ class Evaluator:
             point = series.point_at(at, self.lookback)
             if point is not None:
                 out.append(VSample(series.metric(), point[1], point[0]))
-        # Prometheus's storage returns series sorted by labels; results that depend on the
-        # order of summation (stddev, avg) then come out bit for bit the same.
-        out.sort(key=lambda s: s.metric)
         return out
 
     def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
@@ -266,7 +271,6 @@ class Evaluator:
             window = series.window(start, end)
             if len(window):
                 out.append(RangeSeries(series.metric(), window))
-        out.sort(key=lambda s: s.metric)
         return out
 
     def subquery_window(self, expr: pp.SubqueryExpr, t: float) -> tuple[float, float]:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from gpuwatch.model import Event, Sample
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.parse import QueryError, parse
-from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample
+from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample, drop_name
 from gpuwatch.rules.files import GroupDef, RuleDef
 from gpuwatch.rules.template import TemplateData
 from gpuwatch.rules.template.functions import FuncError
@@ -119,14 +119,18 @@ class RecordingRule:
         vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
         seen: set[Labels] = set()
         out: list[Sample] = []
+        relabel = self._labels
         for s in vector:
-            labels = {k: v for k, v in s.metric if k != NAME}
-            for k, v in self._labels.items():
-                if v:
-                    labels[k] = v
-                else:
-                    labels.pop(k, None)
-            key = tuple(sorted(labels.items()))
+            if relabel:
+                labels = {k: v for k, v in s.metric if k != NAME}
+                for k, v in relabel.items():
+                    if v:
+                        labels[k] = v
+                    else:
+                        labels.pop(k, None)
+                key = tuple(sorted(labels.items()))
+            else:  # the metric is sorted already; dropping its name keeps it so
+                key = drop_name(s.metric)
             if key in seen:
                 raise EvalError(
                     "vector contains metrics with the same labelset after applying rule labels"

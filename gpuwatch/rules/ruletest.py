@@ -270,7 +270,9 @@ def _go_quote_expr(text: str) -> str:
 def run_test_file(path: str) -> list[str]:
     """The failures of one test file; empty when it passes."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        # libyaml where PyYAML has it: a test file of a thousand series parses 10x faster
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)
     except OSError as exc:
         return [f"cannot read {path}: {exc.strerror}"]
     except yaml.YAMLError as exc:

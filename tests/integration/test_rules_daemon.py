@@ -127,7 +127,9 @@ def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path
 
 def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path) -> None:
     rules = tmp_path / "mine.yaml"
-    rules.write_text(RULE.replace("expr: count(gpuwatch_gpu_up == 1) == 8", "expr: histogram_count(up)"))
+    rules.write_text(
+        RULE.replace("expr: count(gpuwatch_gpu_up == 1) == 8", "expr: histogram_count(up)")
+    )
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(f"rules:\n  files: [{rules}]\n")
     done = subprocess.run(

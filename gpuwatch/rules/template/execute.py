@@ -217,18 +217,18 @@ class Executor:
 
     def command(self, dot: object, cmd: Command, final: object) -> object:
         first = cmd.args[0]
+        if isinstance(first, Variable):  # the commonest first: $labels.gpu, $value
+            return self.variable(dot, first, cmd.args, final)
+        if isinstance(first, Identifier):
+            return self.function(dot, first, cmd, cmd.args, final)
         if isinstance(first, Field):
             self.node = first
             return self.field_chain(dot, first, first.names, cmd.args, final)
         if isinstance(first, Chain):
             return self.chain(dot, first, cmd.args, final)
-        if isinstance(first, Identifier):
-            return self.function(dot, first, cmd, cmd.args, final)
         if isinstance(first, Pipe):
             self.not_a_function(cmd.args, final)
             return self.pipeline(dot, first)
-        if isinstance(first, Variable):
-            return self.variable(dot, first, cmd.args, final)
         self.node = first
         self.not_a_function(cmd.args, final)
         if isinstance(first, Nil):
