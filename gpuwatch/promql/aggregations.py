@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import promql_parser as pp
 
-from gpuwatch.gofmt import format_f
+from gpuwatch.gofmt import format_f, format_v
 from gpuwatch.promql.values import (
     NAME,
     EvalError,
@@ -21,6 +21,7 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
+from gpuwatch.promql.xxhash import labels_hash
 
 
 def kahan_add(total: float, comp: float, inc: float) -> tuple[float, float]:
@@ -141,6 +142,10 @@ def evaluate(
         groups.setdefault(key_of(s.metric), []).append(s)
     if op in ("topk", "bottomk"):
         return _top(op, groups, _scalar_param(op, param))
+    if op == "limitk":
+        return _limitk(groups, _scalar_param(op, param))
+    if op == "limit_ratio":
+        return _limit_ratio(vector, _scalar_param(op, param))
     if op == "count_values":
         return _count_values(key_of, vector, param)
     out: Vector = []
@@ -195,4 +200,34 @@ def _top(op: str, groups: dict[Labels, list[VSample]], k_value: float) -> Vector
         else:
             chosen = heapq.nsmallest(k, members, key=lambda s: (math.isnan(s.value), s.value))
         out.extend(chosen)
+    return out
+
+
+def _limitk(groups: dict[Labels, list[VSample]], k_value: float) -> Vector:
+    """The first k series of each group, in the order they came (sorted by labels for a
+    selector), as Prometheus keeps them."""
+    if math.isnan(k_value):
+        raise EvalError("Parameter value is NaN")
+    if k_value < 1:
+        return []
+    if abs(k_value) >= 2.0**63:
+        raise EvalError(f"Scalar value {format_v(k_value)} overflows int64")
+    k = int(k_value)
+    return [s for members in groups.values() for s in members[:k]]
+
+
+def _limit_ratio(vector: Vector, ratio: float) -> Vector:
+    """A stable sample of the series: a series is kept when the hash of its labels, as a
+    fraction of 2^64, is under the ratio (from the top, for a negative ratio), so the same
+    series are kept at every evaluation and in Prometheus."""
+    if math.isnan(ratio):
+        raise EvalError("Ratio value is NaN")
+    if ratio == 0:
+        return []
+    r = max(-1.0, min(1.0, ratio))
+    out: Vector = []
+    for s in vector:
+        offset = float(labels_hash(s.metric)) / float(2**64 - 1)
+        if (offset < r) if r >= 0 else (offset >= 1 + r):
+            out.append(s)
     return out

@@ -24,7 +24,7 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.promql.window import CounterStats, ListWindow, Window
+from gpuwatch.promql.window import CounterStats, ListWindow, Window, on_ms
 from gpuwatch.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
@@ -127,7 +127,7 @@ class Selection:
 
     def time(self, t: float) -> float:
         """The time the selector reads at when evaluated at `t`: its `@`, less its offset."""
-        return (t if self.pinned is None else self.pinned) - self.offset
+        return on_ms((t if self.pinned is None else self.pinned) - self.offset)
 
     def matches(self, series: SeriesView) -> bool:
         if any(not test(series.name) for test in self._name_tests):
@@ -265,7 +265,7 @@ class Evaluator:
     def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
         sel = self.selection(expr.vector_selector)
         end = sel.time(t)
-        start = end - expr.range.total_seconds()
+        start = on_ms(end - expr.range.total_seconds())
         out: Matrix = []
         for series in sel.select(self.querier):
             window = series.window(start, end)
@@ -279,7 +279,8 @@ class Evaluator:
         end = at.at.timestamp() if at is not None and at.at is not None else t
         end -= expr.offset.total_seconds() if expr.offset else 0.0
         span = expr.range.total_seconds() if expr.range is not None else 0.0
-        return end - span, end
+        end = on_ms(end)
+        return on_ms(end - span), end
 
     def subquery(self, expr: pp.SubqueryExpr, t: float) -> Matrix:
         """`expr[range:step]`: the inner expression evaluated at every multiple of the step

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 import operator
 import re
@@ -35,7 +36,7 @@ from gpuwatch.promql.values import (
     label_value,
     with_label,
 )
-from gpuwatch.promql.window import CounterStats, Window, counter_stats
+from gpuwatch.promql.window import CounterStats, Window, counter_stats, on_ms
 from gpuwatch.regex import Match, RegexError, compile_regex
 from gpuwatch.units import ascii_int
 
@@ -354,7 +355,56 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
             ev.vector(args[0], t),
             key=lambda s: (True, 0.0) if math.isnan(s.value) else (False, sign * s.value),
         )
+    if name in ("sort_by_label", "sort_by_label_desc"):
+        names = [_string(ev, a, t) for a in args[1:]]
+        return sorted(
+            ev.vector(args[0], t),
+            key=functools.cmp_to_key(_by_labels(names, name == "sort_by_label_desc")),
+        )
     raise EvalError(f"function {name}() is not supported")
+
+
+_CHUNK = re.compile(r"[0-9]+|[^0-9]+")
+
+
+def natural_less(a: str, b: str) -> bool:
+    """Prometheus's natural order of label values (facette/natsort): runs of digits compare
+    as numbers, the rest as text; its quirks kept (an empty value is never less)."""
+    chunks_a: list[str] = _CHUNK.findall(a)
+    chunks_b: list[str] = _CHUNK.findall(b)
+    for i, chunk_a in enumerate(chunks_a):
+        if i >= len(chunks_b):
+            return False
+        chunk_b = chunks_b[i]
+        both_numbers = _go_int(chunk_a) and _go_int(chunk_b)
+        if both_numbers and int(chunk_a) != int(chunk_b):
+            return int(chunk_a) < int(chunk_b)
+        if not both_numbers and chunk_a != chunk_b:
+            return chunk_a < chunk_b
+        if i == len(chunks_a) - 1:
+            return True
+        if i == len(chunks_b) - 1:
+            return False
+    return False
+
+
+def _go_int(chunk: str) -> bool:
+    """A run of ASCII digits strconv.Atoi reads (it fails past int64)."""
+    return chunk.isascii() and chunk.isdigit() and int(chunk) < 2**63
+
+
+def _by_labels(names: list[str], descending: bool) -> Callable[[VSample, VSample], int]:
+    sign = -1 if descending else 1
+
+    def compare(x: VSample, y: VSample) -> int:
+        lx, ly = dict(x.metric), dict(y.metric)
+        for name in names:
+            a, b = lx.get(name, ""), ly.get(name, "")
+            if a != b:
+                return -sign if natural_less(a, b) else sign
+        return sign * ((x.metric > y.metric) - (x.metric < y.metric))
+
+    return compare
 
 
 def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
@@ -370,7 +420,7 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     if not isinstance(arg, pp.MatrixSelector):
         raise EvalError(f"{name}() needs a range selector")
     end = ev.selection(arg.vector_selector).time(t)
-    start = end - arg.range.total_seconds()
+    start = on_ms(end - arg.range.total_seconds())
     out: Vector = []
     selection = ev.selection(arg.vector_selector)
     if name in ("rate", "increase", "delta"):

@@ -72,8 +72,10 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 
 
 def histogram_quantile(q: float, vector: Vector, t: float) -> Vector:
-    """Per histogram (the labels but `le` and the name), the q-quantile of its buckets; a
-    series without a numeric `le` is not a bucket and is left out."""
+    """Per histogram (the labels but `le`, the name included), the q-quantile of its buckets,
+    the name dropped from the answer: two histograms of different names and equal labels give
+    two answers with one label set, which the evaluator refuses, as Prometheus does. A series
+    without a numeric `le` is not a bucket and is left out."""
     histograms: dict[Labels, list[tuple[float, float]]] = {}
     for s in vector:
         le = label_value(s.metric, "le")
@@ -83,6 +85,6 @@ def histogram_quantile(q: float, vector: Vector, t: float) -> Vector:
             bound = float(le)
         except ValueError:
             continue
-        key = with_label(drop_name(s.metric), "le", "")
+        key = with_label(s.metric, "le", "")
         histograms.setdefault(key, []).append((bound, s.value))
-    return [VSample(key, bucket_quantile(q, b), t) for key, b in histograms.items()]
+    return [VSample(drop_name(key), bucket_quantile(q, b), t) for key, b in histograms.items()]

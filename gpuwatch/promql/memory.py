@@ -10,7 +10,7 @@ from math import isnan
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.promql.window import CounterStats, ListWindow, counter_stats
+from gpuwatch.promql.window import CounterStats, ListWindow, counter_stats, on_ms
 from gpuwatch.store import STALE_NAN, is_stale_marker
 
 
@@ -32,6 +32,7 @@ class MemorySeries:
 
     def add(self, t: float, value: float) -> None:
         """Append in time order; a second sample at the same time is ignored, as Prometheus does."""
+        t = on_ms(t)
         times = self.times
         if times and t <= times[-1]:
             return
@@ -81,7 +82,7 @@ class MemorySeries:
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None:
         times = self.times
         i = bisect_right(times, t) - 1
-        if i < 0 or times[i] <= t - lookback:
+        if i < 0 or times[i] <= on_ms(t - lookback):
             return None
         value = self.values[i]
         if isnan(value) and is_stale_marker(value):

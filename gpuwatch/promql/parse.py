@@ -24,6 +24,8 @@ AGGREGATIONS = frozenset(
         "bottomk",
         "quantile",
         "count_values",
+        "limitk",
+        "limit_ratio",
     }
 )
 FUNCTIONS = frozenset(
@@ -34,7 +36,7 @@ FUNCTIONS = frozenset(
         "last_over_time", "stddev_over_time", "stdvar_over_time", "quantile_over_time",
         "predict_linear", "abs", "ceil", "floor", "round", "sqrt", "exp", "ln", "sgn",
         "clamp", "clamp_min", "clamp_max", "time", "timestamp", "vector", "scalar",
-        "label_replace", "label_join", "sort", "sort_desc",
+        "label_replace", "label_join", "sort", "sort_desc", "sort_by_label", "sort_by_label_desc",
         "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
         "asinh", "acosh", "atanh", "deg", "rad", "pi",
         "minute", "hour", "day_of_week", "day_of_month", "day_of_year", "days_in_month",

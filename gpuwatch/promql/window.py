@@ -12,6 +12,18 @@ from typing import Protocol
 CounterStats = tuple[int, float, float, float, float, float]
 
 
+def on_ms(t: float) -> float:
+    """`t` on the millisecond grid where float arithmetic has just missed it.
+
+    Prometheus counts time in integer milliseconds; `4s - 2003ms` in float seconds is
+    1.9969999999999999, and a sample at 1.997 would fall inside a window Prometheus ends just
+    before it. A time within a billionth of a millisecond of the grid is put on it; real clock
+    times (microseconds) are left as they are."""
+    scaled = t * 1000.0
+    nearest = round(scaled)
+    return nearest / 1000.0 if abs(scaled - nearest) < 1e-6 else t
+
+
 def counter_stats(window: Window) -> CounterStats | None:
     """What rate/increase/delta need of a window; None with fewer than two samples."""
     if len(window) < 2:
