@@ -7,6 +7,7 @@ Prometheus. RE2 runs in time linear in the input, with bounded memory, and has G
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -74,3 +75,25 @@ def compile_regex(pattern: str, *, dot_matches_newline: bool = False) -> Regex:
         text = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
         raise RegexError(text) from None
     return compiled
+
+
+# $$, ${name} and $name, names of letters, digits and underscores; anything else is text
+_REFERENCE = re.compile(r"\$(\$|\{(\w+)\}|(\w+))")
+
+
+def expand_replacement(template: str, match: Match) -> str:
+    """Go's regexp.Expand, as label_replace and reReplaceAll use it: $1, ${1}, $name and
+    ${name} are the group (empty when there is no such group), $$ is a dollar."""
+
+    def ref(m: re.Match[str]) -> str:
+        if m.group(1) == "$":
+            return "$"
+        key = m.group(2) if m.group(2) is not None else m.group(3)
+        index = int(key) if key.isascii() and key.isdigit() else None
+        try:
+            group = match.group(key if index is None else index)
+        except (IndexError, KeyError):
+            return ""
+        return group or ""
+
+    return _REFERENCE.sub(ref, template)

@@ -37,8 +37,7 @@ from gpuwatch.promql.values import (
     with_label,
 )
 from gpuwatch.promql.window import CounterStats, Window, counter_stats, on_ms
-from gpuwatch.regex import Match, RegexError, compile_regex
-from gpuwatch.units import ascii_int
+from gpuwatch.regex import RegexError, compile_regex, expand_replacement
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
@@ -495,25 +494,6 @@ def _string(ev: Evaluator, arg: pp.Expr, t: float) -> str:
     return value.value
 
 
-_GO_TEMPLATE_REF = re.compile(r"\$(\$|\{([^}]*)\}|([a-zA-Z0-9_]+))")
-
-
-def expand_go_replacement(template: str, match: Match) -> str:
-    """regexp.Expand: $1, ${1}, $name, ${name}; an unknown group is empty; $$ is a dollar."""
-
-    def ref(m: re.Match[str]) -> str:
-        if m.group(1) == "$":
-            return "$"
-        key = m.group(2) if m.group(2) is not None else m.group(3)
-        try:
-            group = match.group(key if (index := ascii_int(key)) is None else index)
-        except IndexError:
-            return ""
-        return group or ""
-
-    return _GO_TEMPLATE_REF.sub(ref, template)
-
-
 def _check_unique(out: Vector) -> Vector:
     seen: set[Labels] = set()
     for s in out:
@@ -539,7 +519,7 @@ def _label_replace(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
         match = regex.fullmatch(label_value(s.metric, src))
         metric = s.metric
         if match is not None:
-            metric = with_label(metric, dst, expand_go_replacement(replacement, match))
+            metric = with_label(metric, dst, expand_replacement(replacement, match))
         out.append(VSample(metric, s.value, s.time))
     return _check_unique(out)
 

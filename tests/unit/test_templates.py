@@ -79,3 +79,8 @@ def test_output_and_work_are_bounded() -> None:
     assert huge.startswith("<error expanding template:") and "steps" in huge
     wide = expand("{{ range 300000 }}abcd{{ end }}")
     assert wide.startswith("<error expanding template:") and str(MAX_OUTPUT) in wide
+
+
+def test_replacement_references_expand_as_gos_regexp_expand() -> None:
+    source = '{{ reReplaceAll "(?P<host>[a-z]+)-(\\\\d+)" "${host}/$2/$$/${a-b}/$9" "node-42" }}'
+    assert expand(source) == "node/42/$/${a-b}/"

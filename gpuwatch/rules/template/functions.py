@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpuwatch.gofmt import format_g4
-from gpuwatch.regex import Match, RegexError, compile_regex
+from gpuwatch.regex import RegexError, compile_regex, expand_replacement
 from gpuwatch.rules.template.printf import go_quote, sprintf
 from gpuwatch.rules.template.values import (
     ArgsMap,
@@ -381,9 +381,6 @@ def _match(pattern: str, text: str) -> bool:
         raise FuncError(exc.go_message) from None
 
 
-_EXPAND = re.compile(r"\$(\$|\{([A-Za-z0-9_]*)\}|([A-Za-z0-9_]+))")
-
-
 def _re_replace_all(pattern: str, replacement: str, text: str) -> str:
     """Go's ReplaceAllString: $1, ${1}, $name and $$ in the replacement; a name that is no
     group expands to nothing."""
@@ -400,17 +397,7 @@ def _re_replace_all(pattern: str, replacement: str, text: str) -> str:
         last_end = match.end()
         out.append(text[pos : match.start()])
 
-        def expand(m: re.Match[str], match: Match = match) -> str:
-            if m.group(1) == "$":
-                return "$"
-            name = m.group(2) if m.group(2) is not None else m.group(3)
-            try:
-                group = match.group(int(name) if name.isdigit() else name)
-            except (IndexError, KeyError, ValueError, TypeError):
-                return ""
-            return group or ""
-
-        out.append(_EXPAND.sub(expand, replacement))
+        out.append(expand_replacement(replacement, match))
         pos = match.end()
     out.append(text[pos:])
     return "".join(out)
