@@ -84,3 +84,11 @@ def test_output_and_work_are_bounded() -> None:
 def test_replacement_references_expand_as_gos_regexp_expand() -> None:
     source = '{{ reReplaceAll "(?P<host>[a-z]+)-(\\\\d+)" "${host}/$2/$$/${a-b}/$9" "node-42" }}'
     assert expand(source) == "node/42/$/${a-b}/"
+
+
+def test_deep_nesting_is_refused_at_load_not_a_crash() -> None:
+    with pytest.raises(TemplateError, match="max expression depth exceeded"):
+        Template("{{ " + "(" * 300 + "1" + ")" * 300 + " }}")
+    with pytest.raises(TemplateError, match="max expression depth exceeded"):
+        Template("{{ if true }}" * 300 + "{{ end }}" * 300)
+    assert Template("{{ " + "(" * 50 + "1" + ")" * 50 + " }}").expand(DATA) == "1"

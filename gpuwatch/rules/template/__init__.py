@@ -70,7 +70,7 @@ class Template:
             return
         self._text = _PREFIX + source
         try:
-            self._tree = parse(self._text, FUNCTIONS)
+            self._tree = parse(self._text, name, FUNCTIONS)
         except TemplateError as exc:
             raise TemplateError(f"{name}:{exc}") from None
         self._body = self._tree.root[len(_DEFS) :]

@@ -68,6 +68,7 @@ class Executor:
         self.size = 0
         self.steps = 0
         self.depth = 0
+        self.executing = name  # the template running, a {{define}}d one inside {{template}}
 
     # errors
     def error(self, message: str) -> ExecError:
@@ -76,10 +77,11 @@ class Executor:
             return ExecError(f"template: {name}: {message}")
         pos = self.node.pos
         line = self.text.count("\n", 0, pos) + 1
-        column = pos - (self.text.rfind("\n", 0, pos) + 1)
-        context = str(self.node)
+        line_start = self.text.rfind("\n", 0, pos) + 1
+        column = len(self.text[line_start:pos].encode())  # Go counts bytes
         return ExecError(
-            f'template: {name}:{line}:{column}: executing "{name}" at <{context}>: {message}'
+            f'template: {name}:{line}:{column}: executing "{self.executing}" '
+            f"at <{self.node}>: {message}"
         )
 
     # walking
@@ -176,17 +178,18 @@ class Executor:
         self.node = node
         body = self.tree.defined.get(node.name)
         if body is None:
-            raise self.error(f'no such template "{node.name}"')
+            raise self.error(f'template "{node.name}" not defined')
         if self.depth >= MAX_DEPTH:
             raise self.error(f"exceeded maximum template depth ({MAX_DEPTH})")
         new_dot = self.pipeline(dot, node.pipe) if node.pipe is not None else None
         saved, self.vars = self.vars, [("$", new_dot)]
+        saved_name, self.executing = self.executing, node.name
         self.depth += 1
         try:
             self.walk(new_dot, body)
         finally:
             self.depth -= 1
-            self.vars = saved
+            self.vars, self.executing = saved, saved_name
 
     # variables
     def set_var(self, name: str, value: object) -> None:
@@ -236,7 +239,7 @@ class Executor:
         if isinstance(first, Dot):
             return dot
         assert isinstance(first, Literal)
-        return first.value
+        return self.constant(first)
 
     def not_a_function(self, args: list[Node], final: object) -> None:
         if len(args) > 1 or final is not _MISSING:
@@ -283,8 +286,7 @@ class Executor:
             if has_args:
                 raise self.error(f"{name} is not a method but has arguments")
             return receiver.get(name, None if isinstance(receiver, ArgsMap) else "")
-        shown = type_name(receiver).lstrip("*")
-        raise self.error(f"can't evaluate field {name} in type {shown}")
+        raise self.error(f"can't evaluate field {name} in type {type_name(receiver)}")
 
     def function(
         self, dot: object, ident: Identifier, node: Node, words: list[Node] | None, final: object
@@ -348,16 +350,22 @@ class Executor:
         self.node = node
         value = node.value
         if typ in ("any", "reflect"):
-            return value
+            return self.constant(node)
         if typ == "string":
             if isinstance(value, str):
                 return value
             raise self.error(f"expected string; found {node}")
         if typ == "float64":
-            if node.is_float:
-                return float(value)
+            if node.is_number:
+                return float(value)  # type: ignore[arg-type]
             raise self.error(f"expected float; found {node}")
         raise self.error(f"can't handle {node} for arg of type {typ}")
+
+    def constant(self, node: Literal) -> object:
+        """A constant where no type is asked for (Go's idealConstant)."""
+        if node.kind == "uint":
+            raise self.error(f"{node.source} overflows int")
+        return node.value
 
     def check(self, value: object, typ: str) -> object:
         """Go's validateType: a value computed at run time against a parameter's type."""

@@ -130,13 +130,23 @@ def _index(item: object, *keys: object) -> object:
 def _slice(item: object, *indexes: object) -> object:
     if not isinstance(item, str | list):
         raise FuncError(f"can't slice item of type {type_name(item)}")
-    bounds = [i for i in indexes if isinstance(i, int) and not isinstance(i, bool)]
-    if len(bounds) != len(indexes) or len(bounds) > 2:
-        raise FuncError("cannot slice with these indexes")
+    if len(indexes) > 3:
+        raise FuncError(f"too many slice indexes: {len(indexes)}")
+    if len(indexes) == 3 and isinstance(item, str):
+        raise FuncError("cannot 3-index slice a string")
+    bounds: list[int] = []
+    for index in indexes:
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise FuncError(f"cannot index slice/array with type {type_name(index)}")
+        bounds.append(index)
     size = len(item.encode()) if isinstance(item, str) else len(item)
-    low, high = (bounds + [0, size][len(bounds) :])[:2] if bounds else (0, size)
-    if not 0 <= low <= high <= size:
-        raise FuncError(f"index out of range: {high if high > size else low}")
+    for index in bounds:
+        if not 0 <= index <= size:
+            raise FuncError(f"index out of range: {index}")
+    low = bounds[0] if bounds else 0
+    high = bounds[1] if len(bounds) > 1 else size
+    if low > high:
+        raise FuncError(f"invalid slice index: {low} > {high}")
     if isinstance(item, str):
         return item.encode()[low:high].decode(errors="replace")
     return QueryResult(item[low:high]) if isinstance(item, QueryResult) else item[low:high]
@@ -148,7 +158,7 @@ def _len(item: object) -> int:
     if isinstance(item, Mapping | list):
         return len(item)
     if item is None:
-        raise FuncError("len of nil pointer")
+        raise FuncError("reflect: call of reflect.Value.Type on zero Value")
     raise FuncError(f"len of type {type_name(item)}")
 
 
@@ -274,6 +284,22 @@ def humanize_1024(v: float) -> str:
     return format_g4(v) + prefix
 
 
+def _go_int64(v: float) -> int:
+    """Go's int64(v) on amd64: truncation, and the most negative int64 out of range."""
+    return int(v) if -(2.0**63) <= v < 2.0**63 else -(2**63)
+
+
+def _quo(a: int, b: int) -> int:
+    """Go's integer division, towards zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _rem(a: int, b: int) -> int:
+    """Go's %, with the sign of the dividend."""
+    return a - _quo(a, b) * b
+
+
 def humanize_duration(v: float) -> str:
     if math.isnan(v) or math.isinf(v):
         return format_g4(v)
@@ -282,9 +308,9 @@ def humanize_duration(v: float) -> str:
     if abs(v) >= 1:
         sign = "-" if v < 0 else ""
         v = abs(v)
-        whole = int(v)
-        seconds, minutes = whole % 60, (whole // 60) % 60
-        hours, days = (whole // 3600) % 24, whole // 86400
+        whole = _go_int64(v)
+        seconds, minutes = _rem(whole, 60), _rem(_quo(whole, 60), 60)
+        hours, days = _rem(_quo(whole, 3600), 24), _quo(whole, 86400)
         if days:
             return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
         if hours:
@@ -354,6 +380,24 @@ def _strip_domain(text: str) -> str:
     if not port:
         return host
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def go_upper(text: str) -> str:
+    """strings.ToUpper: one rune for one rune (Unicode's simple case mapping), so "ß" stays,
+    where Python's full mapping makes "SS"."""
+    out = []
+    for c in text:
+        upper = c.upper()
+        if len(upper) != 1:
+            title = c.title()
+            upper = title if len(title) == 1 else c
+        out.append(upper)
+    return "".join(out)
+
+
+def go_lower(text: str) -> str:
+    """strings.ToLower: one rune for one rune ("İ" becomes "i", not "i" and a combining dot)."""
+    return "".join(c.lower()[0] for c in text)
 
 
 def _title(text: str) -> str:
@@ -478,8 +522,8 @@ PROMETHEUS: dict[str, Func] = {
     "safeHtml": Func(GoHTML, ("string",)),
     "match": Func(_match, ("string", "string")),
     "title": Func(_title, ("string",)),
-    "toUpper": Func(str.upper, ("string",)),
-    "toLower": Func(str.lower, ("string",)),
+    "toUpper": Func(go_upper, ("string",)),
+    "toLower": Func(go_lower, ("string",)),
     "graphLink": Func(lambda e: _graph_link(e, 0), ("string",)),
     "tableLink": Func(lambda e: _graph_link(e, 1), ("string",)),
     "sortByLabel": Func(_sort_by_label, ("string", "template.queryResult")),

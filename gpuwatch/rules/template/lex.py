@@ -36,6 +36,8 @@ class Kind(Enum):
     BOOL = auto()
     NIL = auto()
     COMMENT = auto()
+    OTHER = auto()  # a printable ASCII character the grammar has no use for: `@`, `;`
+    ERROR = auto()  # the lexer stopped here; the text is why
     EOF = auto()
 
 
@@ -76,6 +78,18 @@ class _Lexer:
         return TemplateError(f"{line}: {message}")
 
     def run(self) -> list[Token]:
+        """The tokens up to the end or to the first error, which becomes an ERROR token: as
+        in Go, whose lexer runs a step ahead of the parser, a parse error before it wins."""
+        try:
+            self._run()
+        except TemplateError as exc:
+            self.tokens.append(Token(Kind.ERROR, str(exc), self.pos))
+            self.tokens.append(Token(Kind.EOF, "", len(self.text)))
+            return self.tokens
+        self.tokens.append(Token(Kind.EOF, "", len(self.text)))
+        return self.tokens
+
+    def _run(self) -> None:
         text = self.text
         while self.pos < len(text):
             start = self.pos
@@ -91,8 +105,6 @@ class _Lexer:
                 self.emit(Kind.TEXT, start, end)
             self.pos = left + 2 + (2 if trim else 0)
             self.action(left)
-        self.tokens.append(Token(Kind.EOF, "", len(text)))
-        return self.tokens
 
     def _right_trim_at(self, pos: int) -> bool:
         return self.text.startswith("-}}", pos)
@@ -166,10 +178,10 @@ class _Lexer:
             self.emit(Kind.LPAREN, start, self.pos)
         elif c == ")":
             self.paren_depth -= 1
-            if self.paren_depth < 0:
-                raise self.error("unexpected right paren")
             self.pos += 1
             self.emit(Kind.RPAREN, start, self.pos)
+            if self.paren_depth < 0:
+                raise self.error("unexpected right paren U+0029 ')'")
         elif c in "\"'":
             self.quoted(c)
         elif c == "`":
@@ -209,6 +221,9 @@ class _Lexer:
             self.emit(kind, start, self.pos)
             if kind is Kind.IDENT:
                 self.fields()
+        elif c.isascii() and c.isprintable():
+            self.pos += 1
+            self.emit(Kind.OTHER, start, self.pos)
         else:
             raise self.error(f"unrecognized character in action: {_code_point(c)}")
 
@@ -259,21 +274,27 @@ class _Lexer:
         if text.startswith(("0x", "0X"), pos):
             pos += 2
             digits = "0123456789abcdefABCDEF_"
-        elif text.startswith(("0o", "0O", "0b", "0B"), pos):
+        elif text.startswith(("0o", "0O"), pos):
             pos += 2
+            digits = "01234567_"
+        elif text.startswith(("0b", "0B"), pos):
+            pos += 2
+            digits = "01_"
         while pos < len(text) and text[pos] in digits:
             pos += 1
         if text.startswith(".", pos):
             pos += 1
             while pos < len(text) and text[pos] in digits:
                 pos += 1
-        exponent = "pP" if digits.endswith("F_") else "eE"
+        exponent = {"0123456789_": "eE", "0123456789abcdefABCDEF_": "pP"}.get(digits, "")
         if pos < len(text) and text[pos] in exponent:
             pos += 1
             if pos < len(text) and text[pos] in "+-":
                 pos += 1
-            while pos < len(text) and text[pos].isdigit():
+            while pos < len(text) and text[pos] in "0123456789_":
                 pos += 1
+        if text.startswith("i", pos):  # an imaginary constant
+            pos += 1
         if pos < len(text) and _is_alnum(text[pos]):
             raise self.error(f'bad number syntax: "{text[start : pos + 1]}"')
         self.pos = pos

@@ -6,10 +6,10 @@ alert fires."""
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Container
 from dataclasses import dataclass, field
 
+from gpuwatch.rules.template.constants import number, unquote
 from gpuwatch.rules.template.lex import Kind, TemplateError, Token, lex
 
 
@@ -21,6 +21,9 @@ class Node:
 @dataclass(slots=True)
 class Text(Node):
     text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(slots=True)
@@ -37,12 +40,16 @@ class Nil(Node):
 
 @dataclass(slots=True)
 class Literal(Node):
-    """A bool, string, character or number constant; `source` as written."""
+    """A bool, string, character or number constant; `source` as written; `kind` for a
+    number: int, uint, float or complex (constants.number)."""
 
-    value: bool | str | int | float
+    value: bool | str | int | float | complex
     source: str
-    is_int: bool = False
-    is_float: bool = False
+    kind: str = ""
+
+    @property
+    def is_number(self) -> bool:
+        return self.kind in ("int", "uint", "float")
 
     def __str__(self) -> str:
         return self.source
@@ -110,6 +117,9 @@ class Pipe(Node):
 class Action(Node):
     pipe: Pipe
 
+    def __str__(self) -> str:
+        return f"{{{{{self.pipe}}}}}"
+
 
 @dataclass(slots=True)
 class Branch(Node):
@@ -120,10 +130,19 @@ class Branch(Node):
     body: list[Node]
     orelse: list[Node] | None
 
+    def __str__(self) -> str:
+        text = f"{{{{{self.keyword} {self.pipe}}}}}" + "".join(map(str, self.body))
+        if self.orelse is not None:
+            text += "{{else}}" + "".join(map(str, self.orelse))
+        return text + "{{end}}"
+
 
 @dataclass(slots=True)
 class Loop(Node):
     keyword: str  # break or continue
+
+    def __str__(self) -> str:
+        return f"{{{{{self.keyword}}}}}"
 
 
 @dataclass(slots=True)
@@ -132,6 +151,10 @@ class Call(Node):
 
     name: str
     pipe: Pipe | None
+
+    def __str__(self) -> str:
+        pipe = f" {self.pipe}" if self.pipe is not None else ""
+        return f'{{{{template "{self.name}"{pipe}}}}}'
 
 
 @dataclass(slots=True)
@@ -158,42 +181,35 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _unquote(token: Token) -> str:
-    if token.text.startswith("`"):
-        return token.text[1:-1]
-    try:
-        value = ast.literal_eval(token.text)
-    except (ValueError, SyntaxError):
-        raise TemplateError(f"bad string syntax: {token.text}") from None
-    if not isinstance(value, str):
-        raise TemplateError(f"bad string syntax: {token.text}")
-    return value
+def _item(token: Token) -> str:
+    """A token as Go's parser names it in "unexpected ..." errors."""
+    if token.kind is Kind.EOF:
+        return "EOF"
+    if token.kind in (Kind.KEYWORD, Kind.DOT, Kind.NIL):
+        return f"<{token.text}>"
+    if token.kind is Kind.RIGHT:
+        return _q("}}")
+    if len(token.text) > 10:
+        return _q(token.text[:10]) + "..."
+    return _q(token.text)
 
 
 def number_literal(token: Token) -> Literal:
-    """Go's constants: `80` is an int, `80.0` and `1e3` are floats, 'a' is an int."""
-    text = token.text
+    """Go's constants: `80` an int, `80.0` and `1e3` floats, 'a' an int (the rune)."""
     if token.kind is Kind.CHAR:
-        char = _unquote(token)
-        if len(char) != 1:
-            raise TemplateError(f"malformed character constant: {text}")
-        return Literal(token.pos, ord(char), text, is_int=True, is_float=True)
-    clean = text.replace("_", "")
-    try:
-        if any(c in clean.lower() for c in ".p") or (
-            "e" in clean.lower() and not clean.lower().lstrip("+-").startswith("0x")
-        ):
-            value: int | float = float.fromhex(clean) if "x" in clean.lower() else float(clean)
-            return Literal(token.pos, value, text, is_float=True)
-        number = int(clean, 0) if clean.lstrip("+-")[1:2].isalpha() else int(clean, 10)
-    except ValueError:
-        raise TemplateError(f"illegal number syntax: {_q(text)}") from None
-    return Literal(token.pos, number, text, is_int=True, is_float=True)
+        return Literal(token.pos, ord(unquote(token.text)), token.text, "int")
+    value, kind = number(token.text)
+    return Literal(token.pos, value, token.text, kind)
+
+
+MAX_DEPTH = 100  # nested parentheses and control structures; Go allows 10,000
 
 
 class _Parser:
-    def __init__(self, text: str, functions: Container[str]) -> None:
+    def __init__(self, text: str, name: str, functions: Container[str]) -> None:
         self.text = text
+        self.name = name
+        self.depth = 0
         self.tokens = lex(text)
         self.at = 0
         self.functions = functions
@@ -207,6 +223,8 @@ class _Parser:
 
     def next(self) -> Token:
         token = self.tokens[self.at]
+        if token.kind is Kind.ERROR:  # the lexer stopped here; reaching it is the error
+            raise TemplateError(token.text)
         self.at += 1
         return token
 
@@ -231,10 +249,9 @@ class _Parser:
         return token
 
     def unexpected(self, token: Token, context: str) -> TemplateError:
-        if token.kind is Kind.EOF:
-            return self.error(token, f"unexpected EOF in {context}")
-        shown = token.text if token.kind is not Kind.RIGHT else "}}"
-        return self.error(token, f"unexpected {_q(shown)} in {context}")
+        if token.kind is Kind.ERROR:  # the lexer's error, which carries its line
+            return TemplateError(token.text)
+        return self.error(token, f"unexpected {_item(token)} in {context}")
 
     # lists and actions
     def parse(self) -> Tree:
@@ -250,6 +267,8 @@ class _Parser:
                 raise self.error(stop, f"unexpected {{{{{stop.text}}}}}")
             if node is not None:
                 root.append(node)
+        if root and self.defined.get(self.name):
+            raise self.error(0, f"template: multiple definition of template {_q(self.name)}")
         return Tree(root, self.defined)
 
     def _keyword_after_left(self) -> str:
@@ -260,14 +279,35 @@ class _Parser:
 
     def definition(self) -> None:
         name_token = self.expect(Kind.STRING, "define clause")
-        name = _unquote(name_token)
+        name = self.string(name_token)
         self.expect(Kind.RIGHT, "define clause")
         saved, self.vars = self.vars, ["$"]
         body, stop = self.item_list()
         self.vars = saved
         if stop.text != "end":
             raise self.error(stop, "unexpected {{else}} in define clause")
+        self.define(name, body, name_token)
+
+    def define(self, name: str, body: list[Node], token: Token) -> None:
+        """As Go adds a template to its set: an empty body gives way to a full one; two full
+        bodies of one name are an error."""
+        existing = self.defined.get(name)
+        if existing is not None and _has_content(existing):
+            if _has_content(body):
+                raise self.error(token, f"template: multiple definition of template {_q(name)}")
+            return
         self.defined[name] = body
+
+    def string(self, token: Token) -> str:
+        try:
+            return unquote(token.text)
+        except TemplateError as exc:
+            raise self.error(token, str(exc)) from None
+
+    def deeper(self, token: Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(token, "max expression depth exceeded")
 
     def item_list(self) -> tuple[list[Node], Token]:
         """Nodes up to an {{end}} or {{else}}; the keyword token is returned."""
@@ -317,6 +357,7 @@ class _Parser:
         return Action(token.pos, self.pipeline("command", Kind.RIGHT)), None
 
     def control(self, keyword: str, token: Token) -> Branch:
+        self.deeper(token)
         mark = len(self.vars)
         pipe = self.pipeline(keyword, Kind.RIGHT)
         if keyword == "range":
@@ -337,13 +378,15 @@ class _Parser:
                 if stop.text != "end":
                     raise self.error(stop, "expected end; found {{else}}")
         del self.vars[mark:]
+        self.depth -= 1
         return Branch(token.pos, keyword, pipe, body, orelse)
 
     def template_call(self, keyword: str, token: Token) -> Node:
-        name = _unquote(self.expect(Kind.STRING, f"{keyword} clause"))
+        name_token = self.expect(Kind.STRING, f"{keyword} clause")
+        name = self.string(name_token)
         pipe: Pipe | None = None
-        if self.peek_non_space().kind is not Kind.RIGHT:
-            pipe = self.pipeline(f"{keyword} clause", Kind.RIGHT)
+        if keyword == "block" or self.peek_non_space().kind is not Kind.RIGHT:
+            pipe = self.pipeline(f"{keyword} clause", Kind.RIGHT)  # a block needs one
         else:
             self.next()
         if keyword == "block":
@@ -352,8 +395,8 @@ class _Parser:
             self.vars = saved
             if stop.text != "end":
                 raise self.error(stop, "unexpected {{else}} in block clause")
-            self.defined[name] = body
-        return Call(token.pos, name, pipe)
+            self.define(name, body, name_token)
+        return Call(name_token.pos, name, pipe)
 
     # pipelines
     def pipeline(self, context: str, end: Kind) -> Pipe:
@@ -456,14 +499,25 @@ class _Parser:
         if kind is Kind.BOOL:
             return Literal(token.pos, token.text == "true", token.text)
         if kind in (Kind.NUMBER, Kind.CHAR):
-            return number_literal(token)
+            try:
+                return number_literal(token)
+            except TemplateError as exc:
+                raise self.error(token, str(exc)) from None
         if kind is Kind.LPAREN:
-            return self.pipeline("parenthesized pipeline", Kind.RPAREN)
+            self.deeper(token)
+            pipe = self.pipeline("parenthesized pipeline", Kind.RPAREN)
+            self.depth -= 1
+            return pipe
         if kind is Kind.STRING:
-            return Literal(token.pos, _unquote(token), token.text)
+            return Literal(token.pos, self.string(token), token.text)
         self.at -= 1
         return None
 
 
-def parse(text: str, functions: Container[str]) -> Tree:
-    return _Parser(text, functions).parse()
+def _has_content(nodes: list[Node]) -> bool:
+    """Go's IsEmptyTree is false: more than white space."""
+    return any(not (isinstance(n, Text) and not n.text.strip()) for n in nodes)
+
+
+def parse(text: str, name: str, functions: Container[str]) -> Tree:
+    return _Parser(text, name, functions).parse()

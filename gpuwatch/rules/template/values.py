@@ -110,6 +110,8 @@ def type_name(value: object) -> str:
         return "int"
     if isinstance(value, float):
         return "float64"
+    if isinstance(value, complex):
+        return "complex128"
     if isinstance(value, GoHTML):
         return "template.HTML"
     if isinstance(value, str):
@@ -137,7 +139,7 @@ def truth(value: object) -> bool:
         return False
     if isinstance(value, bool):
         return value
-    if isinstance(value, int | float):
+    if isinstance(value, int | float | complex):
         return value != 0
     if isinstance(value, str | Mapping | list):
         return len(value) > 0
@@ -158,6 +160,9 @@ def sprint_one(value: object) -> str:
         return str(value)
     if isinstance(value, float):
         return format_v(value)
+    if isinstance(value, complex):
+        imag = format_v(value.imag)
+        return f"({format_v(value.real)}{'' if imag[0] in '+-' else '+'}{imag}i)"
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
