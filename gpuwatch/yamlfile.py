@@ -63,17 +63,29 @@ def dotted(path: PathKey) -> str:
     return out
 
 
-def _record_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int]) -> None:
+def _record_lines(
+    node: yaml.Node, path: PathKey, lines: dict[PathKey, int], duplicates: list[tuple[int, str]]
+) -> None:
+    """Where each field is, and every key a mapping holds twice: PyYAML keeps the last one
+    silently, Prometheus refuses the file, and an operator's `expr:` written twice must not
+    quietly become the second."""
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            sub = (*path, str(key_node.value))
-            lines[sub] = key_node.start_mark.line + 1
-            _record_lines(value_node, sub, lines)
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if key in seen:
+                duplicates.append(
+                    (line, f'mapping key "{key}" already defined at line {seen[key]}')
+                )
+            seen.setdefault(key, line)
+            sub = (*path, key)
+            lines[sub] = line
+            _record_lines(value_node, sub, lines, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             sub = (*path, i)
             lines[sub] = item.start_mark.line + 1
-            _record_lines(item, sub, lines)
+            _record_lines(item, sub, lines, duplicates)
 
 
 def parse(text: str, file: str) -> YamlDoc:
@@ -87,7 +99,10 @@ def parse(text: str, file: str) -> YamlDoc:
         raise FileError([Problem(file, None, "", f"not valid YAML: {exc}")]) from exc
     doc = YamlDoc(file, data)
     if root is not None:
-        _record_lines(root, (), doc.lines)
+        duplicates: list[tuple[int, str]] = []
+        _record_lines(root, (), doc.lines, duplicates)
+        if duplicates:
+            raise FileError([Problem(file, line, "", message) for line, message in duplicates])
     return doc
 
 

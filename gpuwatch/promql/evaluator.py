@@ -30,6 +30,9 @@ from gpuwatch.regex import RegexError, compile_regex
 DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_SUBQUERY_STEP_S = 60.0  # Prometheus's default global evaluation_interval
 MAX_SUBQUERY_STEPS = 11_000  # Prometheus's cap on the points of one range query's series
+# Inner evaluations one query may make in all: nested subqueries multiply their steps, and
+# `max_over_time(max_over_time(x[3h:1s])[3h:1s])` would otherwise run for minutes.
+MAX_SUBQUERY_EVALUATIONS = 100_000
 MEMO_LIMIT = 100_000  # label sets an aggregation remembers in one evaluation, at most
 
 
@@ -106,10 +109,12 @@ class Selection:
     def __init__(self, selector: pp.VectorSelector) -> None:
         self.name = selector.name
         self.offset = selector.offset.total_seconds() if selector.offset else 0.0
-        # `@ t` pins the selector to a time; `@ start()` and `@ end()` are the evaluation
-        # time itself in an instant evaluation, which is all a rule is.
+        # `@ t` pins the selector to a time; `@ start()` and `@ end()` to the query's time,
+        # which in an instant evaluation (all a rule is) is the evaluation time, also inside
+        # a subquery, whose steps run at other times.
         at = selector.at
         self.pinned = at.at.timestamp() if at is not None and at.at is not None else None
+        self.query_pinned = at is not None and at.at is None
         name_tests: list[Callable[[str], bool]] = []
         label_tests: list[tuple[str, Callable[[str], bool]]] = []
         for m in selector.matchers.matchers:
@@ -125,9 +130,14 @@ class Selection:
         self._cache: tuple[int, list[SeriesView]] | None = None
         self.absent_labels = _absent_labels(selector)
 
-    def time(self, t: float) -> float:
-        """The time the selector reads at when evaluated at `t`: its `@`, less its offset."""
-        return on_ms((t if self.pinned is None else self.pinned) - self.offset)
+    def time(self, t: float, query_time: float | None = None) -> float:
+        """The time the selector reads at when evaluated at `t` in a query at `query_time`:
+        its `@`, less its offset."""
+        if self.pinned is not None:
+            t = self.pinned
+        elif self.query_pinned and query_time is not None:
+            t = query_time
+        return on_ms(t - self.offset)
 
     def matches(self, series: SeriesView) -> bool:
         if any(not test(series.name) for test in self._name_tests):
@@ -193,6 +203,8 @@ class Evaluator:
         # A subquery without a step (`x[1h:]`) steps at the global evaluation interval, as
         # Prometheus's does: the rules' default interval, a test file's evaluation_interval.
         self.subquery_step = subquery_step
+        self.query_time: float | None = None  # set while a subquery's steps are evaluated
+        self._evaluations_left = 0
         self._selections: dict[str, Selection] = {}
         self._aggregations: dict[str, tuple[str, GroupMemo]] = {}
 
@@ -254,7 +266,7 @@ class Evaluator:
 
     def vector_selector(self, selector: pp.VectorSelector, t: float) -> Vector:
         sel = self.selection(selector)
-        at = sel.time(t)
+        at = sel.time(t, self.query_time)
         out: Vector = []
         for series in sel.select(self.querier):
             point = series.point_at(at, self.lookback)
@@ -264,7 +276,7 @@ class Evaluator:
 
     def matrix_selector(self, expr: pp.MatrixSelector, t: float) -> Matrix:
         sel = self.selection(expr.vector_selector)
-        end = sel.time(t)
+        end = sel.time(t, self.query_time)
         start = on_ms(end - expr.range.total_seconds())
         out: Matrix = []
         for series in sel.select(self.querier):
@@ -276,7 +288,11 @@ class Evaluator:
     def subquery_window(self, expr: pp.SubqueryExpr, t: float) -> tuple[float, float]:
         """The (start, end] a subquery covers at `t`: its `@` or `t`, less its offset."""
         at = expr.at
-        end = at.at.timestamp() if at is not None and at.at is not None else t
+        end = t
+        if at is not None and at.at is not None:
+            end = at.at.timestamp()
+        elif at is not None and self.query_time is not None:
+            end = self.query_time  # @ start() / @ end() inside an outer subquery
         end -= expr.offset.total_seconds() if expr.offset else 0.0
         span = expr.range.total_seconds() if expr.range is not None else 0.0
         end = on_ms(end)
@@ -298,6 +314,22 @@ class Evaluator:
             raise EvalError(
                 f"subquery of {count} steps; at most {MAX_SUBQUERY_STEPS} (widen the step)"
             )
+        outermost = self.query_time is None
+        if outermost:
+            self.query_time, self._evaluations_left = t, MAX_SUBQUERY_EVALUATIONS
+        try:
+            self._evaluations_left -= count
+            if self._evaluations_left < 0:
+                raise EvalError(
+                    f"subqueries would evaluate more than {MAX_SUBQUERY_EVALUATIONS} steps "
+                    "in one evaluation (nested subqueries multiply their steps)"
+                )
+            return self._steps(expr, first, step, count)
+        finally:
+            if outermost:
+                self.query_time = None
+
+    def _steps(self, expr: pp.SubqueryExpr, first: int, step: int, count: int) -> Matrix:
         points: dict[Labels, tuple[list[float], list[float]]] = {}
         for i in range(count):
             at = (first + i * step) / 1000

@@ -418,7 +418,7 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
         return _range_function_of(name, ev.subquery(arg, t), *ev.subquery_window(arg, t), t)
     if not isinstance(arg, pp.MatrixSelector):
         raise EvalError(f"{name}() needs a range selector")
-    end = ev.selection(arg.vector_selector).time(t)
+    end = ev.selection(arg.vector_selector).time(t, ev.query_time)
     start = on_ms(end - arg.range.total_seconds())
     out: Vector = []
     selection = ev.selection(arg.vector_selector)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import promql_parser as pp
 
+from gpuwatch.promql.walk import TooDeepError, nodes
 from gpuwatch.regex import RegexError, compile_regex
 
 AGGREGATIONS = frozenset(
@@ -56,7 +57,12 @@ def parse(text: str) -> pp.Expr:
     except ValueError as exc:
         raise QueryError(f"parse error: {exc}") from None
     problems: list[str] = []
-    pp.walk(expr, lambda node: _check(node, problems) or None)
+    try:
+        for node, _ in nodes(expr):
+            if not _check(node, problems):
+                break
+    except TooDeepError as exc:
+        raise QueryError(str(exc)) from None
     if problems:
         if problems[0].startswith("regular expression"):
             raise QueryError(f"invalid {problems[0]}")

@@ -10,6 +10,7 @@ import pytest
 
 from gpuwatch.cli import main
 from gpuwatch.config import Config, default_rule_interval, load_config
+from gpuwatch.rules.files import load_rule_files
 from gpuwatch.units import parse_duration, parse_listen
 from gpuwatch.yamlfile import FileError
 
@@ -228,3 +229,16 @@ def test_a_reader_that_leaves_early_gets_the_sigpipe_status_and_no_traceback(
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=30) == 128 + signal.SIGPIPE
     assert err == ""
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    # PyYAML keeps the second silently; Prometheus and promtool refuse the file
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up\n        expr: down\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_rule_files([str(path)])
+    assert str(caught.value.problems[0]).endswith(
+        ':6: mapping key "expr" already defined at line 5'
+    )
