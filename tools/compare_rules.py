@@ -47,22 +47,25 @@ class Verdict:
         return self.promtool_ok == self.gpuwatch_ok
 
 
-def rule_documents(path: Path) -> list[dict[str, Any]] | None:
-    """The rule-file documents in a file (`groups:` at the top, or a PrometheusRule's spec);
-    None when the file holds neither."""
+def rule_documents(path: Path) -> tuple[list[dict[str, Any]], bool] | None:
+    """The rule-file documents in a file and whether they are PrometheusRule specs; None when
+    the file holds neither a rule file (`groups:` at the top) nor a PrometheusRule, or is not
+    YAML at all (such a file is counted as skipped)."""
     try:
         docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (yaml.YAMLError, UnicodeDecodeError):
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
         return None
-    found = []
-    for doc in docs:
-        if not isinstance(doc, dict):
-            continue
-        if doc.get("kind") == "PrometheusRule" and isinstance(doc.get("spec"), dict):
-            found.append(doc["spec"])
-        elif "groups" in doc and "kind" not in doc:
-            found.append(doc)
-    return found or None
+    specs = [
+        d["spec"]
+        for d in docs
+        if isinstance(d, dict)
+        and d.get("kind") == "PrometheusRule"
+        and isinstance(d.get("spec"), dict)
+    ]
+    if specs:
+        return specs, True
+    plain = [d for d in docs if isinstance(d, dict) and "groups" in d and "kind" not in d]
+    return (plain, False) if plain else None
 
 
 def count_rules(docs: list[dict[str, Any]]) -> int:
@@ -98,49 +101,54 @@ def gpuwatch_check(path: Path) -> tuple[bool, list[str]]:
     return True, []
 
 
-def compare_file(promtool: str, original: Path, work: Path, root: Path) -> Verdict | None:
-    docs = rule_documents(original)
-    if docs is None:
+def compare_file(promtool: str, original: Path, work: Path, shown: str) -> Verdict | None:
+    found = rule_documents(original)
+    if found is None:
         return None
-    shown = str(original.relative_to(root))
-    if original.suffix != ".json" and len(docs) == 1 and "kind" not in _first_doc(original):
-        checked = [original]
+    docs, from_kubernetes = found
+    verdict = Verdict(shown, count_rules(docs), True, True)
+    if not from_kubernetes:
+        # a rule file is checked as it is, by both, whatever it holds (promtool reads only
+        # the first of several YAML documents; gpuwatch refuses a second)
+        checked = [(original, shown)]
     else:
         checked = []
         for i, doc in enumerate(docs):
             target = work / f"{original.stem}.{i}.yaml"
             target.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-            checked.append(target)
-    verdict = Verdict(shown, count_rules(docs), True, True)
-    for path in checked:
+            checked.append((target, f"{shown} (PrometheusRule {i + 1}, spec)"))
+    for path, name in checked:
         ok, errors = promtool_check(promtool, path)
         verdict.promtool_ok &= ok
-        verdict.promtool_errors += errors
+        verdict.promtool_errors += [e.replace(str(path), name) for e in errors]
         ok, errors = gpuwatch_check(path)
         verdict.gpuwatch_ok &= ok
-        verdict.gpuwatch_errors += errors
+        verdict.gpuwatch_errors += [e.replace(str(path), name) for e in errors]
     return verdict
 
 
-def _first_doc(path: Path) -> dict[str, Any]:
-    try:
-        first = next(yaml.safe_load_all(path.read_text(encoding="utf-8")), None)
-    except yaml.YAMLError:
-        return {}
-    return first if isinstance(first, dict) else {}
-
-
-def compare_dir(promtool: str, root: Path) -> list[Verdict]:
-    verdicts = []
+def compare_dir(promtool: str, root: Path) -> tuple[list[Verdict], list[str]]:
+    """Verdicts on every rule file under `root` (a directory or one file), and the files
+    skipped because they hold no rule group."""
+    verdicts: list[Verdict] = []
+    skipped: list[str] = []
+    if root.is_file():
+        files, base = [root], root.parent
+    else:
+        files = sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        base = root
     with tempfile.TemporaryDirectory(prefix="compare-rules-") as tmp:
-        for path in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
-            verdict = compare_file(promtool, path, Path(tmp), root)
-            if verdict is not None:
+        for path in files:
+            shown = str(path.relative_to(base))
+            verdict = compare_file(promtool, path, Path(tmp), shown)
+            if verdict is None:
+                skipped.append(shown)
+            else:
                 verdicts.append(verdict)
-    return verdicts
+    return verdicts, skipped
 
 
-def summary(root: Path, verdicts: list[Verdict]) -> str:
+def summary(root: Path, verdicts: list[Verdict], skipped: list[str]) -> str:
     both = sum(v.promtool_ok and v.gpuwatch_ok for v in verdicts)
     only_p = [v for v in verdicts if v.promtool_ok and not v.gpuwatch_ok]
     only_g = [v for v in verdicts if v.gpuwatch_ok and not v.promtool_ok]
@@ -151,6 +159,7 @@ def summary(root: Path, verdicts: list[Verdict]) -> str:
         f"{sum(v.promtool_ok for v in verdicts)}, gpuwatch loads "
         f"{sum(v.gpuwatch_ok for v in verdicts)} ({loaded} rules); both {both}; "
         f"only promtool {len(only_p)}; only gpuwatch {len(only_g)}"
+        + (f"; skipped {len(skipped)} holding no rule group" if skipped else "")
     )
 
 
@@ -159,11 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path)
     parser.add_argument("--promtool", default=shutil.which("promtool") or "promtool")
     parser.add_argument("--json", action="store_true", help="every verdict as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="name the skipped files")
     args = parser.parse_args(argv)
     disagreements = 0
     every: dict[str, list[dict[str, Any]]] = {}
+    missing = [str(p) for p in args.dirs if not p.exists()]
+    if missing:
+        print(f"no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
     for root in args.dirs:
-        verdicts = compare_dir(args.promtool, root)
+        verdicts, skipped = compare_dir(args.promtool, root)
         every[str(root)] = [asdict(v) for v in verdicts]
         for v in verdicts:
             if v.agree:
@@ -180,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             for line in (v.gpuwatch_errors if v.promtool_ok else v.promtool_errors)[:20]:
                 print(f"    {line}")
         if not args.json:
-            print(summary(root, verdicts))
+            for name in skipped if args.verbose else []:
+                print(f"{name}: skipped, no rule group (not YAML, empty, or other objects)")
+            print(summary(root, verdicts, skipped))
     if args.json:
         json.dump(every, sys.stdout, indent=1)
         print()

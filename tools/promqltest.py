@@ -235,15 +235,19 @@ class Runner:
             if "subset" in text:
                 case.outcome, case.why = "outside", text.rsplit("subset: ", maxsplit=1)[-1]
                 return case
-            return self._failed_or_expected(case, mod, text)
+            return self._failed_or_expected(case, mod, text, ev)
         evaluator = Evaluator(self.storage, subquery_step=60.0)
+        if ranged and ev.step <= 0:
+            return self._failed_or_expected(
+                case, mod, "zero or negative query resolution step widths are not accepted"
+            )
         times = [ev.start] if not ranged else _steps(ev.start, ev.end, ev.step)
         results: list[tuple[float, Value]] = []
         try:
             for t in times:
                 results.append((t, evaluator.eval(expr, t)))
         except EvalError as exc:
-            return self._failed_or_expected(case, mod, str(exc))
+            return self._failed_or_expected(case, mod, str(exc), ev)
         if mod == "fail":
             case.outcome, case.why = "failed", "expected an error, got a result"
             return case
@@ -253,10 +257,16 @@ class Runner:
             self._explain(case, expr, ranged)
         return case
 
-    def _failed_or_expected(self, case: Case, mod: str, error: str) -> Case:
+    def _failed_or_expected(
+        self, case: Case, mod: str, error: str, ev: _Eval | None = None
+    ) -> Case:
         if mod != "fail":
             case.outcome, case.why = "failed", f"error: {error}"
             self._explain(case, None, False)
+        elif ev is not None and ev.fail_message is not None and error != ev.fail_message:
+            case.outcome, case.why = "failed", f"error {error!r}, expected {ev.fail_message!r}"
+        elif ev is not None and ev.fail_regexp is not None and not re.search(ev.fail_regexp, error):
+            case.outcome, case.why = "failed", f"error {error!r} does not match {ev.fail_regexp!r}"
         return case
 
     def _explain(self, case: Case, expr: pp.Expr | None, ranged: bool) -> None:
@@ -374,6 +384,12 @@ def _compare_range(ev: _Eval, results: list[tuple[float, Value]]) -> str:
             return "expected an instant vector at each step"
         for s in samples:
             series.setdefault(s.metric, [None] * len(results))[i] = s.value
+    for metric, wanted in ev.expected.items():
+        if len(wanted) > len(results):
+            return (
+                f"expected {len(wanted)} points for {_show(metric)}, but the query's time "
+                "range cannot return this many"
+            )
     for metric, values in series.items():
         expected = ev.expected.get(metric)
         if expected is None:
@@ -384,9 +400,7 @@ def _compare_range(ev: _Eval, results: list[tuple[float, Value]]) -> str:
                 e is not None and g is not None and not almost_equal(e, g)
             ):
                 return f"{_show(metric)} at {t:g}s: expected {e}, got {g}"
-    missing = [
-        m for m in ev.expected if m not in series and any(v is not None for v in ev.expected[m])
-    ]
+    missing = [m for m in ev.expected if m not in series]  # even one expected as all `_`
     return f"missing {_show(missing[0])}" if missing else ""
 
 
@@ -404,8 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.paths:
         files += sorted(path.glob("*.test")) if path.is_dir() else [path]
     cases: list[Case] = []
+    unreadable = 0
     for path in files:
-        cases += Runner(path).run()
+        try:
+            cases += Runner(path).run()
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            print(f"{path}: cannot read: {exc}", file=sys.stderr)
+            unreadable += 1
     if args.json:
         json.dump([asdict(c) for c in cases], sys.stdout, indent=1)
         print()
@@ -418,13 +437,15 @@ def main(argv: list[str] | None = None) -> int:
                 outside[c.why] = outside.get(c.why, 0) + 1
         kinds = ("passed", "failed", "outside", "explained", "unreadable")
         counts = {k: sum(c.outcome == k for c in cases) for k in kinds}
-        unreadable = f", {counts['unreadable']} unreadable" if counts["unreadable"] else ""
+        newer = f", {counts['unreadable']} unreadable" if counts["unreadable"] else ""
         print(
             f"{len(cases)} cases: {counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['outside']} outside the subset, {counts['explained']} explained" + unreadable
+            f"{counts['outside']} outside the subset, {counts['explained']} explained" + newer
         )
         for why, n in sorted(outside.items(), key=lambda kv: -kv[1]):
             print(f"    outside: {n:4d}  {why}")
+    if unreadable:
+        return 2
     return 1 if any(c.outcome == "failed" for c in cases) else 0
 
 

@@ -62,3 +62,35 @@ def test_a_wrong_expectation_fails_and_native_histograms_are_outside(tmp_path: P
     assert lines[1].strip() == "{}: expected 2.0, got 1.0"
     assert lines[2] == "wrong.test:11: failed: sum(up)"
     assert "4 cases: 1 passed, 2 failed, 1 outside the subset, 0 explained" in done.stdout
+
+
+STRICT = """load 1m
+  x 1 2 3
+
+eval range from 0 to 2m step 1m x
+  x 1 2 3 4
+
+eval range from 0 to 2m step 1m x
+  x 1 2 3
+  y _ _ _
+
+eval_fail instant at 1m x
+"""
+
+
+def test_more_points_or_series_than_came_fail(tmp_path: Path) -> None:
+    path = tmp_path / "strict.test"
+    path.write_text(STRICT)
+    done = run(path)
+    assert done.returncode == 1
+    assert "expected 4 points" in done.stdout
+    assert 'missing {__name__="y"}' in done.stdout
+    assert "3 cases: 0 passed, 3 failed" in done.stdout
+
+
+def test_a_file_it_cannot_read_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "bad.test"
+    path.write_text("load abc\n  x 1\n")
+    done = run(path, tmp_path / "missing.test")
+    assert done.returncode == 2
+    assert "bad.test: cannot read:" in done.stderr and "Traceback" not in done.stderr
