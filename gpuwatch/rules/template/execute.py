@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gpuwatch.rules.template.functions import FUNCTIONS, Context, FuncError
-from gpuwatch.rules.template.parse import (
+from gpuwatch.rules.template.nodes import (
     Action,
     Branch,
     Call,

@@ -1,349 +1,30 @@
-"""The functions a rule template may call: Go's builtins and Prometheus's own, each with the
-parameter types Go checks its arguments against."""
+"""The functions a rule template may call: Prometheus's own (query, label, humanize...)
+beside Go's builtins, each with the parameter types Go checks its arguments against."""
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 import unicodedata
 import urllib.parse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
-from gpuwatch.gofmt import format_g4
 from gpuwatch.regex import RegexError, compile_regex, expand_replacement
-from gpuwatch.rules.template.printf import go_quote, sprintf
-from gpuwatch.rules.template.values import (
-    ArgsMap,
-    GoDuration,
-    GoHTML,
-    GoTime,
-    QueryResult,
-    QuerySample,
-    sprint,
-    sprint_one,
-    truth,
-    type_name,
+from gpuwatch.rules.template.builtins import BUILTINS, go_query_escape
+from gpuwatch.rules.template.numbers import (
+    humanize,
+    humanize_1024,
+    humanize_duration,
+    humanize_timestamp,
+    percentage,
+    to_duration,
+    to_float,
+    to_time,
 )
-
-
-class FuncError(Exception):
-    """A function's error: Go prints it after "error calling NAME: "."""
-
-
-class Context(Protocol):
-    """What the functions that look outside the template need."""
-
-    @property
-    def time(self) -> float: ...
-
-    @property
-    def external_url(self) -> str: ...
-
-    def query(self, expr: str) -> list[tuple[dict[str, str], float]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Func:
-    fn: Callable[..., object]
-    params: tuple[str, ...]  # Go types: string, float64, any, template.queryResult, ...
-    variadic: str | None = None  # the type of the ... parameters
-    needs_context: bool = False
-
-
-# builtins ---------------------------------------------------------------------------------
-
-
-class _Kind:
-    BOOL, INT, FLOAT, STRING, OTHER = range(5)
-
-
-def _kind(value: object) -> int:
-    if isinstance(value, bool):
-        return _Kind.BOOL
-    if isinstance(value, int):
-        return _Kind.INT
-    if isinstance(value, float):
-        return _Kind.FLOAT
-    if isinstance(value, str):
-        return _Kind.STRING
-    return _Kind.OTHER
-
-
-def _eq(first: object, *others: object) -> bool:
-    if not others:
-        raise FuncError("missing argument for comparison")
-    k1 = _kind(first)
-    for other in others:
-        k2 = _kind(other)
-        if k1 != k2:
-            if first is not None and other is not None:
-                raise FuncError("incompatible types for comparison")
-            continue
-        if k1 == _Kind.OTHER:
-            if first is None or other is None:
-                if (first is None) == (other is None):
-                    return True
-                continue
-            raise FuncError(f"non-comparable type {sprint_one(other)}: {type_name(other)}")
-        if first == other:
-            return True
-    return False
-
-
-def _lt(a: object, b: object) -> bool:
-    ka, kb = _kind(a), _kind(b)
-    if ka in (_Kind.OTHER, _Kind.BOOL) or kb in (_Kind.OTHER, _Kind.BOOL):
-        if ka != kb and _Kind.OTHER not in (ka, kb):
-            raise FuncError("incompatible types for comparison")
-        raise FuncError("invalid type for comparison")
-    if ka != kb:
-        raise FuncError("incompatible types for comparison")
-    return bool(a < b)  # type: ignore[operator]
-
-
-def _le(a: object, b: object) -> bool:
-    return _lt(a, b) or _eq(a, b)
-
-
-def _index(item: object, *keys: object) -> object:
-    for key in keys:
-        if item is None:
-            raise FuncError("index of untyped nil")
-        if isinstance(item, Mapping):
-            if not isinstance(key, str):
-                raise FuncError(f"value has type {type_name(key)}; should be string")
-            item = item.get(key, None if isinstance(item, ArgsMap) else "")
-        elif isinstance(item, list | str):
-            if not isinstance(key, int) or isinstance(key, bool):
-                raise FuncError(f"cannot index slice/array with type {type_name(key)}")
-            if not 0 <= key < len(item):
-                raise FuncError(f"index out of range: {key}")
-            item = item[key] if isinstance(item, list) else item.encode()[key]
-        else:
-            raise FuncError(f"can't index item of type {type_name(item)}")
-    return item
-
-
-def _slice(item: object, *indexes: object) -> object:
-    if not isinstance(item, str | list):
-        raise FuncError(f"can't slice item of type {type_name(item)}")
-    if len(indexes) > 3:
-        raise FuncError(f"too many slice indexes: {len(indexes)}")
-    if len(indexes) == 3 and isinstance(item, str):
-        raise FuncError("cannot 3-index slice a string")
-    bounds: list[int] = []
-    for index in indexes:
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise FuncError(f"cannot index slice/array with type {type_name(index)}")
-        bounds.append(index)
-    size = len(item.encode()) if isinstance(item, str) else len(item)
-    for index in bounds:
-        if not 0 <= index <= size:
-            raise FuncError(f"index out of range: {index}")
-    low = bounds[0] if bounds else 0
-    high = bounds[1] if len(bounds) > 1 else size
-    if low > high:
-        raise FuncError(f"invalid slice index: {low} > {high}")
-    if isinstance(item, str):
-        return item.encode()[low:high].decode(errors="replace")
-    return QueryResult(item[low:high]) if isinstance(item, QueryResult) else item[low:high]
-
-
-def _len(item: object) -> int:
-    if isinstance(item, str):
-        return len(item.encode())
-    if isinstance(item, Mapping | list):
-        return len(item)
-    if item is None:
-        raise FuncError("reflect: call of reflect.Value.Type on zero Value")
-    raise FuncError(f"len of type {type_name(item)}")
-
-
-def _args_text(args: tuple[object, ...]) -> str:
-    if len(args) == 1 and isinstance(args[0], str):
-        return args[0]
-    return sprint(list(args))
-
-
-def html_escape(text: str) -> str:
-    table = {'"': "&#34;", "'": "&#39;", "&": "&amp;", "<": "&lt;", ">": "&gt;", "\0": "\ufffd"}
-    return "".join(table.get(c, c) for c in text)
-
-
-def js_escape(text: str) -> str:
-    table = {"\\": "\\\\", "'": "\\'", '"': '\\"', "<": "\\u003C", ">": "\\u003E"}
-    table |= {"&": "\\u0026", "=": "\\u003D"}
-    out = []
-    for c in text:
-        if c in table:
-            out.append(table[c])
-        elif ord(c) < 0x20 or (not c.isprintable() and c != " "):
-            out.append(f"\\u{ord(c):04X}")
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-def go_query_escape(text: str) -> str:
-    """url.QueryEscape: space as +, A-Z a-z 0-9 - _ . ~ kept, the rest %XX of UTF-8."""
-    return urllib.parse.quote_plus(text, safe="-_.~")
-
-
-def _call(fn: object, *args: object) -> object:
-    raise FuncError(f"non-function of type {type_name(fn)}")
-
-
-BUILTINS: dict[str, Func] = {
-    "and": Func(lambda *a: a, ("reflect",), "reflect"),  # short-circuits in the executor
-    "or": Func(lambda *a: a, ("reflect",), "reflect"),
-    "not": Func(lambda a: not truth(a), ("reflect",)),
-    "len": Func(_len, ("reflect",)),
-    "index": Func(_index, ("reflect",), "reflect"),
-    "slice": Func(_slice, ("reflect",), "reflect"),
-    "print": Func(lambda *a: sprint(list(a)), (), "any"),
-    "println": Func(lambda *a: " ".join(sprint_one(x) for x in a) + "\n", (), "any"),
-    "printf": Func(lambda f, *a: sprintf(f, list(a)), ("string",), "any"),
-    "html": Func(lambda *a: html_escape(_args_text(a)), (), "any"),
-    "js": Func(lambda *a: js_escape(_args_text(a)), (), "any"),
-    "urlquery": Func(lambda *a: go_query_escape(_args_text(a)), (), "any"),
-    "eq": Func(_eq, ("reflect",), "reflect"),
-    "ne": Func(lambda a, b: not _eq(a, b), ("reflect", "reflect")),
-    "lt": Func(_lt, ("reflect", "reflect")),
-    "le": Func(_le, ("reflect", "reflect")),
-    "gt": Func(lambda a, b: not _le(a, b), ("reflect", "reflect")),
-    "ge": Func(lambda a, b: not _lt(a, b), ("reflect", "reflect")),
-    "call": Func(_call, ("reflect",), "reflect"),
-}
-
-
-# Prometheus's functions ------------------------------------------------------------------
-
-
-def to_float(value: object) -> float:
-    """Prometheus's ConvertToFloat: a number, or a string Go's ParseFloat reads."""
-    if isinstance(value, float):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, GoDuration):
-        return value.nanos / 1e9
-    if isinstance(value, str) and not isinstance(value, GoHTML):
-        return parse_go_float(value)
-    raise FuncError(f"can't convert {type_name(value)} to float")
-
-
-_GO_FLOAT = re.compile(
-    r"[+-]?(?:(?:\d(?:_?\d)*)?\.?\d(?:_?\d)*(?:[eE][+-]?\d+)?|\d+\.|inf|infinity|nan"
-    r"|0[xX][0-9a-fA-F_.]+[pP][+-]?\d+)",
-    re.IGNORECASE,
-)
-
-
-def parse_go_float(text: str) -> float:
-    if not _GO_FLOAT.fullmatch(text) or ("_" in text and not text.lstrip("+-")[:2].lower() == "0x"):
-        raise FuncError(f"strconv.ParseFloat: parsing {_quoted(text)}: invalid syntax")
-    cleaned = text.replace("_", "")
-    value = float.fromhex(cleaned) if "x" in cleaned.lower() else float(cleaned)
-    if math.isinf(value) and "inf" not in text.lower():
-        raise FuncError(f"strconv.ParseFloat: parsing {_quoted(text)}: value out of range")
-    return value
-
-
-def _quoted(text: str) -> str:
-    return go_quote(text)
-
-
-def humanize(v: float) -> str:
-    if v == 0 or math.isnan(v) or math.isinf(v):
-        return format_g4(v)
-    prefix = ""
-    if abs(v) >= 1:
-        for p in ("k", "M", "G", "T", "P", "E", "Z", "Y"):
-            if abs(v) < 1000:
-                break
-            prefix, v = p, v / 1000
-        return format_g4(v) + prefix
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(v) >= 1:
-            break
-        prefix, v = p, v * 1000
-    return format_g4(v) + prefix
-
-
-def humanize_1024(v: float) -> str:
-    if abs(v) <= 1 or math.isnan(v) or math.isinf(v):
-        return format_g4(v)
-    prefix = ""
-    for p in ("ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"):
-        if abs(v) < 1024:
-            break
-        prefix, v = p, v / 1024
-    return format_g4(v) + prefix
-
-
-def _go_int64(v: float) -> int:
-    """Go's int64(v) on amd64: truncation, and the most negative int64 out of range."""
-    return int(v) if -(2.0**63) <= v < 2.0**63 else -(2**63)
-
-
-def _quo(a: int, b: int) -> int:
-    """Go's integer division, towards zero."""
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-def _rem(a: int, b: int) -> int:
-    """Go's %, with the sign of the dividend."""
-    return a - _quo(a, b) * b
-
-
-def humanize_duration(v: float) -> str:
-    if math.isnan(v) or math.isinf(v):
-        return format_g4(v)
-    if v == 0:
-        return format_g4(v) + "s"
-    if abs(v) >= 1:
-        sign = "-" if v < 0 else ""
-        v = abs(v)
-        whole = _go_int64(v)
-        seconds, minutes = _rem(whole, 60), _rem(_quo(whole, 60), 60)
-        hours, days = _rem(_quo(whole, 3600), 24), _quo(whole, 86400)
-        if days:
-            return f"{sign}{days}d {hours}h {minutes}m {seconds}s"
-        if hours:
-            return f"{sign}{hours}h {minutes}m {seconds}s"
-        if minutes:
-            return f"{sign}{minutes}m {seconds}s"
-        return f"{sign}{format_g4(v)}s"
-    prefix = ""
-    for p in ("m", "u", "n", "p", "f", "a", "z", "y"):
-        if abs(v) >= 1:
-            break
-        prefix, v = p, v * 1000
-    return f"{format_g4(v)}{prefix}s"
-
-
-def _to_time(v: float) -> GoTime:
-    if math.isnan(v) or math.isinf(v):
-        raise FuncError("value is NaN or Inf")
-    nanos = v * 1e9
-    if not -(2.0**63) <= nanos <= 2.0**63:
-        raise FuncError(
-            f"{sprint_one(v)} cannot be represented as a nanoseconds timestamp since it "
-            "overflows int64"
-        )
-    millis = abs(int(nanos)) // 1_000_000  # Prometheus goes through its millisecond time
-    return GoTime(millis * 1_000_000 * (-1 if nanos < 0 else 1))
-
-
-def _humanize_timestamp(value: object) -> str:
-    v = to_float(value)
-    if math.isnan(v) or math.isinf(v):
-        return format_g4(v)
-    return str(_to_time(v))
+from gpuwatch.rules.template.printf import go_quote
+from gpuwatch.rules.template.signature import Context, Func, FuncError
+from gpuwatch.rules.template.values import ArgsMap, GoHTML, QueryResult, QuerySample
+
+__all__ = ["FUNCTIONS", "Context", "Func", "FuncError"]
 
 
 def split_host_port(text: str) -> tuple[str, str] | None:
@@ -485,7 +166,7 @@ def _parse_duration(text: str) -> float:
         return 0.0
     match = _DURATION.fullmatch(text)
     if match is None or not any(match.groups()[1:]):
-        raise FuncError(f"not a valid duration string: {_quoted(text)}")
+        raise FuncError(f"not a valid duration string: {go_quote(text)}")
     total = sum(
         int(g) * unit for g, unit in zip(match.groups()[1:], _DURATION_UNITS, strict=True) if g
     )
@@ -502,13 +183,6 @@ def _path_prefix(ctx: Context) -> str:
 
 def _graph_link(expr: str, tab: int) -> str:
     return f"/graph?g0.expr={go_query_escape(expr)}&g0.tab={tab}"
-
-
-def _to_duration(value: object) -> GoDuration:
-    v = to_float(value) * 1e9
-    if math.isnan(v):
-        return GoDuration(-(2**63))  # Go's conversion of NaN to int64 on amd64
-    return GoDuration(int(max(min(v, 2.0**63 - 1), -(2.0**63))))
 
 
 PROMETHEUS: dict[str, Func] = {
@@ -532,10 +206,10 @@ PROMETHEUS: dict[str, Func] = {
     "humanize": Func(lambda v: humanize(to_float(v)), ("any",)),
     "humanize1024": Func(lambda v: humanize_1024(to_float(v)), ("any",)),
     "humanizeDuration": Func(lambda v: humanize_duration(to_float(v)), ("any",)),
-    "humanizePercentage": Func(lambda v: format_g4(to_float(v) * 100) + "%", ("any",)),
-    "humanizeTimestamp": Func(_humanize_timestamp, ("any",)),
-    "toTime": Func(lambda v: _to_time(to_float(v)), ("any",)),
-    "toDuration": Func(_to_duration, ("any",)),
+    "humanizePercentage": Func(percentage, ("any",)),
+    "humanizeTimestamp": Func(humanize_timestamp, ("any",)),
+    "toTime": Func(lambda v: to_time(to_float(v)), ("any",)),
+    "toDuration": Func(to_duration, ("any",)),
     "now": Func(lambda ctx: ctx.time, (), needs_context=True),
     "pathPrefix": Func(_path_prefix, (), needs_context=True),
     "externalURL": Func(_external_url, (), needs_context=True),
