@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import calendar
-import functools
 import math
 import operator
-import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -21,29 +17,25 @@ from gpuwatch.promql.aggregations import (
     quantile,
     variance_over_time,
 )
+from gpuwatch.promql.elementwise import DATE_PARTS, ELEMENTWISE, clamp, date_part, round_to
 from gpuwatch.promql.histograms import histogram_quantile
+from gpuwatch.promql.ordering import sort_by_labels
+from gpuwatch.promql.relabel import label_join, label_replace, string_arg
 from gpuwatch.promql.values import (
     EvalError,
     Labels,
     Matrix,
     RangeSeries,
     Scalar,
-    StringValue,
     Value,
     Vector,
     VSample,
     drop_name,
-    label_value,
-    with_label,
 )
 from gpuwatch.promql.window import CounterStats, Window, counter_stats, on_ms
-from gpuwatch.regex import RegexError, compile_regex, expand_replacement
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
-
-
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def _extrapolated(
@@ -150,128 +142,11 @@ OVER_TIME: dict[str, Callable[[Window], float]] = {
 }
 
 
-def _round(v: float, to_nearest: float) -> float:
-    inverse = 1.0 / to_nearest
-    return math.floor(v * inverse + 0.5) / inverse
-
-
-def _sgn(v: float) -> float:
-    if math.isnan(v):
-        return v
-    return 0.0 if v == 0 else math.copysign(1.0, v)
-
-
-def _safe(fn: Callable[[float], float]) -> Callable[[float], float]:
-    def apply(v: float) -> float:
-        try:
-            return fn(v)
-        except (ValueError, OverflowError):
-            if fn is math.exp:
-                return math.inf
-            if v == 0:
-                return -math.inf
-            return math.nan
-
-    return apply
-
-
-def _ceil(v: float) -> float:
-    return v if math.isinf(v) or math.isnan(v) else float(math.ceil(v))
-
-
-def _floor(v: float) -> float:
-    return v if math.isinf(v) or math.isnan(v) else float(math.floor(v))
-
-
-def _nan_outside(fn: Callable[[float], float]) -> Callable[[float], float]:
-    """fn, NaN outside its domain (asin(2), acosh(0), sin(Inf)), as Go's math answers."""
-
-    def apply(v: float) -> float:
-        try:
-            return fn(v)
-        except ValueError:
-            return math.nan
-
-    return apply
-
-
-def _overflowing(fn: Callable[[float], float]) -> Callable[[float], float]:
-    """sinh and cosh: Go's ±Inf where Python raises on overflow."""
-
-    def apply(v: float) -> float:
-        try:
-            return fn(v)
-        except OverflowError:
-            return math.copysign(math.inf, v) if fn is math.sinh else math.inf
-
-    return apply
-
-
-def _atanh(v: float) -> float:
-    if abs(v) == 1:
-        return math.copysign(math.inf, v)
-    return math.atanh(v) if abs(v) < 1 else math.nan
-
-
-ELEMENTWISE: dict[str, Callable[[float], float]] = {
-    "abs": abs,
-    "ceil": _ceil,
-    "floor": _floor,
-    "sqrt": _safe(math.sqrt),
-    "exp": _safe(math.exp),
-    "ln": _safe(math.log),
-    "log2": _safe(math.log2),
-    "log10": _safe(math.log10),
-    "sgn": _sgn,
-    "sin": _nan_outside(math.sin),
-    "cos": _nan_outside(math.cos),
-    "tan": _nan_outside(math.tan),
-    "asin": _nan_outside(math.asin),
-    "acos": _nan_outside(math.acos),
-    "atan": math.atan,
-    "sinh": _overflowing(math.sinh),
-    "cosh": _overflowing(math.cosh),
-    "tanh": math.tanh,
-    "asinh": math.asinh,
-    "acosh": _nan_outside(math.acosh),
-    "atanh": _atanh,
-    # In Prometheus's order of operations, so results match to the last bit.
-    "deg": lambda v: v * 180 / math.pi,
-    "rad": lambda v: v * math.pi / 180,
-}
-
-
-def _days_in_month(d: datetime) -> float:
-    return float(calendar.monthrange(d.year, d.month)[1])
-
-
-# The date functions: each sample's value read as seconds since the epoch, in UTC.
-DATE_PARTS: dict[str, Callable[[datetime], float]] = {
-    "minute": lambda d: float(d.minute),
-    "hour": lambda d: float(d.hour),
-    "day_of_week": lambda d: float(d.isoweekday() % 7),  # Sunday is 0
-    "day_of_month": lambda d: float(d.day),
-    "day_of_year": lambda d: float(d.timetuple().tm_yday),
-    "days_in_month": _days_in_month,
-    "month": lambda d: float(d.month),
-    "year": lambda d: float(d.year),
-}
-
-
-def _date_part(part: Callable[[datetime], float], v: float) -> float:
-    if not math.isfinite(v):
-        return math.nan
-    try:  # whole seconds, truncated as Go's int64 conversion does
-        return part(datetime.fromtimestamp(int(v), tz=UTC))
-    except (OverflowError, ValueError, OSError):  # beyond the years datetime holds
-        return math.nan
-
-
 def _date_call(ev: Evaluator, name: str, args: list[pp.Expr], t: float) -> Vector:
     part = DATE_PARTS[name]
     if not args:  # the evaluation time, as vector(time())
-        return [VSample((), _date_part(part, t), t)]
-    return _map(ev.vector(args[0], t), lambda v: _date_part(part, v))
+        return [VSample((), date_part(part, t), t)]
+    return _map(ev.vector(args[0], t), lambda v: date_part(part, v))
 
 
 def _clamp(v: float, low: float, high: float) -> float:
@@ -328,7 +203,7 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
         return histogram_quantile(ev.scalar(args[0], t), ev.vector(args[1], t), t)
     if name == "round":
         to_nearest = ev.scalar(args[1], t) if len(args) > 1 else 1.0
-        return _map(ev.vector(args[0], t), lambda v: _round(v, to_nearest))
+        return _map(ev.vector(args[0], t), lambda v: round_to(v, to_nearest))
     if name in ("clamp", "clamp_min", "clamp_max"):
         return _clamp_call(ev, name, args, t)
     if name == "time":
@@ -343,9 +218,9 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
         vector = ev.vector(args[0], t)
         return Scalar(vector[0].value if len(vector) == 1 else math.nan)
     if name == "label_replace":
-        return _label_replace(ev, args, t)
+        return label_replace(ev, args, t)
     if name == "label_join":
-        return _label_join(ev, args, t)
+        return label_join(ev, args, t)
     if name in ("sort", "sort_desc"):
         # Order is what the query shows (and what a template's `first` takes): by value, NaN
         # at the bottom either way, as Prometheus sorts.
@@ -355,55 +230,9 @@ def call(ev: Evaluator, expr: pp.Call, t: float) -> Value:
             key=lambda s: (True, 0.0) if math.isnan(s.value) else (False, sign * s.value),
         )
     if name in ("sort_by_label", "sort_by_label_desc"):
-        names = [_string(ev, a, t) for a in args[1:]]
-        return sorted(
-            ev.vector(args[0], t),
-            key=functools.cmp_to_key(_by_labels(names, name == "sort_by_label_desc")),
-        )
+        names = [string_arg(ev, a, t) for a in args[1:]]
+        return sort_by_labels(ev.vector(args[0], t), names, name == "sort_by_label_desc")
     raise EvalError(f"function {name}() is not supported")
-
-
-_CHUNK = re.compile(r"[0-9]+|[^0-9]+")
-
-
-def natural_less(a: str, b: str) -> bool:
-    """Prometheus's natural order of label values (facette/natsort): runs of digits compare
-    as numbers, the rest as text; its quirks kept (an empty value is never less)."""
-    chunks_a: list[str] = _CHUNK.findall(a)
-    chunks_b: list[str] = _CHUNK.findall(b)
-    for i, chunk_a in enumerate(chunks_a):
-        if i >= len(chunks_b):
-            return False
-        chunk_b = chunks_b[i]
-        both_numbers = _go_int(chunk_a) and _go_int(chunk_b)
-        if both_numbers and int(chunk_a) != int(chunk_b):
-            return int(chunk_a) < int(chunk_b)
-        if not both_numbers and chunk_a != chunk_b:
-            return chunk_a < chunk_b
-        if i == len(chunks_a) - 1:
-            return True
-        if i == len(chunks_b) - 1:
-            return False
-    return False
-
-
-def _go_int(chunk: str) -> bool:
-    """A run of ASCII digits strconv.Atoi reads (it fails past int64)."""
-    return chunk.isascii() and chunk.isdigit() and int(chunk) < 2**63
-
-
-def _by_labels(names: list[str], descending: bool) -> Callable[[VSample, VSample], int]:
-    sign = -1 if descending else 1
-
-    def compare(x: VSample, y: VSample) -> int:
-        lx, ly = dict(x.metric), dict(y.metric)
-        for name in names:
-            a, b = lx.get(name, ""), ly.get(name, "")
-            if a != b:
-                return -sign if natural_less(a, b) else sign
-        return sign * ((x.metric > y.metric) - (x.metric < y.metric))
-
-    return compare
 
 
 def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
@@ -484,56 +313,4 @@ def _clamp_call(ev: Evaluator, name: str, args: list[pp.Expr], t: float) -> Vect
         low, high = -math.inf, ev.scalar(args[1], t)
     if math.isnan(low) or math.isnan(high):
         return _map(vector, lambda v: math.nan)
-    return _map(vector, lambda v: _clamp(v, low, high))
-
-
-def _string(ev: Evaluator, arg: pp.Expr, t: float) -> str:
-    value = ev.eval(arg, t)
-    if not isinstance(value, StringValue):
-        raise EvalError("expected a string argument")
-    return value.value
-
-
-def _check_unique(out: Vector) -> Vector:
-    seen: set[Labels] = set()
-    for s in out:
-        if s.metric in seen:
-            raise EvalError("vector cannot contain metrics with the same labelset")
-        seen.add(s.metric)
-    return out
-
-
-def _label_replace(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
-    vector = ev.vector(args[0], t)
-    dst, replacement, src, regex_text = (_string(ev, a, t) for a in args[1:5])
-    try:
-        regex = compile_regex(regex_text, dot_matches_newline=True)
-    except RegexError as exc:
-        raise EvalError(
-            f"invalid regular expression in label_replace(): {regex_text}: {exc}"
-        ) from None
-    if not _LABEL_NAME.fullmatch(dst):
-        raise EvalError(f"invalid destination label name in label_replace(): {dst}")
-    out: Vector = []
-    for s in vector:
-        match = regex.fullmatch(label_value(s.metric, src))
-        metric = s.metric
-        if match is not None:
-            metric = with_label(metric, dst, expand_replacement(replacement, match))
-        out.append(VSample(metric, s.value, s.time))
-    return _check_unique(out)
-
-
-def _label_join(ev: Evaluator, args: list[pp.Expr], t: float) -> Vector:
-    vector = ev.vector(args[0], t)
-    dst, separator = _string(ev, args[1], t), _string(ev, args[2], t)
-    sources = [_string(ev, a, t) for a in args[3:]]
-    out = [
-        VSample(
-            with_label(s.metric, dst, separator.join(label_value(s.metric, n) for n in sources)),
-            s.value,
-            s.time,
-        )
-        for s in vector
-    ]
-    return _check_unique(out)
+    return _map(vector, lambda v: clamp(v, low, high))

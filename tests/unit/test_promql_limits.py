@@ -7,8 +7,8 @@ from __future__ import annotations
 import promql_parser as pp
 
 from gpuwatch.promql.evaluator import Evaluator
-from gpuwatch.promql.functions import natural_less
 from gpuwatch.promql.memory import MemoryStorage
+from gpuwatch.promql.ordering import natural_less
 from gpuwatch.promql.values import VSample
 from gpuwatch.promql.xxhash import labels_hash, xxh64
 
