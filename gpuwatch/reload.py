@@ -27,7 +27,14 @@ RESTART_ONLY_PUSH = (
 
 
 async def reload_daemon(daemon: Daemon) -> str:
-    """Empty when the new config and rules now run; otherwise why not (then nothing changed)."""
+    """Empty when the new config and rules now run; otherwise why not (then nothing changed).
+    One reload at a time: a second (SIGHUP during POST /-/reload) waits, then compares with
+    what the first applied, so it never starts a second notifier on the same outbox."""
+    async with daemon.reload_lock:
+        return await _reload(daemon)
+
+
+async def _reload(daemon: Daemon) -> str:
     old = daemon.config
     try:
         new = load_config(old.source).with_overrides(old.listen, old.state_dir)
