@@ -22,6 +22,7 @@ from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.rules.outgoing import alerts_to_send
 from gpuwatch.source import Source
 from gpuwatch.statedir import StateProblems
 from gpuwatch.store import Store
@@ -219,7 +220,8 @@ class Daemon:
                     str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)
                     for g in batch.gpus
                 }
-                self.notifier.update(self.clock.now(), self.rules.alerting_rules(), identities)
+                outgoing = alerts_to_send(self.rules.alerting_rules(), self.notifier.node)
+                self.notifier.update(self.clock.now(), outgoing, identities)
 
     def acknowledge(self, gpu: str, key: str, note: str) -> tuple[str, Cause]:
         """Acknowledge a current cause of GPU `gpu` (index or UUID; "node" for the node's own).

@@ -1,13 +1,11 @@
-"""The alerts the notifier works on: the rule engine's firing and resolved alerts, each with the
-node's name added, Alertmanager's fingerprint, and its status."""
+"""The alerts the notifier works on, as the rules hand them over: firing or resolved, each
+with the node's name, Alertmanager's fingerprint and its status."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuwatch.model import Labels
-from gpuwatch.rules.alerting import AlertingRule, AlertState
 
 _FNV_OFFSET = 14695981039346656037
 _FNV_PRIME = 1099511628211
@@ -48,28 +46,3 @@ class NotifyAlert:
 
     def annotation(self, name: str) -> str:
         return dict(self.annotations).get(name, "")
-
-
-def snapshot(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert]:
-    """Every alert that is firing, or has fired and resolved within the engine's 15 minutes."""
-    out: list[NotifyAlert] = []
-    for rule in rules:
-        for alert in rule.active.values():
-            if alert.state == AlertState.FIRING:
-                ends_at = None
-            elif alert.state == AlertState.INACTIVE and alert.fired_at is not None:
-                ends_at = alert.resolved_at
-            else:
-                continue  # pending: nobody hears of it
-            labels = tuple(sorted({"node": node, **dict(alert.labels)}.items()))
-            out.append(
-                NotifyAlert(
-                    labels,
-                    alert.annotations,
-                    alert.active_at,
-                    ends_at,
-                    alert.value,
-                    fingerprint(labels),
-                )
-            )
-    return out

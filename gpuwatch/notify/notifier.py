@@ -19,7 +19,7 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.model import Sample
 from gpuwatch.notify import formats
-from gpuwatch.notify.alerts import NotifyAlert, snapshot
+from gpuwatch.notify.alerts import NotifyAlert
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.dispatch import Dispatcher
@@ -27,7 +27,6 @@ from gpuwatch.notify.formats import alertmanager
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.notify.silences import Silences
-from gpuwatch.rules.alerting import AlertingRule
 from gpuwatch.statedir import StateProblems
 
 log = logging.getLogger(__name__)
@@ -113,10 +112,11 @@ class Notifier:
         self.db.close()
 
     def update(
-        self, now: float, rules: Iterable[AlertingRule], gpus: Mapping[str, GpuIdentity]
+        self, now: float, firing: Iterable[NotifyAlert], gpus: Mapping[str, GpuIdentity]
     ) -> None:
-        """After each evaluation: route the alerts, flush what is due, wake the senders."""
-        alerts = [_with_running_job(a, gpus) for a in snapshot(rules, self.node)]
+        """After each evaluation, with what the rules hand over: route the alerts, flush what
+        is due, wake the senders."""
+        alerts = [_with_running_job(a, gpus) for a in firing]
         self.dispatcher.update(now, alerts, gpus)
         self._flush(now)
         self._forward(now, alerts)
