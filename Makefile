@@ -13,7 +13,7 @@ UNITDIR ?= /etc/systemd/system
 # The NVML tests run a second time on the lowest nvidia-ml-py pyproject.toml allows.
 PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
-NVML_TESTS := tests/unit/test_nvml_drivers.py tests/unit/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
+NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
 
 .PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit wheel clean test-lowest-pin
 
