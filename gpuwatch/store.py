@@ -19,21 +19,14 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuwatch.model import Labels, Sample
-from gpuwatch.promql.window import CounterStats, count_drops
+from gpuwatch.series import STALE_NAN, CounterStats, count_drops, is_stale_marker
 
 RUN_CAPACITY = 512  # samples in one varying run
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
 TRIM_EVERY_S = 60.0  # data time between retention sweeps (a sweep visits every series)
 DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 
-STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
-_STALE_BITS = struct.pack("<d", STALE_NAN)
-
 SeriesKey = tuple[str, Labels]
-
-
-def is_stale_marker(value: float) -> bool:
-    return math.isnan(value) and struct.pack("<d", value) == _STALE_BITS
 
 
 def _same(a: float, b: float) -> bool:
@@ -180,7 +173,7 @@ class Series:
         return RunWindow(tl, parts, length)
 
     def counter_stats(self, start: float, end: float) -> CounterStats | None:
-        """promql.window.counter_stats of (start, end], in one pass without building a window."""
+        """series.counter_stats of (start, end], in one pass without building a window."""
         tl = self.timeline
         times, base = tl.times, tl.first
         lo = base + bisect_right(times, start)
@@ -242,7 +235,7 @@ class Series:
 
 
 class RunWindow:
-    """A range selector's window over a series' runs (see gpuwatch.promql.window.Window)."""
+    """A range selector's window over a series' runs (see gpuwatch.series.Window)."""
 
     __slots__ = ("_length", "_parts", "_timeline")
 

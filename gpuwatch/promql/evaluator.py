@@ -24,8 +24,8 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.promql.window import CounterStats, ListWindow, Window, on_ms
 from gpuwatch.regex import RegexError, compile_regex
+from gpuwatch.series import CounterStats, ListWindow, Window, on_ms
 
 DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_SUBQUERY_STEP_S = 60.0  # Prometheus's default global evaluation_interval

@@ -10,8 +10,14 @@ from math import isnan
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.promql.window import CounterStats, ListWindow, counter_stats, on_ms
-from gpuwatch.store import STALE_NAN, is_stale_marker
+from gpuwatch.series import (
+    STALE_NAN,
+    CounterStats,
+    ListWindow,
+    counter_stats,
+    is_stale_marker,
+    on_ms,
+)
 
 
 class MemorySeries:

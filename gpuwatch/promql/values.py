@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.promql.window import Window
+from gpuwatch.series import Window
 
 Labels = tuple[tuple[str, str], ...]  # sorted by name; includes __name__ while a name applies
 NAME = "__name__"

@@ -1,12 +1,24 @@
-"""The samples of one series inside a range selector's window, as the range functions read
-them. Most functions need only the first and last sample, the count and the counter resets,
-so a window answers those without building a list of every sample."""
+"""What the store and the evaluator both know of a series' samples: the stale marker that
+ends a series, and the window of samples a range selector reads (most functions need only
+the first and last sample, the count and the counter resets, so a window answers those
+without building a list of every sample). Both import it; neither imports the other for it."""
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Sequence
 from itertools import pairwise
 from typing import Protocol
+
+# Prometheus's stale marker: a NaN with these exact bits, written when a series ends.
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+_STALE_BITS = struct.pack("<d", STALE_NAN)
+
+
+def is_stale_marker(value: float) -> bool:
+    return math.isnan(value) and struct.pack("<d", value) == _STALE_BITS
+
 
 # (samples, first time, first value, last time, last value, sum of the values before each drop)
 CounterStats = tuple[int, float, float, float, float, float]
