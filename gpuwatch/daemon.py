@@ -82,6 +82,7 @@ class Daemon:
         acks: AckStore | None = None,
         notifier: Notifier | None = None,
         problems: StateProblems | None = None,
+        web_guard: WebGuard | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -109,7 +110,7 @@ class Daemon:
         self.overruns = 0  # ticks skipped because a cycle ran past them
         self._task: asyncio.Task[None] | None = None
         self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
-        self.web_guard: WebGuard | None = None  # the listener's auth, when it has a web config
+        self.web_guard = web_guard  # the listener's auth, when it has a web config
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

@@ -250,6 +250,7 @@ def build_daemon(
     rules: RuleEngine,
     *,
     boot_id: str | None = None,
+    web_guard: WebGuard | None = None,
 ) -> Daemon:
     """The daemon `gpuwatch run` serves, before its listeners and notifier: its source, rules,
     journal (of this boot, the machine's unless `boot_id` says) and acknowledgements."""
@@ -270,19 +271,20 @@ def build_daemon(
         journal=journal,
         acks=AckStore(state_dir),
         problems=problems,
+        web_guard=web_guard,
     )
 
 
 async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
-    rules = load_rules(config, state_dir)
-    daemon = build_daemon(config, nvml, clock, state_dir, rules)
-    events, problems = daemon.events, daemon.problems
     guard = None
     if config.web_config is not None:
         try:
             guard = WebGuard(load_web_config(config.web_config))
         except FileError as exc:
             raise StartupError(f"web config:\n{exc}") from exc
+    rules = load_rules(config, state_dir)
+    daemon = build_daemon(config, nvml, clock, state_dir, rules, web_guard=guard)
+    events, problems = daemon.events, daemon.problems
     host, port = parse_listen(config.listen)
     try:
         runner, bound = await start_http(Api(daemon), host, port, guard)
@@ -330,7 +332,6 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     await daemon.start()
     scheme = "https" if guard is not None and guard.config.tls is not None else "http"
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)
-    daemon.web_guard = guard
     return Running(daemon, runner, bound, sockets, scheme)
 
 
