@@ -112,6 +112,13 @@ class Daemon:
         self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
         self.web_guard = web_guard  # the listener's auth, when it has a web config
 
+    async def apply(self, config: Config) -> None:
+        """A reload's step for the daemon: the new config, and a notifier for its receivers
+        when they changed (reload.py has checked the files and the rules first)."""
+        old, self.config = self.config, config
+        if config.notify != old.notify and self.notifier is not None:
+            self.notifier = await self.notifier.reconfigured(config.notify)
+
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.restore_xids()

@@ -10,7 +10,6 @@ from dataclasses import replace
 from gpuwatch import logs
 from gpuwatch.config import default_rule_interval, load_config
 from gpuwatch.daemon import Daemon
-from gpuwatch.notify.notifier import Notifier
 from gpuwatch.webconfig import load_web_config
 from gpuwatch.yamlfile import FileError
 
@@ -48,14 +47,11 @@ async def _reload(daemon: Daemon) -> str:
             return _refused(f"web config {old.web_config}: {exc}")
     rules = daemon.rules
     if rules is not None:
-        previous = (rules.patterns, rules.default_interval)
-        rules.patterns = list(new.rules.files) if new.rules.files is not None else None
-        rules.default_interval = default_rule_interval(new.rules, old.sampling)
+        files = list(new.rules.files) if new.rules.files is not None else None
         async with rules.evaluating:
-            error = rules.reload()  # logs why it refused
+            error = rules.apply(files, default_rule_interval(new.rules, old.sampling))
         if error:
-            rules.patterns, rules.default_interval = previous
-            return error
+            return error  # the engine logged why and kept its rules
     later = [f for f in RESTART_ONLY if getattr(new, f) != getattr(old, f)]
     later += [
         f"push.{f}" for f in RESTART_ONLY_PUSH if getattr(new.push, f) != getattr(old.push, f)
@@ -64,32 +60,13 @@ async def _reload(daemon: Daemon) -> str:
         log.warning("reload: %s changed; that takes a restart", ", ".join(later))
     kept = {f: getattr(old, f) for f in RESTART_ONLY}
     push = replace(old.push, token=new.push.token)
-    daemon.config = replace(new, push=push, **kept)
+    await daemon.apply(replace(new, push=push, **kept))
     if web is not None and daemon.web_guard is not None:
         daemon.web_guard.reload(web)
     if new.log != old.log:
         logs.setup(new.log.level, new.log.format)
-    if new.notify != old.notify and daemon.notifier is not None:
-        await _restart_notifier(daemon, daemon.notifier)
     log.info("reloaded %s", old.source or "the defaults")
     return ""
-
-
-async def _restart_notifier(daemon: Daemon, old: Notifier) -> None:
-    """A new notifier on the same outbox: what was queued or told survives, as across a
-    restart of the daemon."""
-    await old.stop()
-    notifier = Notifier(
-        daemon.config.notify,
-        old.state_dir,
-        daemon.clock,
-        node=old.node,
-        external_url=old.default_external_url,
-        interval=old.interval,
-    )
-    await notifier.start()
-    daemon.notifier = notifier
-    log.info("notifications reconfigured: %d receivers", len(daemon.config.notify.receivers))
 
 
 def _refused(error: str) -> str:

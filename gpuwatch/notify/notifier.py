@@ -111,6 +111,24 @@ class Notifier:
             await self._session.close()
         self.db.close()
 
+    async def reconfigured(self, config: NotifyConfig) -> Notifier:
+        """A reload's step for notifications: this notifier stopped and a new one with
+        `config` started on the same outbox, so what was queued or told survives, as across
+        a restart of the daemon."""
+        await self.stop()
+        notifier = Notifier(
+            config,
+            self.state_dir,
+            self.clock,
+            node=self.node,
+            external_url=self.default_external_url,
+            interval=self.interval,
+            problems=self.problems,
+        )
+        await notifier.start()
+        log.info("notifications reconfigured: %d receivers", len(config.receivers))
+        return notifier
+
     def update(
         self, now: float, firing: Iterable[NotifyAlert], gpus: Mapping[str, GpuIdentity]
     ) -> None:

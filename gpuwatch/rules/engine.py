@@ -102,6 +102,17 @@ class RuleEngine:
             log.warning("no rule files match %s; no rules are evaluated", self.patterns)
         return load_rule_files(paths)
 
+    def apply(self, patterns: list[str] | None, default_interval: float) -> str:
+        """A reload's step for the rules: the files `patterns` names (None: the shipped
+        packs) at `default_interval` replace the running ones, or nothing changes and the
+        reason is returned."""
+        previous = (self.patterns, self.default_interval)
+        self.patterns, self.default_interval = patterns, default_interval
+        error = self.reload()
+        if error:
+            self.patterns, self.default_interval = previous
+        return error
+
     def reload(self) -> str:
         """Load the files again; returns "" on success, else why (the old rules keep running)."""
         try:
