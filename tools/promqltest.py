@@ -33,6 +33,7 @@ from gpuwatch.promql.memory import MemoryStorage
 from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.promql.values import EvalError, Labels, Scalar, Value, VSample
 from gpuwatch.rules.notation import MISSING, expand_values, parse_metric
+from gpuwatch.series import on_ms
 from gpuwatch.units import parse_duration
 
 _LOAD = re.compile(r"^load(?:_(with_nhcb))?\s+(.+?)$")
@@ -175,7 +176,7 @@ class Runner:
             series = self.storage.series(metric)
             for step, value in enumerate(values):
                 if value is not MISSING:
-                    series.add(step * gap, value)
+                    series.add(on_ms(step * gap), value)
         return i
 
     def parse_eval(self, lines: list[str], i: int) -> tuple[int, _Eval]:

@@ -37,8 +37,8 @@ class MemorySeries:
         self.drops: list[int] = []  # indices i where values[i] < values[i - 1]
 
     def add(self, t: float, value: float) -> None:
-        """Append in time order; a second sample at the same time is ignored, as Prometheus does."""
-        t = on_ms(t)
+        """Append in time order; a second sample at the same time is ignored, as Prometheus does.
+        `t` is on the millisecond grid already (on_ms): callers put it there once a batch."""
         times = self.times
         if times and t <= times[-1]:
             return
@@ -88,7 +88,9 @@ class MemorySeries:
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None:
         times = self.times
         i = bisect_right(times, t) - 1
-        if i < 0 or times[i] <= on_ms(t - lookback):
+        edge = t - lookback
+        # (t - lookback, t]; on_ms only where float error may have moved the edge
+        if i < 0 or times[i] <= edge or (times[i] - edge < 1e-6 and times[i] <= on_ms(edge)):
             return None
         value = self.values[i]
         if isnan(value) and is_stale_marker(value):
@@ -107,6 +109,7 @@ class MemoryStorage:
         """Write one batch of `source`; its series missing from the batch get a stale marker."""
         written: set[MemorySeries] = set()
         by_name = self._by_name
+        t = on_ms(t)
         for name, labels, value in samples:
             series = by_name.get((name, labels))
             if series is None:

@@ -24,6 +24,7 @@ from gpuwatch.promql.values import EvalError, Labels, Scalar, StringValue, VSamp
 from gpuwatch.rules.alerting import AlertingRule, AlertState, RuleGroup
 from gpuwatch.rules.files import expand_paths, load_rule_files
 from gpuwatch.rules.notation import MISSING, expand_values, parse_metric
+from gpuwatch.series import on_ms
 from gpuwatch.units import parse_duration
 from gpuwatch.yamlfile import FileError
 
@@ -144,7 +145,7 @@ class _TestGroup:
             series = storage.series(metric)
             for step, value in enumerate(values):
                 if value is not MISSING:
-                    series.add(step * interval, value)
+                    series.add(on_ms(step * interval), value)
         external = {str(k): str(v) for k, v in (self.data.get("external_labels") or {}).items()}
         try:
             definitions = load_rule_files(self.rule_files)
