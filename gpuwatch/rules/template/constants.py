@@ -1,6 +1,7 @@
-"""Go's constants as text/template reads them: quoted strings through strconv.Unquote's
-escapes, and numbers as ints, uints, floats or complex numbers by Go's rules (`017` is octal,
-`08` an error, `1e3` a float that is also an integer, `1e400` out of range)."""
+"""Go's constants as text/template reads them, and Go's quoting back: quoted strings through
+strconv.Unquote's escapes (strconv.Quote for messages and %q), and numbers as ints, uints,
+floats or complex numbers by Go's rules (`017` is octal, `08` an error, `1e3` a float that is
+also an integer, `1e400` out of range)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,28 @@ def unquote(text: str) -> str:
     if quote == "'" and len(result) != 1:
         raise TemplateError("invalid syntax")
     return result
+
+
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES |= {"\v": "\\v", "\\": "\\\\"}
+
+
+def go_quote(text: str, ascii_only: bool = False, quote: str = '"') -> str:
+    """strconv.Quote (or QuoteToASCII, or QuoteRune with quote="'")."""
+    out = [quote]
+    for c in text:
+        code = ord(c)
+        if c == quote:
+            out.append("\\" + c)
+        elif c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif (ascii_only and code > 0x7E) or not c.isprintable():
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(c)
+    return "".join(out) + quote
 
 
 _OCTAL = re.compile(r"[+-]?0[0-7_]+")

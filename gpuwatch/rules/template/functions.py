@@ -10,6 +10,7 @@ import urllib.parse
 
 from gpuwatch.regex import RegexError, compile_regex, expand_replacement
 from gpuwatch.rules.template.builtins import BUILTINS, go_query_escape
+from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.numbers import (
     humanize,
     humanize_1024,
@@ -20,7 +21,6 @@ from gpuwatch.rules.template.numbers import (
     to_float,
     to_time,
 )
-from gpuwatch.rules.template.printf import go_quote
 from gpuwatch.rules.template.signature import Context, Func, FuncError
 from gpuwatch.rules.template.values import ArgsMap, GoHTML, QueryResult, QuerySample
 

@@ -7,7 +7,7 @@ import math
 import re
 
 from gpuwatch.gofmt import format_g4
-from gpuwatch.rules.template.printf import go_quote
+from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.signature import FuncError
 from gpuwatch.rules.template.values import GoDuration, GoHTML, GoTime, sprint_one, type_name
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from gpuwatch.rules.template.constants import number, unquote
+from gpuwatch.rules.template.constants import go_quote, number, unquote
 from gpuwatch.rules.template.lex import Kind, TemplateError, Token, lex
 from gpuwatch.rules.template.nodes import (
     Action,
@@ -43,10 +43,6 @@ _OPERAND_START = (
 )
 
 
-def _q(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _item(token: Token) -> str:
     """A token as Go's parser names it in "unexpected ..." errors."""
     if token.kind is Kind.EOF:
@@ -54,10 +50,10 @@ def _item(token: Token) -> str:
     if token.kind in (Kind.KEYWORD, Kind.DOT, Kind.NIL):
         return f"<{token.text}>"
     if token.kind is Kind.RIGHT:
-        return _q("}}")
+        return go_quote("}}")
     if len(token.text) > 10:
-        return _q(token.text[:10]) + "..."
-    return _q(token.text)
+        return go_quote(token.text[:10]) + "..."
+    return go_quote(token.text)
 
 
 def number_literal(token: Token) -> Literal:
@@ -134,7 +130,7 @@ class _Parser:
             if node is not None:
                 root.append(node)
         if root and self.defined.get(self.name):
-            raise self.error(0, f"template: multiple definition of template {_q(self.name)}")
+            raise self.error(0, f"template: multiple definition of template {go_quote(self.name)}")
         return Tree(root, self.defined)
 
     def _keyword_after_left(self) -> str:
@@ -160,7 +156,9 @@ class _Parser:
         existing = self.defined.get(name)
         if existing is not None and _has_content(existing):
             if _has_content(body):
-                raise self.error(token, f"template: multiple definition of template {_q(name)}")
+                raise self.error(
+                    token, f"template: multiple definition of template {go_quote(name)}"
+                )
             return
         self.defined[name] = body
 
@@ -219,7 +217,7 @@ class _Parser:
                 return Loop(token.pos, word), None
             if word in ("template", "block"):
                 return self.template_call(word, token), None
-            raise self.error(token, f"unexpected {_q(word)}")
+            raise self.error(token, f"unexpected {go_quote(word)}")
         return Action(token.pos, self.pipeline("command", Kind.RIGHT)), None
 
     def control(self, keyword: str, token: Token) -> Branch:
@@ -342,7 +340,7 @@ class _Parser:
         if isinstance(node, Variable):
             return Variable(pos, node.name, node.names + tuple(names))
         if isinstance(node, Literal | Nil | Dot):
-            raise self.error(node.pos, f"unexpected . after term {_q(str(node))}")
+            raise self.error(node.pos, f"unexpected . after term {go_quote(str(node))}")
         return Chain(node.pos, node, tuple(names))
 
     def term(self) -> Node | None:
@@ -350,7 +348,7 @@ class _Parser:
         kind = token.kind
         if kind is Kind.IDENT:
             if token.text not in self.functions:
-                raise self.error(token, f"function {_q(token.text)} not defined")
+                raise self.error(token, f"function {go_quote(token.text)} not defined")
             return Identifier(token.pos, token.text)
         if kind is Kind.DOT:
             return Dot(token.pos)
@@ -358,7 +356,7 @@ class _Parser:
             return Nil(token.pos)
         if kind is Kind.VARIABLE:
             if token.text not in self.vars:
-                raise self.error(token, f"undefined variable {_q(token.text)}")
+                raise self.error(token, f"undefined variable {go_quote(token.text)}")
             return Variable(token.pos, token.text)
         if kind is Kind.FIELD:
             return Field(token.pos, (token.text[1:],))

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 
 from gpuwatch.gofmt import format_v
+from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.values import (
     ArgsMap,
     GoDuration,
@@ -26,26 +27,6 @@ _SPEC = re.compile(
     r"%([-+# 0]*)(?:\[(\d+)\])?(\*|\d+)?(?:\.(?:\[(\d+)\])?(\*|\d*))?(?:\[(\d+)\])?(.|$)",
     re.DOTALL,
 )
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPES |= {"\v": "\\v", "\\": "\\\\"}
-
-
-def go_quote(text: str, ascii_only: bool = False, quote: str = '"') -> str:
-    """strconv.Quote (or QuoteToASCII, or QuoteRune with quote="'")."""
-    out = [quote]
-    for c in text:
-        code = ord(c)
-        if c == quote:
-            out.append("\\" + c)
-        elif c in _ESCAPES:
-            out.append(_ESCAPES[c])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif (ascii_only and code > 0x7E) or not c.isprintable():
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(c)
-    return "".join(out) + quote
 
 
 class _Flags:
