@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -31,7 +30,8 @@ import promql_parser as pp
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.memory import MemoryStorage
 from gpuwatch.promql.parse import QueryError, parse
-from gpuwatch.promql.values import EvalError, Labels, Scalar, Value, VSample
+from gpuwatch.promql.values import EvalError, Labels, Scalar, Value, VSample, almost_equal
+from gpuwatch.promql.walk import nodes
 from gpuwatch.rules.notation import MISSING, expand_values, parse_metric
 from gpuwatch.series import on_ms
 from gpuwatch.units import parse_duration
@@ -43,7 +43,6 @@ _RANGE = re.compile(
 )
 _SERIES = re.compile(r"^(.*?\}|[^{\s]+)\s+(.*)$")
 EPSILON = 1e-6
-MIN_NORMAL = 2.2250738585072014e-308
 
 
 @dataclass
@@ -69,18 +68,6 @@ class _Eval:
     fail_message: str | None = None
     fail_regexp: str | None = None
     native: bool = False  # a native histogram among the expected samples
-
-
-def almost_equal(a: float, b: float) -> bool:
-    if math.isnan(a) and math.isnan(b):
-        return True
-    if a == b:
-        return True
-    abs_sum = abs(a) + abs(b)
-    diff = abs(a - b)
-    if a == 0 or b == 0 or abs_sum < MIN_NORMAL:
-        return diff < EPSILON * MIN_NORMAL
-    return diff / min(abs_sum, sys.float_info.max) < EPSILON
 
 
 def _seconds(text: str) -> float:
@@ -302,7 +289,8 @@ def _varying_parameter(expr: pp.Expr) -> bool:
             if not isinstance(param, pp.NumberLiteral | pp.StringLiteral):
                 found.append(True)
 
-    pp.walk(expr, visit)
+    for node, _ in nodes(expr, max_depth=1_000_000):
+        visit(node)
     return bool(found)
 
 
@@ -327,7 +315,8 @@ def _selects_any(text: str, names: set[str]) -> bool:
             if m.op == pp.MatchOp.Re and any(re.fullmatch(m.value, n) for n in names):
                 found.append(True)
 
-    pp.walk(expr, visit)
+    for node, _ in nodes(expr, max_depth=1_000_000):
+        visit(node)
     return bool(found)
 
 
@@ -352,7 +341,7 @@ def _compare(ev: _Eval, results: list[tuple[float, Value]], ranged: bool, ordere
     if isinstance(value, Scalar):
         if ev.scalar is None:
             return f"expected a vector, got scalar {value.value}"
-        if almost_equal(ev.scalar, value.value):
+        if almost_equal(ev.scalar, value.value, EPSILON):
             return ""
         return f"expected {ev.scalar}, got {value.value}"
     if ev.scalar is not None:
@@ -368,7 +357,7 @@ def _compare(ev: _Eval, results: list[tuple[float, Value]], ranged: bool, ordere
             want = ev.order.index(s.metric) + 1
             return f"{_show(s.metric)} at position {pos + 1}, expected {want}"
         expected = ev.expected[s.metric][0]
-        if expected is None or not almost_equal(expected, s.value):
+        if expected is None or not almost_equal(expected, s.value, EPSILON):
             return f"{_show(s.metric)}: expected {expected}, got {s.value}"
         seen.add(s.metric)
     missing = [m for m in ev.expected if m not in seen]
@@ -398,7 +387,7 @@ def _compare_range(ev: _Eval, results: list[tuple[float, Value]]) -> str:
         padded = expected + [None] * (len(values) - len(expected))
         for (t, _), e, g in zip(results, padded, values, strict=False):
             if (e is None) != (g is None) or (
-                e is not None and g is not None and not almost_equal(e, g)
+                e is not None and g is not None and not almost_equal(e, g, EPSILON)
             ):
                 return f"{_show(metric)} at {t:g}s: expected {e}, got {g}"
     missing = [m for m in ev.expected if m not in series]  # even one expected as all `_`

@@ -7,22 +7,19 @@ from __future__ import annotations
 import bisect
 import math
 
-from gpuwatch.promql.values import Labels, Vector, VSample, drop_name, label_value, with_label
+from gpuwatch.promql.values import (
+    Labels,
+    Vector,
+    VSample,
+    almost_equal,
+    drop_name,
+    label_value,
+    with_label,
+)
 
 # Differences this small between neighbouring cumulative counts are float rounding, not a
 # decrease: Prometheus ignores them in either direction (smallDeltaTolerance).
 SMALL_DELTA = 1e-12
-MIN_NORMAL = 2.2250738585072014e-308
-
-
-def _almost_equal(a: float, b: float) -> bool:
-    if a == b:
-        return True
-    total = abs(a) + abs(b)
-    diff = abs(a - b)
-    if a == 0 or b == 0 or total < MIN_NORMAL:
-        return diff < SMALL_DELTA * MIN_NORMAL
-    return diff / min(total, 1.7976931348623157e308) < SMALL_DELTA
 
 
 def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -49,7 +46,7 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
         current = bucket[1]
         if current == previous:
             continue
-        if _almost_equal(previous, current) or current < previous:
+        if almost_equal(previous, current, SMALL_DELTA) or current < previous:
             bucket[1] = previous  # a rounding wobble or a decrease: held at the last count
             continue
         previous = current

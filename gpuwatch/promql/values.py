@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 
 from gpuwatch.series import Window
@@ -93,3 +95,20 @@ def go_quote(text: str) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+MIN_NORMAL = 2.2250738585072014e-308  # the smallest normal float64
+
+
+def almost_equal(a: float, b: float, epsilon: float) -> bool:
+    """Prometheus's util/almost.Equal: equal within a relative epsilon, NaN equal to NaN (its
+    histogram code ignores rounding wobbles with it; its test suite compares results with it)."""
+    if math.isnan(a) and math.isnan(b):
+        return True
+    if a == b:
+        return True
+    total = abs(a) + abs(b)
+    diff = abs(a - b)
+    if a == 0 or b == 0 or total < MIN_NORMAL:
+        return diff < epsilon * MIN_NORMAL
+    return diff / min(total, sys.float_info.max) < epsilon
