@@ -38,19 +38,27 @@ def _go_int(chunk: str) -> bool:
     return chunk.isascii() and chunk.isdigit() and int(chunk) < 2**63
 
 
-def _by_labels(names: list[str], descending: bool) -> Callable[[VSample, VSample], int]:
+Keyed = tuple[tuple[str, ...], VSample]  # the named labels' values, and the sample
+
+
+def _by_labels(descending: bool) -> Callable[[Keyed, Keyed], int]:
     sign = -1 if descending else 1
 
-    def compare(x: VSample, y: VSample) -> int:
-        lx, ly = dict(x.metric), dict(y.metric)
-        for name in names:
-            a, b = lx.get(name, ""), ly.get(name, "")
+    def compare(x: Keyed, y: Keyed) -> int:
+        for a, b in zip(x[0], y[0], strict=True):
             if a != b:
                 return -sign if natural_less(a, b) else sign
-        return sign * ((x.metric > y.metric) - (x.metric < y.metric))
+        mx, my = x[1].metric, y[1].metric
+        return sign * ((mx > my) - (mx < my))
 
     return compare
 
 
 def sort_by_labels(vector: Vector, names: list[str], descending: bool) -> Vector:
-    return sorted(vector, key=functools.cmp_to_key(_by_labels(names, descending)))
+    """The values of the named labels read once a sample, not once a comparison."""
+    keyed: list[Keyed] = []
+    for s in vector:
+        labels = dict(s.metric)
+        keyed.append((tuple(labels.get(name, "") for name in names), s))
+    keyed.sort(key=functools.cmp_to_key(_by_labels(descending)))
+    return [s for _, s in keyed]
