@@ -18,7 +18,7 @@ from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample, drop_name
 from gpuwatch.rules.files import GroupDef, RuleDef
-from gpuwatch.rules.template import TemplateData
+from gpuwatch.rules.template import QueryFn, TemplateData
 from gpuwatch.rules.template.functions import FuncError
 from gpuwatch.units import ascii_int
 
@@ -94,7 +94,7 @@ def _scalar_as_vector(value: object, t: float) -> Vector:
     raise EvalError("rule result is not a vector or scalar")
 
 
-def _query_with(ev: Evaluator) -> Callable[[str, float], list[tuple[dict[str, str], float]]]:
+def _query_with(ev: Evaluator) -> QueryFn:
     """The templates' `query`: an instant query on the rules' own store, as Prometheus runs
     one against its own."""
 
@@ -160,10 +160,8 @@ class AlertingRule:
         self._external_url = external_url
         self._alerts_metric = alerts_metric
 
-    def _alert_for(self, s: VSample, ev: Evaluator, t: float) -> tuple[Labels, Alert]:
-        data = TemplateData(
-            dict(s.metric), s.value, self._external, self._external_url, _query_with(ev), t
-        )
+    def _alert_for(self, s: VSample, query: QueryFn, t: float) -> tuple[Labels, Alert]:
+        data = TemplateData(dict(s.metric), s.value, self._external, self._external_url, query, t)
         labels = {k: v for k, v in s.metric if k != NAME}
         labels.update(self._group_labels)
         for name, template in self.rule.labels:
@@ -177,8 +175,9 @@ class AlertingRule:
     def evaluate(self, ev: Evaluator, t: float, limit: int, sink: Sink) -> list[Transition]:
         vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
         current: dict[Labels, Alert] = {}
+        query = _query_with(ev)
         for s in vector:
-            key, alert = self._alert_for(s, ev, t)
+            key, alert = self._alert_for(s, query, t)
             if key in current:
                 raise EvalError(
                     "vector contains metrics with the same labelset after applying alert labels"
