@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -244,13 +244,15 @@ def _matrix(ev: Evaluator, arg: pp.Expr, t: float) -> Matrix:
 
 def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     if isinstance(arg, pp.SubqueryExpr):
-        return _range_function_of(name, ev.subquery(arg, t), *ev.subquery_window(arg, t), t)
+        start, end = ev.subquery_window(arg, t)
+        steps = [(s.metric, s.window) for s in ev.subquery(arg, t)]
+        return _over_windows(name, steps, start, end, t)
     if not isinstance(arg, pp.MatrixSelector):
         raise EvalError(f"{name}() needs a range selector")
-    end = ev.selection(arg.vector_selector).time(t, ev.query_time)
+    selection = ev.selection(arg.vector_selector)
+    end = selection.time(t, ev.query_time)
     start = on_ms(end - arg.range.total_seconds())
     out: Vector = []
-    selection = ev.selection(arg.vector_selector)
     if name in ("rate", "increase", "delta"):
         # The hot path of the shipped packs: one pass per series, no window object.
         counter, rate = name != "delta", name == "rate"
@@ -258,39 +260,34 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
             result = _extrapolated(series.counter_stats(start, end), start, end, counter, rate)
             if result is not None:
                 out.append(VSample(drop_name(series.metric()), result, t))
-        if not selection.one_name:
-            out.sort(key=lambda sample: sample.metric)
-        return out
-    over_time = OVER_TIME.get(name)
-    if over_time is None:
-        return _range_function_of(name, ev.matrix_selector(arg, t), start, end, t)
-    # the next hottest path: straight from each series' window, no range vector between
-    for series in selection.select(ev.querier):
-        window = series.window(start, end)
-        if len(window):
-            out.append(VSample(drop_name(series.metric()), over_time(window), t))
+    else:  # straight from each series' window, no range vector between
+        pairs = ((s.metric(), s.window(start, end)) for s in selection.select(ev.querier))
+        out = _over_windows(name, pairs, start, end, t)
     if not selection.one_name:
         out.sort(key=lambda sample: sample.metric)
     return out
 
 
-def _range_function_of(name: str, matrix: Matrix, start: float, end: float, t: float) -> Vector:
-    """A range function over windows already read (a subquery's, or any but the hot path)."""
+def _over_windows(
+    name: str, pairs: Iterable[tuple[Labels, Window]], start: float, end: float, t: float
+) -> Vector:
+    """A range function over (series, window) pairs; an empty window has no answer."""
+    over_time = OVER_TIME.get(name)
     out: Vector = []
-    for s in matrix:
+    for metric, w in pairs:
+        if not len(w):
+            continue
         value: float | None
-        if name in ("rate", "increase", "delta"):
-            stats = counter_stats(s.window)
-            value = _extrapolated(stats, start, end, name != "delta", name == "rate")
+        if over_time is not None:
+            value = over_time(w)
+        elif name in ("rate", "increase", "delta"):
+            value = _extrapolated(counter_stats(w), start, end, name != "delta", name == "rate")
         elif name in ("irate", "idelta"):
-            value = _instant_rate(s.window, name == "irate", name == "irate")
-        elif name == "deriv":
-            w = s.window
+            value = _instant_rate(w, name == "irate", name == "irate")
+        else:  # deriv
             value = linear_regression(w, w.first()[0])[0] if len(w) > 1 else None
-        else:
-            value = OVER_TIME[name](s.window)
         if value is not None:
-            out.append(VSample(drop_name(s.metric), value, t))
+            out.append(VSample(drop_name(metric), value, t))
     return out
 
 
