@@ -209,8 +209,10 @@ class Evaluator:
         self._aggregations: dict[str, tuple[str, GroupMemo]] = {}
 
     def selection(self, selector: pp.VectorSelector) -> Selection:
-        # AST nodes are rebuilt on each attribute access; key by their text instead.
-        key = str(selector)
+        # AST nodes are rebuilt on each attribute access; key by their text instead, and by
+        # the offset in seconds: the text writes `offset 25ms` as `offset 0s`.
+        offset = selector.offset.total_seconds() if selector.offset else 0.0
+        key = f"{selector} {offset!r}"
         found = self._selections.get(key)
         if found is None:
             found = self._selections[key] = Selection(selector)
