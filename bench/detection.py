@@ -33,15 +33,15 @@ from pathlib import Path
 
 import pynvml
 
-from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon
-from gpuwatch.health import SEVERITY, Health
+from gpuwatch.health.verdict import SEVERITY, Health
+from gpuwatch.host.boot import current_boot_id
 from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.runner import build_daemon, load_rules
+from gpuwatch.serve.runner import wire
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
@@ -323,8 +323,8 @@ async def _start(config: Config, clock: ManualClock, boot: str) -> tuple[Daemon,
     """A daemon as `gpuwatch run` builds one (its journal, acknowledgements, GPU inventory
     and saved alert state), on the state directory the last one left."""
     state = Path(config.state_dir)
-    rules = load_rules(config, state)
-    daemon = build_daemon(config, pynvml, clock, state, rules, boot_id=boot)
+    wired = wire(config, pynvml, clock, state, 10040, boot_id=boot)
+    daemon, rules = wired.daemon, wired.rules
     daemon.restore_xids()
     await daemon.source.start()
     return daemon, rules

@@ -36,7 +36,7 @@ from gpuwatch.notify.config import NotifyConfig, ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Outgoing
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.sender import ReceiverSender
-from gpuwatch.runner import start
+from gpuwatch.serve.runner import start
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Fault, load_scenario
 

@@ -22,7 +22,7 @@ from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
-from gpuwatch.store import Store
+from gpuwatch.store.tsdb import Store
 
 HISTORY_S = 3600
 ROUNDS = 61  # cycles timed after the first; the 15 s groups run 4 times

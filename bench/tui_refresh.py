@@ -27,8 +27,8 @@ from gpuwatch.tui.app import FleetScreen, GpuwatchApp
 from gpuwatch.tui.data import HttpSource
 from gpuwatch.tui.fleet_table import FleetTable
 
-from gpuwatch.api import summarize_gpus
 from gpuwatch.gctune import tune_gc
+from gpuwatch.serve.api import summarize_gpus
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tui" / "fall_off_bus.json"
 REFRESHES = 30

@@ -18,7 +18,7 @@ from dataclasses import replace
 from gpuwatch.clock import SystemClock
 from gpuwatch.config import Config
 from gpuwatch.model import Event
-from gpuwatch.runner import start
+from gpuwatch.serve.runner import start
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Fault, load_scenario
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch import metrics as m
+from gpuwatch.host.processes import GpuProcess
 from gpuwatch.model import GpuInfo, Labels, Sample
 from gpuwatch.nvml.fields import CLOCK_EVENT_REASONS, RECOVERY_ACTIONS
-from gpuwatch.processes import GpuProcess
 
 MIB = float(2**20)
 

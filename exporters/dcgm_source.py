@@ -25,11 +25,11 @@ from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
-from gpuwatch.inventory import Inventory, missing_samples
+from gpuwatch.health.xid_catalog import xid_event_text
+from gpuwatch.host.processes import with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
-from gpuwatch.processes import with_jobs
-from gpuwatch.xid import xid_event_text
+from gpuwatch.state.inventory import Inventory, missing_samples
 
 log = logging.getLogger(__name__)
 

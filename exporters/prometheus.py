@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 from gpuwatch.clock import Clock
 from gpuwatch.metrics import CATALOGUE, MetricDef, MetricType
 from gpuwatch.model import Labels
-from gpuwatch.store import Store
+from gpuwatch.store.tsdb import Store
 
 TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_LATEST
 OPENMETRICS_CONTENT_TYPE = openmetrics_format.CONTENT_TYPE_LATEST

@@ -21,15 +21,15 @@ from typing import Any
 import yaml
 
 from gpuwatch import __version__, logs
-from gpuwatch.client_tls import open_url, redact, tls_context
+from gpuwatch.clients.tls import open_url, redact, tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
-from gpuwatch.printable import printable, printable_json
-from gpuwatch.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
+from gpuwatch.serve.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
-from gpuwatch.units import parse_listen
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.printable import printable, printable_json
+from gpuwatch.text.units import parse_listen
+from gpuwatch.text.yamlfile import FileError
 
 EXIT_CONFIG = 2
 EXIT_UNREACHABLE = 3
@@ -168,7 +168,7 @@ def _control(
 ) -> tuple[int, Any]:
     """(exit status, the reply's data) of one request on the daemon's control socket; the
     exit status is 3 when the daemon cannot be reached and 1 when it refuses, said on stderr."""
-    from gpuwatch.control_client import ControlError, default_socket, request
+    from gpuwatch.clients.control import ControlError, default_socket, request
 
     path = Path(args.socket) if args.socket else default_socket(args.state_dir)
     try:
@@ -249,8 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from gpuwatch.api import node_payload
-    from gpuwatch.status import render_node
+    from gpuwatch.clients.status import render_node
+    from gpuwatch.serve.api import node_payload
 
     try:
         parse_listen(args.listen)
@@ -360,7 +360,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from gpuwatch.status import render_node
+    from gpuwatch.clients.status import render_node
 
     base = args.url.rstrip("/")
     try:
@@ -501,7 +501,7 @@ def cmd_xid(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from gpuwatch.xid import CATALOG, lookup
+    from gpuwatch.health.xid_catalog import CATALOG, lookup
 
     if args.code is not None:
         xid = lookup(args.code)

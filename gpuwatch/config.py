@@ -14,8 +14,8 @@ from typing import Any
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.push.registry import PushLimits
-from gpuwatch.units import parse_duration, parse_listen
-from gpuwatch.yamlfile import (
+from gpuwatch.text.units import parse_duration, parse_listen
+from gpuwatch.text.yamlfile import (
     Checker,
     YamlDoc,
     boolean,

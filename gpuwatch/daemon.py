@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from gpuwatch import metrics as m
-from gpuwatch.acks import AckStore
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.config import Config
-from gpuwatch.health import Cause, Verdict, health_samples
-from gpuwatch.journal import Journal
-from gpuwatch.judge import HealthJudge
+from gpuwatch.health.acks import AckStore
+from gpuwatch.health.judge import HealthJudge
+from gpuwatch.health.own import state_causes
+from gpuwatch.health.verdict import Cause, Verdict, health_samples
+from gpuwatch.health.xid_counter import XidCounter, xid_history
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
@@ -24,10 +25,9 @@ from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.rules.outgoing import alerts_to_send
 from gpuwatch.source import Source
-from gpuwatch.statedir import StateProblems
-from gpuwatch.store import Store
-from gpuwatch.webconfig import WebGuard
-from gpuwatch.xid_counter import XidCounter, xid_history
+from gpuwatch.state.journal import Journal
+from gpuwatch.state.statedir import StateProblems
+from gpuwatch.store.tsdb import Store
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,17 @@ class Daemon:
         source: Source,
         events: EventLog,
         *,
+        store: Store | None = None,
         rules: RuleEngine | None = None,
         journal: Journal | None = None,
         acks: AckStore | None = None,
         notifier: Notifier | None = None,
         problems: StateProblems | None = None,
-        web_guard: WebGuard | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
         self.source = source
-        self.store = rules.store if rules is not None else Store(config.store.retention)
+        self.store = store if store is not None else Store(config.store.retention)
         self.rules = rules
         self.journal = journal
         self.notifier = notifier
@@ -109,15 +109,11 @@ class Daemon:
         self.cycles = 0  # sampling cycles completed
         self.overruns = 0  # ticks skipped because a cycle ran past them
         self._task: asyncio.Task[None] | None = None
-        self.reload_lock = asyncio.Lock()  # one reload at a time (SIGHUP, the socket)
-        self.web_guard = web_guard  # the listener's auth, when it has a web config
 
-    async def apply(self, config: Config) -> None:
-        """A reload's step for the daemon: the new config, and a notifier for its receivers
-        when they changed (reload.py has checked the files and the rules first)."""
-        old, self.config = self.config, config
-        if config.notify != old.notify and self.notifier is not None:
-            self.notifier = await self.notifier.reconfigured(config.notify)
+    def apply(self, config: Config) -> None:
+        """A reload's step for the daemon: the new config (the reloader has checked the files,
+        and the rules and the notifier have applied their parts)."""
+        self.config = config
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -196,7 +192,7 @@ class Daemon:
             self.source.backend,
             batch.gpus,
             chain(batch.samples, batch.slow),
-            self.problems.causes(),
+            state_causes(self.problems),
         )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from gpuwatch.processes import GpuProcess, jobs_text
+from gpuwatch.host.processes import GpuProcess, jobs_text
 
 Labels = tuple[tuple[str, str], ...]
 

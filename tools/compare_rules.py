@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from gpuwatch.rules.files import load_rule_file
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.yamlfile import FileError
 
 SUFFIXES = (".yml", ".yaml", ".rules", ".json")
 

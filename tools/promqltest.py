@@ -33,8 +33,8 @@ from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.promql.values import EvalError, Labels, Scalar, Value, VSample, almost_equal
 from gpuwatch.promql.walk import nodes
 from gpuwatch.rules.notation import MISSING, expand_values, parse_metric
-from gpuwatch.series import on_ms
-from gpuwatch.units import parse_duration
+from gpuwatch.store.series import on_ms
+from gpuwatch.text.units import parse_duration
 
 _LOAD = re.compile(r"^load(?:_(with_nhcb))?\s+(.+?)$")
 _INSTANT = re.compile(r"^eval(?:_(fail|warn|ordered|info))?\s+instant\s+(?:at\s+(.+?))?\s+(.+)$")

@@ -17,8 +17,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuwatch.client_tls import basic_auth, host_and_port
-from gpuwatch.printable import printable_json
+from gpuwatch.clients.tls import basic_auth, host_and_port
+from gpuwatch.text.printable import printable_json
 
 MAX_BODY = 16 * 1024 * 1024  # a node's JSON is a few KB; anything this big is not a daemon
 MAX_HEAD = 64 * 1024

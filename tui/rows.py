@@ -7,9 +7,9 @@ from typing import Any
 
 from rich.text import Text
 
-from gpuwatch.status import GIB, HEALTH_STYLE, num
-from gpuwatch.units import ascii_int
-from gpuwatch.xid import lookup
+from gpuwatch.clients.status import GIB, HEALTH_STYLE, num
+from gpuwatch.health.xid_catalog import lookup
+from gpuwatch.text.units import ascii_int
 
 SPARKS = " ▁▂▃▄▅▆▇█"
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpuwatch.notify.matchers import Matcher, parse_matcher
 from gpuwatch.notify.secrets import Secret, parse_secret
-from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, boolean, http_url, one_of, text
+from gpuwatch.text.units import parse_duration
+from gpuwatch.text.yamlfile import Checker, PathKey, YamlDoc, boolean, http_url, one_of, text
 
 RECEIVER_TYPES = ("webhook", "slack", "mattermost", "teams", "discord", "pagerduty", "alertmanager")
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwatch.statedir import open_sqlite, reopen_if_unlinked
+from gpuwatch.state.statedir import open_sqlite, reopen_if_unlinked
 
 FILE_NAME = "notify.db"
 SCHEMA = """

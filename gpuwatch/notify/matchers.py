@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwatch.regex import Regex, RegexError, compile_regex
+from gpuwatch.text.regex import Regex, RegexError, compile_regex
 
 _MATCHER = re.compile(
     r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(?:"((?:[^"\\]|\\.)*)"|([^\s",{}]*))\s*$'

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import Labels
 from gpuwatch.notify.alerts import NotifyAlert
-from gpuwatch.units import ascii_int
-from gpuwatch.xid import lookup
+from gpuwatch.text.units import ascii_int
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from gpuwatch.notify.formats import alertmanager
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.notify.silences import Silences
-from gpuwatch.statedir import StateProblems
+from gpuwatch.state.statedir import StateProblems
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,25 @@ class Notifier:
         interval: float,
         problems: StateProblems | None = None,
     ) -> None:
-        self.config = config
         self.state_dir = state_dir
         self.clock = clock
         self.node = node
         self.default_external_url = external_url  # the daemon's own, when the config has none
-        self.external_url = config.external_url or external_url
         self.interval = interval
         self.problems = problems if problems is not None else StateProblems(None)
         self._store_retry_at = float("-inf")  # after a failed commit: when to try again
         self.db = NotifyDb(state_dir)
         self.silences = Silences(self.db)
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._configure(config)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    def _configure(self, config: NotifyConfig) -> None:
+        """Routes, groups and one sender per receiver, over the outbox that stays."""
+        self.config = config
+        self.external_url = config.external_url or self.default_external_url
         grouped = [r for r in config.receivers if r.type != "alertmanager"]
         self.forwarded = [r for r in config.receivers if r.type == "alertmanager"]
         self.dispatcher = Dispatcher(
@@ -66,15 +74,14 @@ class Notifier:
             self.db,
             self.silences,
             formats.render,
-            node=node,
+            node=self.node,
             external_url=self.external_url,
         )
-        self.counts: Counter[tuple[str, str]] = Counter()
         self.senders = {
             r.name: ReceiverSender(
                 r,
                 self.db,
-                clock,
+                self.clock,
                 self.counts,
                 alertmanager.api_url(r.url.reveal())
                 if r.type == "alertmanager"
@@ -84,9 +91,6 @@ class Notifier:
         }
         self._forwarded_state: tuple[tuple[str, str], ...] = ()
         self._forwarded_at = float("-inf")
-        self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession()
@@ -101,33 +105,29 @@ class Notifier:
         if pending:
             log.info("outbox: %d notifications from before the restart, sending them", pending)
 
-    async def stop(self) -> None:
+    async def _halt(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._tasks.clear()
         if self._session is not None:
             await self._session.close()
+            self._session = None
+
+    async def stop(self) -> None:
+        await self._halt()
         self.db.close()
 
-    async def reconfigured(self, config: NotifyConfig) -> Notifier:
-        """A reload's step for notifications: this notifier stopped and a new one with
-        `config` started on the same outbox, so what was queued or told survives, as across
-        a restart of the daemon."""
-        await self.stop()
-        notifier = Notifier(
-            config,
-            self.state_dir,
-            self.clock,
-            node=self.node,
-            external_url=self.default_external_url,
-            interval=self.interval,
-            problems=self.problems,
-        )
-        await notifier.start()
+    async def apply(self, config: NotifyConfig) -> None:
+        """A reload's step for notifications: the senders stopped, and new ones for `config`
+        started on the same outbox, so what was queued or told survives, as across a restart
+        of the daemon."""
+        await self._halt()
+        self._configure(config)
+        await self.start()
         log.info("notifications reconfigured: %d receivers", len(config.receivers))
-        return notifier
 
     def update(
         self, now: float, firing: Iterable[NotifyAlert], gpus: Mapping[str, GpuIdentity]

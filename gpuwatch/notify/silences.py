@@ -16,8 +16,8 @@ from typing import Any
 
 from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.matchers import Matcher, matches_all, parse_matcher
-from gpuwatch.timefmt import rfc3339
-from gpuwatch.units import parse_duration
+from gpuwatch.text.timefmt import rfc3339
+from gpuwatch.text.units import parse_duration
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from gpuwatch import metrics as m
+from gpuwatch.host.processes import GpuProcess, ProcessLookup
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import GpuInfo, MigInstance, Sample, series_text
 from gpuwatch.nvml.fallbacks import Reader, fallback_reader
@@ -39,7 +40,6 @@ from gpuwatch.nvml.fields import (
     plan_fields,
 )
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
-from gpuwatch.processes import GpuProcess, ProcessLookup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

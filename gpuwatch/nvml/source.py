@@ -17,7 +17,7 @@ from typing import cast
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
-from gpuwatch.inventory import Inventory, missing_samples
+from gpuwatch.host.processes import GpuProcess, ProcessLookup, jobs_text, with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
     BackendState,
@@ -32,7 +32,7 @@ from gpuwatch.model import (
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader, NvmlGpuError, NvmlModule, as_text, open_device
 from gpuwatch.nvml.events import EventWaiter, describe
-from gpuwatch.processes import GpuProcess, ProcessLookup, jobs_text, with_jobs
+from gpuwatch.state.inventory import Inventory, missing_samples
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 
 import promql_parser as pp
 
-from gpuwatch.gofmt import format_f, format_v
 from gpuwatch.promql.values import (
     NAME,
     EvalError,
@@ -22,6 +21,7 @@ from gpuwatch.promql.values import (
     VSample,
 )
 from gpuwatch.promql.xxhash import labels_hash
+from gpuwatch.text.gofmt import format_f, format_v
 
 
 def kahan_add(total: float, comp: float, inc: float) -> tuple[float, float]:

@@ -24,8 +24,8 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.regex import RegexError, compile_regex
-from gpuwatch.series import CounterStats, ListWindow, Window, on_ms
+from gpuwatch.store.series import CounterStats, ListWindow, Window, on_ms
+from gpuwatch.text.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
 DEFAULT_SUBQUERY_STEP_S = 60.0  # Prometheus's default global evaluation_interval

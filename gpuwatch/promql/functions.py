@@ -32,7 +32,7 @@ from gpuwatch.promql.values import (
     VSample,
     drop_name,
 )
-from gpuwatch.series import CounterStats, Window, counter_stats, on_ms
+from gpuwatch.store.series import CounterStats, Window, counter_stats, on_ms
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator

@@ -10,7 +10,7 @@ from math import isnan
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import SeriesView
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.series import (
+from gpuwatch.store.series import (
     STALE_NAN,
     CounterStats,
     ListWindow,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import promql_parser as pp
 
 from gpuwatch.promql.walk import TooDeepError, nodes
-from gpuwatch.regex import RegexError, compile_regex
+from gpuwatch.text.regex import RegexError, compile_regex
 
 AGGREGATIONS = frozenset(
     {

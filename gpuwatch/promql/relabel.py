@@ -15,7 +15,7 @@ from gpuwatch.promql.values import (
     label_value,
     with_label,
 )
-from gpuwatch.regex import RegexError, compile_regex, expand_replacement
+from gpuwatch.text.regex import RegexError, compile_regex, expand_replacement
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator

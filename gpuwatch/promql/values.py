@@ -6,7 +6,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-from gpuwatch.series import Window
+from gpuwatch.store.series import Window
 
 Labels = tuple[tuple[str, str], ...]  # sorted by name; includes __name__ while a name applies
 NAME = "__name__"

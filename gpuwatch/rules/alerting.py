@@ -20,7 +20,7 @@ from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSam
 from gpuwatch.rules.files import GroupDef, RuleDef
 from gpuwatch.rules.template import QueryFn, TemplateData
 from gpuwatch.rules.template.functions import FuncError
-from gpuwatch.units import ascii_int
+from gpuwatch.text.units import ascii_int
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from gpuwatch.promql.history import history_needed
 from gpuwatch.rules import statefile
 from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
 from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files
-from gpuwatch.store import DEFAULT_LOOKBACK_S, Store
-from gpuwatch.units import format_duration
-from gpuwatch.yamlfile import FileError
+from gpuwatch.store.tsdb import DEFAULT_LOOKBACK_S, Store
+from gpuwatch.text.units import format_duration
+from gpuwatch.text.yamlfile import FileError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import promql_parser as pp
 
 from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.rules.template import Template, TemplateError
-from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import FileError, PathKey, Problem, YamlDoc, load
+from gpuwatch.text.units import parse_duration
+from gpuwatch.text.yamlfile import FileError, PathKey, Problem, YamlDoc, load
 
 GROUP_KEYS = ("name", "interval", "limit", "labels", "rules")
 RULE_KEYS = ("alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations")

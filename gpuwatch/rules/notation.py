@@ -7,7 +7,7 @@ import math
 import re
 
 from gpuwatch.promql.values import NAME, Labels
-from gpuwatch.series import STALE_NAN
+from gpuwatch.store.series import STALE_NAN
 
 _METRIC = re.compile(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*")
 _PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\})')

@@ -16,7 +16,6 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpuwatch.gofmt import format_e
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.memory import MemoryStorage
 from gpuwatch.promql.parse import QueryError, parse
@@ -24,9 +23,10 @@ from gpuwatch.promql.values import EvalError, Labels, Scalar, StringValue, VSamp
 from gpuwatch.rules.alerting import AlertingRule, AlertState, RuleGroup
 from gpuwatch.rules.files import expand_paths, load_rule_files
 from gpuwatch.rules.notation import MISSING, expand_values, parse_metric
-from gpuwatch.series import on_ms
-from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import FileError
+from gpuwatch.store.series import on_ms
+from gpuwatch.text.gofmt import format_e
+from gpuwatch.text.units import parse_duration
+from gpuwatch.text.yamlfile import FileError
 
 FILE_KEYS = ("rule_files", "evaluation_interval", "group_eval_order", "tests")
 GROUP_KEYS = (

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.atomicfile import read_json, set_aside_quietly, write_json
 from gpuwatch.rules.alerting import Alert, AlertingRule, AlertState
+from gpuwatch.state.atomicfile import read_json, set_aside_quietly, write_json
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.gofmt import format_e
 from gpuwatch.rules.alerting import Alert, AlertingRule, AlertState, RecordingRule
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.gofmt import format_e
+from gpuwatch.text.timefmt import rfc3339
 
 
 def alert_json(alert: Alert) -> dict[str, Any]:

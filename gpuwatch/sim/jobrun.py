@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from gpuwatch.runner import Running
+from gpuwatch.serve.runner import Running
 from gpuwatch.sim.job import JOB_NAME, SLURM_JOB_ID
 from gpuwatch.sim.library import SimulatedNvml
 

@@ -11,8 +11,8 @@ from typing import Any
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES, DriverProfile
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
-from gpuwatch.units import parse_duration
-from gpuwatch.yamlfile import (
+from gpuwatch.text.units import parse_duration
+from gpuwatch.text.yamlfile import (
     Checker,
     FileError,
     PathKey,

@@ -10,13 +10,14 @@ import sqlite3
 from pathlib import Path
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.journal import Journal
+from gpuwatch.health.own import state_causes
 from gpuwatch.model import Event
 from gpuwatch.notify.alerts import NotifyAlert, fingerprint
 from gpuwatch.notify.config import NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.secrets import Secret
-from gpuwatch.statedir import StateProblems
+from gpuwatch.state.journal import Journal
+from gpuwatch.state.statedir import StateProblems
 
 T0 = 1_800_000_000.0
 
@@ -53,7 +54,7 @@ def test_a_notification_refused_by_a_full_disk_is_sent_once_it_has_room(tmp_path
     n.dispatcher.update(T0, [big_alert("0")], {})
     n._flush(T0)  # the commit fails: nothing is told, nothing lost
     assert outbox(n) == 0
-    assert [c.key for c in problems.causes()] == ["state-write-notify.db"]
+    assert [c.key for c in state_causes(problems)] == ["state-write-notify.db"]
     assert problems.write_failures["notify.db"] == 1
     free(n.db.db)
     n._flush(T0 + 1)  # within the retry pause: not yet
@@ -61,7 +62,7 @@ def test_a_notification_refused_by_a_full_disk_is_sent_once_it_has_room(tmp_path
     n.dispatcher.update(T0 + 6, [big_alert("0")], {})
     n._flush(T0 + 6)
     assert outbox(n) == 1
-    assert problems.causes() == []
+    assert state_causes(problems) == []
     n.db.close()
 
 
@@ -74,11 +75,11 @@ def test_journal_events_wait_in_memory_and_are_shown_while_the_disk_is_full(
     fill(journal._db)
     for i in range(3):
         journal.record(Event(T0 + 1 + i, "xid", 0, "GPU-1", "x" * 20_000, {"xid": 79}))
-    assert [c.key for c in problems.causes()] == ["state-write-journal.db"]
+    assert [c.key for c in state_causes(problems)] == ["state-write-journal.db"]
     assert len(journal.events(0.0, 100)) == 4  # the API still shows them
     free(journal._db)
     journal.flush_if_needed()
-    assert problems.causes() == []
+    assert state_causes(problems) == []
     journal.close()
     reopened = Journal(tmp_path, 86400.0, "boot")
     assert [e.time for e in reopened.events(0.0, 100)] == [T0, T0 + 1, T0 + 2, T0 + 3]

@@ -12,7 +12,7 @@ import pytest
 from gpuwatch.notify.matchers import parse_matcher
 from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.store import Store
+from gpuwatch.store.tsdb import Store
 from tests.conftest import gpuwatch
 
 EVIL = "(a+)+b"

@@ -10,7 +10,7 @@ import sys
 from aiohttp import web
 from gpuwatch.tui.http import JsonClient
 
-from gpuwatch.printable import printable, printable_json
+from gpuwatch.text.printable import printable, printable_json
 
 HOSTILE = "train\x1b]0;pwned\x07\x1b[2J\nfake 2026-01-01T00:00:00Z xid GPU 0 forged\u202eevil"
 

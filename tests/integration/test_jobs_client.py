@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.client import JobReporter
-from gpuwatch.processes import GpuProcess, job_from_cgroup
+from gpuwatch.host.processes import GpuProcess, job_from_cgroup
 from gpuwatch.push.parse import parse_json
 
 

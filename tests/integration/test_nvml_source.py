@@ -16,7 +16,6 @@ import pytest
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock, ScaledClock
 from gpuwatch.config import SamplingConfig
-from gpuwatch.inventory import Inventory
 from gpuwatch.model import Event, GpuInfo, GpuStatus, MissingGpu, Sample
 from gpuwatch.nvml.device import DeviceReader, open_device
 from gpuwatch.nvml.fields import FieldRequest, FieldValues
@@ -24,6 +23,7 @@ from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
+from gpuwatch.state.inventory import Inventory
 from tests.conftest import Simulate
 
 SPEED = 20.0

@@ -14,11 +14,11 @@ import promql_parser as pp
 import pytest
 import yaml
 
-from gpuwatch.health import UNRESPONSIVE_UNHEALTHY_AFTER_S
-from gpuwatch.judge import pcie_replays_per_lane_minute
+from gpuwatch.health.judge import pcie_replays_per_lane_minute
+from gpuwatch.health.verdict import UNRESPONSIVE_UNHEALTHY_AFTER_S
+from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.rules.engine import shipped_packs
-from gpuwatch.units import parse_duration
-from gpuwatch.xid import lookup
+from gpuwatch.text.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKS = ROOT / "rules"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.sdnotify import SystemdNotifier
+from gpuwatch.serve.sdnotify import SystemdNotifier
 
 
 def received(sock: socket.socket) -> list[str]:

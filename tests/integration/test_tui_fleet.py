@@ -17,7 +17,7 @@ from gpuwatch.tui.fleet_table import FleetTable
 from gpuwatch.tui.prometheus import PrometheusSource
 from textual.widgets import DataTable
 
-from gpuwatch.api import summarize_gpus
+from gpuwatch.serve.api import summarize_gpus
 from tests.conftest import start_daemon, stop_daemon
 from tests.prometheus_server import needs_prometheus, start_prometheus
 from tests.tui_fixtures import captured

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpuwatch.config import load_config
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.yamlfile import FileError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 Path_ = list[str | int]

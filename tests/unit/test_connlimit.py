@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from gpuwatch.connlimit import ConnectionCap, widen_backlog
+from gpuwatch.serve.connlimit import ConnectionCap, widen_backlog
 
 
 class Transport:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.control import clear_stale_socket
-from gpuwatch.control_client import ControlError, request
+from gpuwatch.clients.control import ControlError, request
+from gpuwatch.serve.control import clear_stale_socket
 
 
 def test_a_stale_socket_is_removed_and_a_live_one_is_refused(tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 import pynvml
 
 from gpuwatch import metrics as m
-from gpuwatch.api import landing_page, node_payload
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import GpuStatus
 from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.serve.api import landing_page, node_payload
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
 

@@ -5,7 +5,7 @@ from gpuwatch.exporters.prometheus import MetricsRenderer
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
 from gpuwatch.model import Sample
-from gpuwatch.store import Store
+from gpuwatch.store.tsdb import Store
 
 GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwatch import metrics as m
-from gpuwatch.acks import AckStore
-from gpuwatch.health import Health, Verdict
-from gpuwatch.judge import HealthJudge
+from gpuwatch.health.acks import AckStore
+from gpuwatch.health.judge import HealthJudge
+from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, MissingGpu, Sample
 
 INFO = GpuInfo(3, "GPU-3", "NVIDIA H100 80GB HBM3", "0000:1b:00.0", "1653", "96.00", 18)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.journal import Journal, event_json
+from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import Event
-from gpuwatch.timefmt import parse_since
-from gpuwatch.xid import lookup
+from gpuwatch.state.journal import Journal, event_json
+from gpuwatch.text.timefmt import parse_since
 
 T0 = 1_700_000_000.0
 

@@ -20,7 +20,7 @@ from gpuwatch.notify.sender import (
     retry_after,
     wait_for_head,
 )
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.yamlfile import FileError
 
 
 def test_matchers_follow_alertmanager() -> None:

@@ -1,6 +1,6 @@
 """Two reloads at once (SIGHUP while POST /-/reload runs, both waiting for an evaluation to
 end) are taken one after the other: the second sees what the first applied, so a changed
-receiver list starts one new notifier, not two on the same outbox."""
+receiver list restarts the notifier's senders once, not twice on the same outbox."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import load_config
 from gpuwatch.notify.notifier import Notifier
-from gpuwatch.reload import reload_daemon
-from gpuwatch.runner import build_daemon, load_rules
+from gpuwatch.serve.runner import wire
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
 
@@ -35,10 +34,8 @@ async def overlapping_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     clock = ManualClock()
     nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
     try:
-        daemon = build_daemon(config, nvml, clock, state, load_rules(config, state))
-        first = Notifier(config.notify, state, clock, node="n1", external_url="", interval=1.0)
-        await first.start()
-        daemon.notifier = first
+        wired = wire(config, nvml, clock, state, 10040)
+        await wired.notifier.start()
         started: list[Notifier] = []
         start = Notifier.start
 
@@ -49,21 +46,22 @@ async def overlapping_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
         monkeypatch.setattr(Notifier, "start", counted)
         path.write_text(CONFIG.format(state=state, path="two"))
-        assert daemon.rules is not None
-        async with daemon.rules.evaluating:  # both arrive while an evaluation runs
-            both = asyncio.gather(reload_daemon(daemon), reload_daemon(daemon))
+        reload = wired.reloader.reload
+        async with wired.rules.evaluating:  # both arrive while an evaluation runs
+            both = asyncio.gather(reload(), reload())
             await asyncio.sleep(0)
         errors = await both
         assert errors == ["", ""]
-        assert daemon.notifier is not None and daemon.notifier in started
-        for notifier in started:
-            await notifier.stop()
+        assert started == [wired.notifier]
+        assert wired.notifier.config.receivers[0].url.reveal().endswith("/two")
+        await wired.notifier.stop()
+        wired.journal.close()
         return len(started)
     finally:
         SimulatedNvml.uninstall()
 
 
-def test_overlapping_reloads_start_one_notifier(
+def test_overlapping_reloads_restart_the_notifier_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert asyncio.run(overlapping_reloads(tmp_path, monkeypatch)) == 1

@@ -9,7 +9,7 @@ from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.rules.views import alerts_payload
-from gpuwatch.store import Store
+from gpuwatch.store.tsdb import Store
 
 T0 = 1_700_000_000.0
 

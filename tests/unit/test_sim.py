@@ -19,7 +19,7 @@ from gpuwatch.sim.scenario import (
     builtin_names,
     load_scenario,
 )
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.yamlfile import FileError
 from tests.conftest import Simulate
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.sim.scenario import load_scenario
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.yamlfile import FileError
 from tests.conftest import Simulate
 
 FI_DL_REPLAY = pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY

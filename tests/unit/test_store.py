@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 
 from gpuwatch.model import Sample
-from gpuwatch.store import RUN_CAPACITY, Store
+from gpuwatch.store.tsdb import RUN_CAPACITY, Store
 
 GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
 GPU1 = (("gpu", "1"), ("uuid", "GPU-b"))

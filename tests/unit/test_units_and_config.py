@@ -11,8 +11,8 @@ import pytest
 from gpuwatch.cli import main
 from gpuwatch.config import Config, default_rule_interval, load_config
 from gpuwatch.rules.files import load_rule_files
-from gpuwatch.units import parse_duration, parse_listen
-from gpuwatch.yamlfile import FileError
+from gpuwatch.text.units import parse_duration, parse_listen
+from gpuwatch.text.yamlfile import FileError
 
 
 @pytest.mark.parametrize(

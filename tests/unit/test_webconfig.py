@@ -13,8 +13,8 @@ import trustme
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from gpuwatch.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
-from gpuwatch.yamlfile import FileError
+from gpuwatch.serve.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
+from gpuwatch.text.yamlfile import FileError
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ fires, for its remaining time only."""
 from __future__ import annotations
 
 from gpuwatch import metrics as m
+from gpuwatch.health.xid_counter import xid_history
 from gpuwatch.model import Event, Sample
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.store import Store
-from gpuwatch.xid_counter import xid_history
+from gpuwatch.store.tsdb import Store
 
 NOW = 1_800_000_000.0
 UUID = "GPU-1"

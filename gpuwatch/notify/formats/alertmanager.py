@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuwatch.notify.alerts import NotifyAlert
 from gpuwatch.notify.db import Outgoing
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.timefmt import rfc3339
 
 RESEND_S = 60.0  # Prometheus's resend delay
 

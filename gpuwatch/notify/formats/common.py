@@ -11,7 +11,7 @@ from typing import Any
 from gpuwatch.notify.alerts import NotifyAlert
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.message import Notification, alert_details
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.timefmt import rfc3339
 
 MARKER = "… [truncated]"
 SEVERITY_COLOURS = {"critical": "#d1242f", "warning": "#d4a72c", "info": "#0969da"}

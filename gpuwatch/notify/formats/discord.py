@@ -19,7 +19,7 @@ from gpuwatch.notify.formats.common import (
     truncate,
 )
 from gpuwatch.notify.message import Notification, alert_details
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.timefmt import rfc3339
 
 MAX_EMBEDS = 10
 EMBED_TOTAL = 6000

@@ -11,7 +11,7 @@ from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.formats.common import alert_heading, link, outgoing, title, truncate
 from gpuwatch.notify.message import Notification, alert_details
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.timefmt import rfc3339
 
 MAX_BYTES = 28 * 1024 - 1024  # a kilobyte of headroom for the envelope Teams adds
 TEXT_CHARS = 2000

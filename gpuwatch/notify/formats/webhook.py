@@ -9,7 +9,7 @@ from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.formats.common import link, outgoing
 from gpuwatch.notify.message import Notification
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.text.timefmt import rfc3339
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt for an alert still firing
 

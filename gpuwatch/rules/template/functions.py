@@ -8,7 +8,6 @@ import re
 import unicodedata
 import urllib.parse
 
-from gpuwatch.regex import RegexError, compile_regex, expand_replacement
 from gpuwatch.rules.template.builtins import BUILTINS, go_query_escape
 from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.numbers import (
@@ -23,6 +22,7 @@ from gpuwatch.rules.template.numbers import (
 )
 from gpuwatch.rules.template.signature import Context, Func, FuncError
 from gpuwatch.rules.template.values import ArgsMap, GoHTML, QueryResult, QuerySample
+from gpuwatch.text.regex import RegexError, compile_regex, expand_replacement
 
 __all__ = ["FUNCTIONS", "Context", "Func", "FuncError"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import re
 
-from gpuwatch.gofmt import format_g4
 from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.signature import FuncError
 from gpuwatch.rules.template.values import GoDuration, GoHTML, GoTime, sprint_one, type_name
+from gpuwatch.text.gofmt import format_g4
 
 
 def to_float(value: object) -> float:

@@ -9,7 +9,6 @@ import math
 import re
 from collections.abc import Mapping
 
-from gpuwatch.gofmt import format_v
 from gpuwatch.rules.template.constants import go_quote
 from gpuwatch.rules.template.values import (
     ArgsMap,
@@ -21,6 +20,7 @@ from gpuwatch.rules.template.values import (
     sprint_one,
     type_name,
 )
+from gpuwatch.text.gofmt import format_v
 
 # flags, [n] for the width, width, [n] for the precision, precision, [n] for the operand, verb
 _SPEC = re.compile(

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuwatch.gofmt import format_v
+from gpuwatch.text.gofmt import format_v
 
 
 class GoHTML(str):

@@ -26,7 +26,7 @@ from typing import Any
 import bcrypt
 from aiohttp import BasicAuth, web
 
-from gpuwatch.yamlfile import Checker, PathKey, YamlDoc, boolean, load, one_of
+from gpuwatch.text.yamlfile import Checker, PathKey, YamlDoc, boolean, load, one_of
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ import asyncio
 import html
 import json
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
@@ -14,13 +15,6 @@ from aiohttp import web
 
 from gpuwatch import __version__
 from gpuwatch import metrics as m
-from gpuwatch.connlimit import (
-    ACCEPT_PER_TURN,
-    IDLE_TIMEOUT_S,
-    MAX_STREAMS,
-    ConnectionCap,
-    widen_backlog,
-)
 from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
@@ -28,18 +22,25 @@ from gpuwatch.exporters.prometheus import (
     MetricsRenderer,
     wants_openmetrics,
 )
-from gpuwatch.gofmt import non_finite
-from gpuwatch.health import with_sampling_problem
-from gpuwatch.journal import event_json
+from gpuwatch.health.verdict import with_sampling_problem
 from gpuwatch.metrics import CATALOGUE, MetricDef, pushed
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.rules.views import alerts_payload, rules_payload
-from gpuwatch.timefmt import parse_since, rfc3339
-from gpuwatch.units import format_duration, parse_duration
-from gpuwatch.webconfig import WebGuard
+from gpuwatch.serve.connlimit import (
+    ACCEPT_PER_TURN,
+    IDLE_TIMEOUT_S,
+    MAX_STREAMS,
+    ConnectionCap,
+    widen_backlog,
+)
+from gpuwatch.serve.webconfig import WebGuard
+from gpuwatch.state.journal import event_json
+from gpuwatch.text.gofmt import non_finite
+from gpuwatch.text.timefmt import parse_since, rfc3339
+from gpuwatch.text.units import format_duration, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -481,10 +482,9 @@ def _downsample(
 
 
 async def start_http(
-    api: Api, host: str, port: int, guard: WebGuard | None = None
-) -> tuple[web.AppRunner, int]:
-    """Serve the API (over TLS when the guard's web config has it); returns the runner and
-    the port bound (useful when port is 0)."""
+    api: Api, sockets: list[socket.socket], guard: WebGuard | None = None
+) -> web.AppRunner:
+    """Serve the API on the bound `sockets` (over TLS when the guard's web config has it)."""
     # Open event streams are cut after a second at shutdown, not waited on for a minute.
     runner = web.AppRunner(
         api.app(guard),
@@ -497,12 +497,7 @@ async def start_http(
     assert runner.server is not None
     api.cap.attach(runner.server)
     tls = guard.config.tls if guard is not None else None
-    site = web.TCPSite(
-        runner, host, port, reuse_address=True, ssl_context=tls, backlog=ACCEPT_PER_TURN
-    )
-    await site.start()
-    server = site._server
-    sockets = getattr(server, "sockets", None) or []
+    for sock in sockets:
+        await web.SockSite(runner, sock, ssl_context=tls, backlog=ACCEPT_PER_TURN).start()
     widen_backlog(sockets)
-    bound = sockets[0].getsockname()[1] if sockets else port
-    return runner, int(bound)
+    return runner

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuwatch.units import parse_duration
+from gpuwatch.text.units import parse_duration
 
 
 def rfc3339(t: float | None) -> str | None:

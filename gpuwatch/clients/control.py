@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuwatch.client import UnixHTTPConnection
 from gpuwatch.config import default_state_dir
-from gpuwatch.control import SOCKET_NAME, socket_path
+from gpuwatch.serve.control import SOCKET_NAME, socket_path
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
 TIMEOUT_S = 10.0

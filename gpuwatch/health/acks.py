@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.atomicfile import read_json_records, write_json
-from gpuwatch.health import Cause
+from gpuwatch.health.verdict import Cause
+from gpuwatch.state.atomicfile import read_json_records, write_json
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import metrics as m
-from gpuwatch.atomicfile import read_json_records, write_json
 from gpuwatch.model import GpuInfo, MissingGpu, Sample
+from gpuwatch.state.atomicfile import read_json_records, write_json
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 
 from gpuwatch import metrics as m
-from gpuwatch.health import Cause, Health
 from gpuwatch.model import Sample
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,8 @@ def reopen_if_unlinked(db: sqlite3.Connection, path: Path, schema: str) -> sqlit
 
 
 class StateProblems:
-    """The daemon's own storage troubles, as causes of the node's verdict and as a counter."""
+    """The daemon's own storage troubles: files that cannot be written, files set aside as
+    damaged, and a counter of failed writes (health/own.py makes them causes)."""
 
     def __init__(self, state_dir: Path | None) -> None:
         self.state_dir = state_dir
@@ -128,29 +128,9 @@ class StateProblems:
         return sorted((p for p in found if not p.name.endswith(("-wal", "-shm"))),
                       key=lambda p: p.name.rpartition(DAMAGED)[2])  # fmt: skip
 
-    def causes(self) -> list[Cause]:
-        out = [
-            Cause(
-                f"state-write-{name}",
-                Health.DEGRADED,
-                f"state file {name} cannot be written ({error}): events or notifications "
-                "wait in memory",
-                "free space on the state directory's file system, or fix its permissions",
-            )
-            for name, error in sorted(self._failing.items())
-        ]
-        for path in self.damaged():
-            original = path.name.rpartition(DAMAGED)[0]
-            out.append(
-                Cause(
-                    f"state-damaged-{path.name}",
-                    Health.DEGRADED,
-                    f"state file {original} was damaged and set aside as {path}; a fresh one "
-                    "was started, and what the damaged one held is not in it",
-                    f"look at it if the history matters, then delete it: rm {path}*",
-                )
-            )
-        return out
+    def failing(self) -> list[tuple[str, str]]:
+        """Files whose writes fail now, with the error, by name."""
+        return sorted(self._failing.items())
 
     def samples(self) -> list[Sample]:
         return [

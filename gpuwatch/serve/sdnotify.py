@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 
-from gpuwatch.units import ascii_int
+from gpuwatch.text.units import ascii_int
 
 log = logging.getLogger(__name__)
 

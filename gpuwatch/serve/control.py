@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from aiohttp import web
 from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
 from gpuwatch.push.http import handle_push
-from gpuwatch.reload import reload_daemon
+from gpuwatch.rules.engine import RuleEngine
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,17 @@ def _error(message: str, status: int = 400) -> web.Response:
 
 
 class ControlApi:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(
+        self,
+        daemon: Daemon,
+        reload: Callable[[], Awaitable[str]],
+        rules: RuleEngine | None,
+        silences: Silences | None,
+    ) -> None:
         self.daemon = daemon
+        self._reload = reload  # empty when the reload applied, else why it did not
+        self.rules = rules
+        self.silences = silences
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -68,11 +78,8 @@ class ControlApi:
         """Job metrics; the socket's file permissions are the access control."""
         return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
 
-    def _silences(self) -> Silences | None:
-        return self.daemon.notifier.silences if self.daemon.notifier is not None else None
-
     async def list_silences(self, request: web.Request) -> web.Response:
-        silences = self._silences()
+        silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
         now = self.daemon.clock.now()
@@ -83,7 +90,7 @@ class ControlApi:
     async def add_silence(self, request: web.Request) -> web.Response:
         """Body: {"matchers": ["alertname=\"X\"", ...], "duration": "2h" or "endsAt":
         RFC 3339, "comment": TEXT, "createdBy": NAME}."""
-        silences = self._silences()
+        silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
         try:
@@ -105,7 +112,7 @@ class ControlApi:
         return web.json_response({"status": "success", "data": silence_json(silence, now)})
 
     async def expire_silence(self, request: web.Request) -> web.Response:
-        silences = self._silences()
+        silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
         now = self.daemon.clock.now()
@@ -118,10 +125,10 @@ class ControlApi:
 
     async def reload(self, request: web.Request) -> web.Response:
         """The config file and the rule files, as SIGHUP reloads them."""
-        error = await reload_daemon(self.daemon)
+        error = await self._reload()
         if error:
             return _error(error)
-        groups = len(self.daemon.rules.groups) if self.daemon.rules is not None else 0
+        groups = len(self.rules.groups) if self.rules is not None else 0
         return web.json_response({"status": "success", "data": {"groups": groups}})
 
     async def ack(self, request: web.Request) -> web.Response:

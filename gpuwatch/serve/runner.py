@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
@@ -15,12 +14,20 @@ from typing import Any
 
 from aiohttp import web
 
-from gpuwatch.acks import AckStore
-from gpuwatch.api import Api, start_http
-from gpuwatch.boot import current_boot_id
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, default_rule_interval
-from gpuwatch.control import (
+from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.exporters.dcgm_source import DcgmSource
+from gpuwatch.gctune import tune_gc
+from gpuwatch.health.acks import AckStore
+from gpuwatch.host.boot import current_boot_id
+from gpuwatch.model import Event
+from gpuwatch.notify.notifier import Notifier
+from gpuwatch.nvml.device import NvmlModule
+from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.serve.api import Api, start_http
+from gpuwatch.serve.control import (
     CONTROL_MODE,
     PUSH_SOCKET_NAME,
     ControlApi,
@@ -28,24 +35,18 @@ from gpuwatch.control import (
     socket_path,
     start_socket,
 )
-from gpuwatch.daemon import Daemon, EventLog
-from gpuwatch.exporters.dcgm_source import DcgmSource
-from gpuwatch.gctune import tune_gc
-from gpuwatch.inventory import Inventory
-from gpuwatch.journal import Journal
-from gpuwatch.model import Event
-from gpuwatch.notify.notifier import Notifier
-from gpuwatch.nvml.device import NvmlModule
-from gpuwatch.nvml.source import NvmlSource
-from gpuwatch.reload import reload_daemon
-from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.sdnotify import SystemdNotifier
+from gpuwatch.serve.listen import bind_tcp
+from gpuwatch.serve.reload import Reloader
+from gpuwatch.serve.sdnotify import SystemdNotifier
+from gpuwatch.serve.webconfig import WebGuard, load_web_config
 from gpuwatch.source import Source
-from gpuwatch.statedir import DIR_MODE, StateProblems, ensure_dir
-from gpuwatch.store import Store
-from gpuwatch.units import parse_listen
-from gpuwatch.webconfig import WebGuard, load_web_config
-from gpuwatch.yamlfile import FileError
+from gpuwatch.state.inventory import Inventory
+from gpuwatch.state.journal import Journal
+from gpuwatch.state.lock import StateDirError, StateDirLock, prepare_state_dir
+from gpuwatch.state.statedir import DIR_MODE, StateProblems, ensure_dir
+from gpuwatch.store.tsdb import Store
+from gpuwatch.text.units import parse_listen
+from gpuwatch.text.yamlfile import FileError
 
 log = logging.getLogger(__name__)
 
@@ -68,75 +69,33 @@ def real_nvml() -> NvmlModule:
     return pynvml
 
 
-LOCK_NAME = ".lock"
+@dataclass
+class Wired:
+    """The daemon's components, each built with what it needs."""
 
-
-class StateDirLock:
-    """The state directory held by one daemon alone: an flock on its lock file, which the
-    kernel releases when the process ends, however it ends. Taken before anything in the
-    directory is opened, so a second daemon is refused before it touches the first's state."""
-
-    def __init__(self, state: Path) -> None:
-        self.path = state / LOCK_NAME
-        self._fd = self._take(state)
-
-    def _take(self, state: Path) -> int:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StartupError(
-                f"state directory {state} is in use by another gpuwatch (pid {holder});"
-                " stop it, or give this one its own --state-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return fd
-
-    def renew(self) -> None:
-        """Take the lock again on a new file if the old one was deleted (the directory removed
-        under the daemon): a lock on an unlinked file keeps no second daemon out."""
-        if self._fd >= 0 and not self.path.exists():
-            os.close(self._fd)
-            self._fd = -1
-            self._fd = self._take(self.path.parent)
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def prepare_state_dir(path: str) -> tuple[Path, StateDirLock]:
-    state = Path(path)
-    hint = "pass --state-dir DIR or set state_dir in the config"
-    try:
-        state.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        probe = state / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
-    try:
-        state.chmod(DIR_MODE)
-    except OSError as exc:  # writable but not ours: say so, and go on
-        log.warning("state directory %s: cannot make it private (%s)", path, exc.strerror)
-    try:
-        return state, StateDirLock(state)
-    except OSError as exc:
-        raise StartupError(f"state directory {path}: {exc.strerror}; {hint}") from exc
+    daemon: Daemon
+    rules: RuleEngine
+    journal: Journal
+    notifier: Notifier
+    reloader: Reloader
 
 
 @dataclass
 class Running:
-    daemon: Daemon
+    wired: Wired
     runner: web.AppRunner
     port: int
     sockets: list[UnixSocket]  # the control socket first, then the push socket
-    scheme: str = "http"
+    guard: WebGuard | None = None
     lock: StateDirLock | None = None
+
+    @property
+    def daemon(self) -> Daemon:
+        return self.wired.daemon
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.guard is not None and self.guard.config.tls is not None else "http"
 
     @property
     def control_path(self) -> Path:
@@ -154,20 +113,17 @@ class Running:
         for served in self.sockets:
             await served.close()
         await self.daemon.stop()
-        if self.daemon.notifier is not None:
-            await self.daemon.notifier.stop()
-        if self.daemon.journal is not None:
-            self.daemon.journal.close()
-        if self.daemon.web_guard is not None:
-            self.daemon.web_guard.close()
+        await self.wired.notifier.stop()
+        self.wired.journal.close()
+        if self.guard is not None:
+            self.guard.close()
         if self.lock is not None:
             self.lock.release()
 
 
-def load_rules(config: Config, state_dir: Path) -> RuleEngine:
-    _, port = parse_listen(config.listen)
+def load_rules(config: Config, state_dir: Path, store: Store, port: int) -> RuleEngine:
     engine = RuleEngine(
-        Store(config.store.retention),
+        store,
         config.rules.files,
         default_rule_interval(config.rules, config.sampling),
         state_dir,
@@ -200,7 +156,10 @@ def make_source(
 
 
 async def start(config: Config, nvml: NvmlModule | None, clock: Clock) -> Running:
-    state_dir, lock = prepare_state_dir(config.state_dir)
+    try:
+        state_dir, lock = prepare_state_dir(config.state_dir)
+    except StateDirError as exc:
+        raise StartupError(str(exc)) from None
     try:
         running = await _start(config, nvml, clock, state_dir)
     except BaseException:
@@ -215,15 +174,12 @@ def _keep_state_dir(running: Running, state_dir: Path) -> None:
     """After each cycle: a state directory removed under the daemon is recreated with its lock,
     its databases (with what they held) and the control socket; held journal entries are
     written once the disk takes them. A few stat calls when nothing is wrong."""
-    daemon = running.daemon
     try:
         ensure_dir(state_dir)
         if running.lock is not None:
             running.lock.renew()
-        if daemon.journal is not None:
-            daemon.journal.flush_if_needed()
-        if daemon.notifier is not None:
-            daemon.notifier.db.reopen_if_unlinked()
+        running.wired.journal.flush_if_needed()
+        running.wired.notifier.db.reopen_if_unlinked()
     except (OSError, sqlite3.Error, StartupError) as exc:
         log.error("state directory %s: %s", state_dir, exc)
     for served in running.sockets:
@@ -242,37 +198,55 @@ async def _recreate_socket(served: UnixSocket) -> None:
         served.recreating = None
 
 
-def build_daemon(
+def wire(
     config: Config,
     nvml: NvmlModule | None,
     clock: Clock,
     state_dir: Path,
-    rules: RuleEngine,
+    port: int,
     *,
+    guard: WebGuard | None = None,
     boot_id: str | None = None,
-    web_guard: WebGuard | None = None,
-) -> Daemon:
-    """The daemon `gpuwatch run` serves, before its listeners and notifier: its source, rules,
-    journal (of this boot, the machine's unless `boot_id` says) and acknowledgements."""
+) -> Wired:
+    """The components `gpuwatch run` serves, each handed what it needs: one store for the
+    daemon and the rules, the journal of this boot (the machine's unless `boot_id` says), the
+    notifier linking back to `port`, and the reloader that sequences their reloads."""
     problems = StateProblems(state_dir)
+    store = Store(config.store.retention)
+    rules = load_rules(config, state_dir, store, port)
     boot = current_boot_id() if boot_id is None else boot_id
     try:
         journal = Journal(state_dir, config.journal.retention, boot, problems)
     except sqlite3.Error as exc:
         raise StartupError(f"journal in {state_dir}: {exc}") from exc
+    try:
+        notifier = Notifier(
+            config.notify,
+            state_dir,
+            clock,
+            node=config.node_name,
+            external_url=f"http://{config.node_name}:{port}",
+            interval=rules.default_interval,
+            problems=problems,
+        )
+    except sqlite3.Error as exc:
+        journal.close()
+        raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
     events = EventLog()
     source = make_source(config, nvml, clock, events, state_dir)
-    return Daemon(
+    daemon = Daemon(
         config,
         clock,
         source,
         events,
+        store=store,
         rules=rules,
         journal=journal,
         acks=AckStore(state_dir),
+        notifier=notifier,
         problems=problems,
-        web_guard=web_guard,
     )
+    return Wired(daemon, rules, journal, notifier, Reloader(daemon, rules, notifier, guard))
 
 
 async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
@@ -282,32 +256,26 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
             guard = WebGuard(load_web_config(config.web_config))
         except FileError as exc:
             raise StartupError(f"web config:\n{exc}") from exc
-    rules = load_rules(config, state_dir)
-    daemon = build_daemon(config, nvml, clock, state_dir, rules, web_guard=guard)
-    events, problems = daemon.events, daemon.problems
     host, port = parse_listen(config.listen)
     try:
-        runner, bound = await start_http(Api(daemon), host, port, guard)
+        listening = bind_tcp(host, port)
     except OSError as exc:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+    bound = int(listening[0].getsockname()[1])
     try:
-        daemon.notifier = Notifier(
-            config.notify,
-            state_dir,
-            clock,
-            node=config.node_name,
-            external_url=f"http://{config.node_name}:{bound}",
-            interval=rules.default_interval,
-            problems=problems,
-        )
-    except sqlite3.Error as exc:
-        await runner.cleanup()
-        raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
-    await daemon.notifier.start()
+        wired = wire(config, nvml, clock, state_dir, bound, guard=guard)
+    except BaseException:
+        for sock in listening:
+            sock.close()
+        raise
+    daemon, notifier = wired.daemon, wired.notifier
+    runner = await start_http(Api(daemon), listening, guard)
+    await notifier.start()
     control_path = socket_path(config.state_dir)
     push = config.push
     push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
-    api, sockets = ControlApi(daemon), []
+    api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences)
+    sockets: list[UnixSocket] = []
     try:
         if _same_path(push_path, control_path):
             raise OSError(f"push.socket {push_path} is the control socket: give it its own path")
@@ -320,19 +288,20 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     except OSError as exc:
         for served in sockets:
             await served.close()
-        await daemon.notifier.stop()
+        await notifier.stop()
         await runner.cleanup()
+        wired.journal.close()
         raise StartupError(f"cannot create a unix socket: {exc}") from exc
-    for path in problems.damaged():
-        events.publish(
+    for path in daemon.problems.damaged():
+        daemon.events.publish(
             Event(clock.now(), "state_damaged", None, None,
                   f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
                   f"{path.name}", {"file": path.name})
         )  # fmt: skip
     await daemon.start()
-    scheme = "https" if guard is not None and guard.config.tls is not None else "http"
-    log.info("gpuwatch serving on %s:%d (%s)", host, bound, scheme)
-    return Running(daemon, runner, bound, sockets, scheme)
+    running = Running(wired, runner, bound, sockets, guard)
+    log.info("gpuwatch serving on %s:%d (%s)", host, bound, running.scheme)
+    return running
 
 
 def _same_path(a: Path, b: Path) -> bool:
@@ -363,7 +332,7 @@ async def serve(
 
     async def reload() -> None:
         systemd.reloading()
-        await reload_daemon(running.daemon)  # logs what it did, or why it did nothing
+        await running.wired.reloader.reload()  # logs what it did, or why it did nothing
         systemd.ready(_status(running))
 
     def on_hangup() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import Event
-from gpuwatch.statedir import StateProblems, open_sqlite, reopen_if_unlinked
-from gpuwatch.timefmt import rfc3339
+from gpuwatch.state.statedir import StateProblems, open_sqlite, reopen_if_unlinked
+from gpuwatch.text.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuwatch.model import Labels, Sample
-from gpuwatch.series import STALE_NAN, CounterStats, count_drops, is_stale_marker
+from gpuwatch.store.series import STALE_NAN, CounterStats, count_drops, is_stale_marker
 
 RUN_CAPACITY = 512  # samples in one varying run
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
@@ -235,7 +235,7 @@ class Series:
 
 
 class RunWindow:
-    """A range selector's window over a series' runs (see gpuwatch.series.Window)."""
+    """A range selector's window over a series' runs (see gpuwatch.store.series.Window)."""
 
     __slots__ = ("_length", "_parts", "_timeline")
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpuwatch.statedir import set_aside
+from gpuwatch.state.statedir import set_aside
 
 T = TypeVar("T")
 

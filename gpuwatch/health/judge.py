@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.acks import AckStore
-from gpuwatch.health import (
+from gpuwatch.health.acks import AckStore
+from gpuwatch.health.verdict import (
     Cause,
     GpuFacts,
     Health,
@@ -31,9 +31,9 @@ from gpuwatch.health import (
     status_cause,
     verdict_of,
 )
+from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, Sample
-from gpuwatch.timefmt import rfc3339
-from gpuwatch.xid import lookup
+from gpuwatch.text.timefmt import rfc3339
 
 RATE_WINDOW_S = 300.0
 CRC_STORM_WINDOW_S = 60.0

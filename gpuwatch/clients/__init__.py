@@ -1,0 +1,1 @@
+"""The command line and what it uses to reach a running daemon."""

@@ -1,0 +1,1 @@
+"""The verdict per GPU and node: causes from one sample, memory over time, acknowledgements."""

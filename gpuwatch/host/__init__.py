@@ -1,0 +1,1 @@
+"""What the host's kernel tells beside NVML: processes on the GPUs, the boot."""

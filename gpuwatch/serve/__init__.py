@@ -1,0 +1,1 @@
+"""Assembling and serving the daemon: wiring, HTTP, the control socket, reload, systemd."""

@@ -1,0 +1,1 @@
+"""Files in the state directory: the journal, the GPU inventory, atomic JSON files."""
