@@ -37,8 +37,9 @@ from gpuwatch.notify.db import NotifyDb, Outgoing
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.serve.runner import start
+from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import Fault, load_scenario
+from gpuwatch.sim.scenario import load_scenario
 
 
 class Receiver:

@@ -28,7 +28,7 @@ from gpuwatch.tui.data import HttpSource
 from gpuwatch.tui.fleet_table import FleetTable
 
 from gpuwatch.gctune import tune_gc
-from gpuwatch.serve.api import summarize_gpus
+from gpuwatch.serve.payloads import summarize_gpus
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tui" / "fall_off_bus.json"
 REFRESHES = 30

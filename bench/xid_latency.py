@@ -19,8 +19,9 @@ from gpuwatch.clock import SystemClock
 from gpuwatch.config import Config
 from gpuwatch.model import Event
 from gpuwatch.serve.runner import start
+from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import Fault, load_scenario
+from gpuwatch.sim.scenario import load_scenario
 
 XIDS = 10
 CODES = (48, 74, 79, 95, 119)  # all of them fire GpuXidCritical or GpuFellOffBus

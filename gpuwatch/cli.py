@@ -5,35 +5,36 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import ssl
 import sys
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpuwatch import __version__, logs
-from gpuwatch.clients.tls import open_url, redact, tls_context
+from gpuwatch.clients.commands import (
+    DEFAULT_URL,
+    cmd_ack,
+    cmd_events,
+    cmd_health,
+    cmd_silence,
+    cmd_status,
+    fail,
+    read_hosts,
+)
+from gpuwatch.clients.local import cmd_config_check, cmd_rules, cmd_sim_list, cmd_xid
+from gpuwatch.clients.tls import tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import builtin_names, load_scenario
-from gpuwatch.text.printable import printable, printable_json
+from gpuwatch.sim.scenario import load_scenario
+from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import FileError
 
-EXIT_CONFIG = 2
-EXIT_UNREACHABLE = 3
-DEFAULT_URL = "http://127.0.0.1:10040"
 DEMO_LISTEN = "127.0.0.1:10040"
 
 
@@ -163,28 +164,6 @@ def _socket_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
 
 
-def _control(
-    args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None
-) -> tuple[int, Any]:
-    """(exit status, the reply's data) of one request on the daemon's control socket; the
-    exit status is 3 when the daemon cannot be reached and 1 when it refuses, said on stderr."""
-    from gpuwatch.clients.control import ControlError, default_socket, request
-
-    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
-    try:
-        status, reply = request(path, method, url, body)
-    except ControlError as exc:
-        return _fail(str(exc), EXIT_UNREACHABLE), None
-    if status != 200:
-        return _fail(printable(str(reply.get("error", f"HTTP {status}"))), 1), None
-    return 0, printable_json(reply["data"])
-
-
-def _fail(message: str, code: int = EXIT_CONFIG) -> int:
-    print(f"gpuwatch: {message}", file=sys.stderr)
-    return code
-
-
 def _simulated(
     scenario_name: str, speed: float, state_dir: str | None = None, node: str = ""
 ) -> tuple[SimulatedNvml, Clock]:
@@ -224,9 +203,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             nvml, clock = real_nvml(), SystemClock()
     except FileError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     logs.setup(config.log.level, config.log.format)
     alongside = None
     if simulated is not None:  # a simulated node, with its training job if it has one
@@ -240,9 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(serve(config, nvml, clock, alongside))
     except RulesError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except StartupError as exc:
-        return _fail(str(exc), 1)
+        return fail(str(exc), 1)
     return 0
 
 
@@ -250,13 +229,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from gpuwatch.clients.status import render_node
-    from gpuwatch.serve.api import node_payload
+    from gpuwatch.serve.payloads import node_payload
 
     try:
         parse_listen(args.listen)
         simulated, clock = _simulated(args.scenario, args.speed)
     except (FileError, ValueError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     state_dir = tempfile.mkdtemp(prefix="gpuwatch-demo-")
     log_path = f"{state_dir}/gpuwatch.log"
     config = Config(listen=args.listen, state_dir=state_dir)
@@ -292,41 +271,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             asyncio.run(serve(config, real_nvml(), clock, show))
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
-                return _fail(str(exc), 1)
+                return fail(str(exc), 1)
             # The default port is taken (a daemon already runs here?): take any free one.
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
             simulated, clock = _simulated(args.scenario, args.speed)
             asyncio.run(serve(config, real_nvml(), clock, show))
         except StartupError as exc:
-            return _fail(str(exc), 1)
+            return fail(str(exc), 1)
     return 0
-
-
-def _why(exc: Exception) -> str:
-    """Why a request to a daemon failed, in a word or two."""
-    if isinstance(exc, urllib.error.HTTPError):
-        hint = " (check user:password@ in the URL)" if exc.code == 401 else ""
-        return f"HTTP {exc.code} {exc.reason}{hint}"
-    return str(getattr(exc, "reason", exc))
-
-
-def _fetch_json(url: str, ca_file: str | None) -> Any:
-    with open_url(url, ca_file, timeout=5) as response:
-        return printable_json(json.load(response))
-
-
-def read_hosts(path: str) -> list[str]:
-    """Daemon URLs from a hosts file: a URL, or host[:port] (port 10040 by default), per line;
-    blank lines and # comments ignored."""
-    urls = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
-            continue
-        if "://" not in entry:
-            entry = f"http://{entry}" + ("" if ":" in entry.rsplit("]", 1)[-1] else ":10040")
-        urls.append(entry)
-    return urls
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
@@ -340,13 +292,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
         try:
             urls += read_hosts(args.hosts)
         except OSError as exc:
-            return _fail(f"{args.hosts}: {exc.strerror}")
+            return fail(f"{args.hosts}: {exc.strerror}")
     if args.refresh <= 0:
-        return _fail("--refresh must be greater than zero")
+        return fail("--refresh must be greater than zero")
     try:
         tls = tls_context(args.ca_file)
     except (OSError, ssl.SSLError) as exc:
-        return _fail(f"--ca-file {args.ca_file}: {exc}")
+        return fail(f"--ca-file {args.ca_file}: {exc}")
     if args.prometheus:
         from gpuwatch.tui.prometheus import PrometheusSource
 
@@ -354,179 +306,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
         GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpSource(tls=tls)).run()
         return 0
     GpuwatchApp(HttpSource(tls=tls), urls or [DEFAULT_URL], args.refresh).run()
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from gpuwatch.clients.status import render_node
-
-    base = args.url.rstrip("/")
-    try:
-        payload = _fetch_json(f"{base}/api/v1/node", args.ca_file)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return _fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
-    node = payload.get("data", {})
-    if args.json:
-        print(json.dumps(node, indent=2))
-    else:
-        Console().print(render_node(node))
-    return 0
-
-
-HEALTH_EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
-
-
-def cmd_health(args: argparse.Namespace) -> int:
-    """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
-    base = args.url.rstrip("/")
-    try:
-        node = _fetch_json(f"{base}/api/v1/node", args.ca_file).get("data", {})
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"unreachable: {redact(base)}: {_why(exc)}")
-        return EXIT_UNREACHABLE
-    verdict = str(node.get("verdict", "unknown"))
-    reasons = [str(r) for r in node.get("reasons", []) if r]
-    if verdict not in HEALTH_EXIT:
-        print(f"unknown: {redact(base)}: {'; '.join(reasons) or 'no verdict yet'}")
-        return EXIT_UNREACHABLE
-    actions = [str(a) for a in node.get("actions", [])]
-    if reasons:
-        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        action = f"; {actions[0]}" if actions else ""
-        why = reasons[0] + action + more
-    else:
-        why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
-    print(f"{verdict}: {why}")
-    return HEALTH_EXIT[verdict]
-
-
-def cmd_events(args: argparse.Namespace) -> int:
-    base = args.url.rstrip("/")
-    query = urllib.parse.urlencode({"since": args.since})
-    try:
-        payload = _fetch_json(f"{base}/api/v1/events?{query}", args.ca_file)
-    except urllib.error.HTTPError as exc:
-        try:
-            why = json.load(exc).get("error", exc.reason)
-        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
-            why = f"HTTP {exc.code} {exc.reason}"
-        return _fail(f"{redact(base)}: {why}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return _fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
-    events = payload.get("data", {}).get("events", [])
-    for event in events:
-        if args.json:
-            print(json.dumps(event))
-            continue
-        gpu = event.get("gpu")
-        gpu_text = "-" if gpu is None else f"GPU {gpu}"
-        print(f"{event['time']}  {event['kind']:<16} {gpu_text:<7} {event['message']}")
-    if not events and not args.json:
-        print(f"no events since {args.since}")
-    return 0
-
-
-def cmd_sim_list(_args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("scenario")
-    table.add_column("GPUs", justify="right")
-    table.add_column("faults")
-    table.add_column("description")
-    for name in builtin_names():
-        scenario = load_scenario(name)
-        faults = ", ".join(sorted({f.kind for f in scenario.faults})) or "-"
-        table.add_row(name, str(scenario.gpus), faults, scenario.description)
-    Console().print(table)
-    return 0
-
-
-def cmd_rules(args: argparse.Namespace) -> int:
-    from gpuwatch.rules.files import load_rule_file
-    from gpuwatch.rules.ruletest import run_test_files
-
-    if args.rules_command == "test":
-        return run_test_files(args.files)
-    failed = False
-    for path in args.files:
-        print(f"Checking {path}")
-        try:
-            groups = load_rule_file(path)
-        except FileError as exc:
-            print("  FAILED:", file=sys.stderr)
-            for problem in exc.problems:
-                print(f"{problem}", file=sys.stderr)
-            failed = True
-        else:
-            count = sum(len(g.rules) for g in groups)
-            print(f"  SUCCESS: {count} rules found")
-        print()
-    return 1 if failed else 0
-
-
-def cmd_ack(args: argparse.Namespace) -> int:
-    body = {"gpu": args.gpu, "cause": args.cause, "note": args.note}
-    code, data = _control(args, "POST", "/api/v1/ack", body)
-    if code == 0:
-        print(f"acknowledged: {data['reason']}")
-    return code
-
-
-def cmd_silence(args: argparse.Namespace) -> int:
-    if args.silence_command == "add":
-        body = {
-            "matchers": args.matchers,
-            "duration": args.duration,
-            "comment": args.comment,
-            "createdBy": args.author,
-        }
-        code, data = _control(args, "POST", "/api/v1/silences", body)
-    elif args.silence_command == "expire":
-        code, data = _control(args, "DELETE", f"/api/v1/silence/{args.id}")
-    else:
-        code, data = _control(args, "GET", "/api/v1/silences")
-    for s in data if isinstance(data, list) else [data] if data else []:
-        print(
-            f"{s['id']}  {s['status']['state']:<8} until {s['endsAt']}  {' '.join(s['matchers'])}"
-            f"  by {s['createdBy']}" + (f": {s['comment']}" if s["comment"] else "")
-        )
-    return code
-
-
-def cmd_xid(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from gpuwatch.health.xid_catalog import CATALOG, lookup
-
-    if args.code is not None:
-        xid = lookup(args.code)
-        print(f"XID {xid.code}: {xid.meaning}")
-        print(f"class:  {xid.xid_class}")
-        print(f"action: {xid.action}")
-        return 0 if args.code in CATALOG else 1
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("XID", "class", "meaning", "action"):
-        table.add_column(column, justify="right" if column == "XID" else "left")
-    for code, xid in sorted(CATALOG.items()):
-        table.add_row(str(code), xid.xid_class, xid.meaning, xid.action)
-    Console().print(table)
-    return 0
-
-
-def cmd_config_check(args: argparse.Namespace) -> int:
-    path = args.config or args.file
-    try:
-        config = load_config(path)
-    except FileError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_CONFIG
-    print(f"{path or '(no file: defaults)'}: OK")
-    print(yaml.safe_dump(config.as_dict(), sort_keys=False).rstrip())
     return 0
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -16,6 +16,7 @@ from gpuwatch.config import Config
 from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import HealthJudge
 from gpuwatch.health.own import state_causes
+from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Cause, Verdict, health_samples
 from gpuwatch.health.xid_counter import XidCounter, xid_history
 from gpuwatch.model import Batch, Event, Sample
@@ -23,8 +24,8 @@ from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.rules.outgoing import alerts_to_send
-from gpuwatch.source import Source
+from gpuwatch.rules.outgoing import alerts_to_send, firing_alerts
+from gpuwatch.source import Collector, Source
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.statedir import StateProblems
 from gpuwatch.store.tsdb import Store
@@ -83,6 +84,7 @@ class Daemon:
         acks: AckStore | None = None,
         notifier: Notifier | None = None,
         problems: StateProblems | None = None,
+        collectors: Sequence[Collector] = (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -92,11 +94,13 @@ class Daemon:
         self.journal = journal
         self.notifier = notifier
         self.problems = problems if problems is not None else StateProblems(None)
+        self.collectors = collectors  # components' own metrics, gathered each cycle
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
         self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
         self.xids = XidCounter()
+        self._raised: list[RaisedCause] = []  # by the firing alerts of the last evaluation
         self._urgent = asyncio.Event()
         self._evaluate_everything = False
         events.listeners.append(self._on_event)
@@ -192,7 +196,8 @@ class Daemon:
             self.source.backend,
             batch.gpus,
             chain(batch.samples, batch.slow),
-            state_causes(self.problems),
+            own=state_causes(self.problems),
+            raised=self._raised,
         )
         self.view = NodeView(batch, gpu_verdicts, verdict)
         samples = [
@@ -206,8 +211,7 @@ class Daemon:
             Sample(m.SAMPLING_OVERRUNS, (), float(self.overruns)),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
             Sample(m.BUILD_INFO, m.build_labels(), 1.0),
-            *(self.notifier.samples() if self.notifier is not None else ()),
-            *self.problems.samples(),
+            *chain.from_iterable(c.collect() for c in self.collectors),
         ]
         self.store.ingest(self.source.name, batch.time, samples)
         for part, part_samples in batch.slow_read:  # own timelines: current between reads
@@ -219,6 +223,8 @@ class Daemon:
             transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
             for transition in transitions:
                 self.events.publish(transition.as_event())
+            # The next cycle's verdict: a cause an alert raises shows one cycle after it fires.
+            self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
             if self.notifier is not None:
                 identities = {
                     str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)

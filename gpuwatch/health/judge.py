@@ -4,22 +4,20 @@
   journal restores only this boot's XIDs) or an operator acknowledges it; a warning XID keeps it
   degraded for an hour. Application and info XIDs leave the GPU healthy, as NVIDIA's device
   plugin does.
-- Error rates, as DCGM's health watches judge them: NVLink CRC errors (any in 5 minutes:
-  degraded; 100/s over a minute: unhealthy), NVLink replay or recovery errors (any in 5 minutes:
-  unhealthy), PCIe replays above the expected rate for the link's generation and width over a
-  minute (degraded). They clear once the counters stop moving.
+- Causes raised by alerts (raised.py): error rates, counts over a limit, a GPU that has not
+  answered for long; the rule packs hold their thresholds.
 - GPU resets, seen as volatile ECC counts going down or a lost GPU coming back: they clear the
-  GPU's XIDs and error history.
+  GPU's XIDs.
 - Acknowledgements (acks.AckStore): an acknowledged cause is listed but no longer counted.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from gpuwatch.health.acks import AckStore
+from gpuwatch.health.raised import RaisedCause, merged
 from gpuwatch.health.verdict import (
     Cause,
     GpuFacts,
@@ -35,71 +33,14 @@ from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, Sample
 from gpuwatch.text.timefmt import rfc3339
 
-RATE_WINDOW_S = 300.0
-CRC_STORM_WINDOW_S = 60.0
-CRC_STORM_PER_S = 100.0  # DCGM: NVLink CRC errors at or above this rate fail the GPU
-PCIE_WINDOW_S = 60.0
 WARNING_XID_HOLD_S = 3600.0
-
-
-def pcie_replays_per_lane_minute(generation: int) -> float | None:
-    """DCGM's expected PCIe replays per lane per minute: 0.48 at Gen3, doubling with each
-    generation (0.96 at Gen4, 1.92 at Gen5), and halving below Gen3 as the link's bandwidth
-    does; the same formula as GpuPcieReplayRate (rules/hardware.yaml). None: no link read."""
-    return 0.48 * 2.0 ** (generation - 3) if generation >= 1 else None
-
-
-CRC, REPLAY, PCIE = range(3)  # the error counters whose rates are judged, by position
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    time: float
-    raw: tuple[float | None, ...]  # the counters as last read (None: never read)
-    grown: tuple[float, ...]  # how much each has grown since the history began, resets counted
-
-
-def _next_point(now: float, previous: _Point | None, raw: tuple[float | None, ...]) -> _Point:
-    if previous is None:
-        return _Point(now, raw, (0.0,) * len(raw))
-    grown: list[float] = []
-    kept: list[float | None] = []
-    for value, before, total in zip(raw, previous.raw, previous.grown, strict=True):
-        if value is None:  # not read this cycle: no news
-            grown.append(total)
-            kept.append(before)
-        else:
-            step = 0.0 if before is None else (value - before if value >= before else value)
-            grown.append(total + step)
-            kept.append(value)
-    return _Point(now, tuple(kept), tuple(grown))
-
-
-def _increase(history: deque[_Point], since: float, counter: int) -> float:
-    """How much a counter grew after `since`. Cheap: the history keeps running totals, so
-    only the point at `since` has to be found, from the newer end."""
-    if not history:
-        return 0.0
-    base = history[0]
-    if since > base.time:
-        for point in reversed(history):
-            if point.time <= since:
-                base = point
-                break
-    return history[-1].grown[counter] - base.grown[counter]
 
 
 @dataclass
 class _GpuMemory:
-    history: deque[_Point] = field(default_factory=deque)
     xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
     volatile_ecc: list[float | None] = field(default_factory=lambda: [None, None])  # last read
     status: GpuStatus = GpuStatus.OK
-    status_since: float = 0.0  # when the GPU entered that status
-
-    def reset(self) -> None:
-        self.history.clear()
-        self.xids.clear()
 
 
 def missing_cause(gpu: MissingGpu) -> Cause:
@@ -144,35 +85,47 @@ class HealthJudge:
         backend: BackendState,
         gpus: list[GpuState],
         samples: Iterable[Sample],
+        *,
         own: Iterable[Cause] = (),
+        raised: Iterable[RaisedCause] = (),
     ) -> tuple[dict[int, Verdict], Verdict]:
         """Verdicts per GPU and for the node; `own` are the node's causes that are not about a
-        GPU (the daemon's state files)."""
+        GPU (the daemon's state files), `raised` the causes firing alerts raise."""
         facts = gpu_facts(samples)
+        by_gpu: dict[str, list[Cause]] = {}
+        for r in raised:
+            by_gpu.setdefault(r.uuid, []).append(r.cause)
         verdicts = {
-            g.info.index: self._judge_gpu(now, g, facts.get(g.info.uuid, GpuFacts())) for g in gpus
+            g.info.index: self._judge_gpu(
+                now, g, facts.get(g.info.uuid, GpuFacts()), by_gpu.pop(g.info.uuid, [])
+            )
+            for g in gpus
         }
         node = node_verdict(backend, verdicts)
         missing = [missing_cause(g) for g in backend.missing] if backend.up else []
+        # An alert that names no GPU the node lists is about the node.
+        elsewhere = [c for causes in by_gpu.values() for c in causes]
         # Only a backend that answers shows which missing GPUs have come back.
-        causes, acked = self._with_acks("", [*missing, *own], prune=backend.up)
+        causes, acked = self._with_acks("", merged([*missing, *own], elsewhere), prune=backend.up)
         return verdicts, verdict_of([*node.causes, *causes], [*node.acknowledged, *acked])
 
-    def _judge_gpu(self, now: float, gpu: GpuState, facts: GpuFacts) -> Verdict:
+    def _judge_gpu(
+        self, now: float, gpu: GpuState, facts: GpuFacts, raised: list[Cause]
+    ) -> Verdict:
         uuid = gpu.info.uuid
         memory = self._gpus.setdefault(uuid, _GpuMemory())
         came_back = memory.status == GpuStatus.LOST and gpu.status == GpuStatus.OK
-        if gpu.status != memory.status:
-            memory.status, memory.status_since = gpu.status, now
-        lost = status_cause(gpu, now - memory.status_since)
+        memory.status = gpu.status
+        lost = status_cause(gpu)
         if lost is not None:
+            # What alerts say of its readings adds nothing to a GPU that cannot be read, but
+            # an alert on its state (GpuUnresponsive) does.
+            raised = [c for c in raised if c.key == lost.key]
             causes = [lost, *self._xid_causes(now, memory)]
         else:
             if _reset_seen(memory, facts) or came_back:
-                memory.reset()
-            self._remember(now, memory, facts)
-            causes = [*sample_causes(facts), *self._rate_causes(now, memory, facts),
-                      *self._xid_causes(now, memory)]  # fmt: skip
+                memory.xids.clear()
+            causes = [*sample_causes(facts), *self._xid_causes(now, memory)]
         index = gpu.info.index
         causes = [
             replace(
@@ -183,7 +136,7 @@ class HealthJudge:
             )
             for c in causes
         ]
-        counted, acked = self._with_acks(uuid, causes, prune=lost is None)
+        counted, acked = self._with_acks(uuid, merged(causes, raised), prune=lost is None)
         return verdict_of(counted, acked)
 
     def _with_acks(
@@ -194,70 +147,6 @@ class HealthJudge:
         counted = [c for c in causes if not self.acks.covers(uuid, c)]
         acked = [c for c in causes if self.acks.covers(uuid, c)]
         return counted, acked
-
-    @staticmethod
-    def _remember(now: float, memory: _GpuMemory, facts: GpuFacts) -> None:
-        history = memory.history
-        raw = (facts.nvlink_crc, facts.nvlink_replay_recovery, facts.pcie_replays)
-        point = _next_point(now, history[-1] if history else None, raw)
-        if not history or point.raw != history[-1].raw:  # only changes: 10 Hz makes 3000 a GPU
-            history.append(point)
-        # The newest point at or before the window's start stays: it is what increases over the
-        # whole window are measured from.
-        while len(history) > 1 and history[1].time <= now - RATE_WINDOW_S:
-            history.popleft()
-
-    @staticmethod
-    def _rate_causes(now: float, memory: _GpuMemory, facts: GpuFacts) -> list[Cause]:
-        out: list[Cause] = []
-        history = memory.history
-        crc_storm = _increase(history, now - CRC_STORM_WINDOW_S, CRC)
-        crc = _increase(history, now - RATE_WINDOW_S, CRC)
-        if crc_storm >= CRC_STORM_PER_S * CRC_STORM_WINDOW_S:
-            out.append(
-                Cause(
-                    "nvlink-crc",
-                    Health.UNHEALTHY,
-                    f"NVLink CRC errors at {crc_storm / CRC_STORM_WINDOW_S:.0f}/s "
-                    f"(DCGM fails a GPU at {CRC_STORM_PER_S:g}/s)",
-                    "drain, reset the GPU and check the link",
-                )
-            )
-        elif crc > 0:
-            out.append(
-                Cause(
-                    "nvlink-crc",
-                    Health.DEGRADED,
-                    f"{crc:g} NVLink CRC errors in the last 5 minutes",
-                    "watch the link; reseat or replace it if the errors go on",
-                )
-            )
-        replay = _increase(history, now - RATE_WINDOW_S, REPLAY)
-        if replay > 0:
-            out.append(
-                Cause(
-                    "nvlink-replay",
-                    Health.UNHEALTHY,
-                    f"{replay:g} NVLink replay or recovery errors in the last 5 minutes",
-                    "drain, reset the GPU and check the link",
-                )
-            )
-        lanes_rate = pcie_replays_per_lane_minute(int(facts.pcie_generation))
-        if lanes_rate is not None and facts.pcie_width > 0:
-            expected = lanes_rate * facts.pcie_width * PCIE_WINDOW_S / 60.0
-            replays = _increase(history, now - PCIE_WINDOW_S, PCIE)
-            if replays > expected:
-                gen, width = int(facts.pcie_generation), int(facts.pcie_width)
-                out.append(
-                    Cause(
-                        "pcie-replays",
-                        Health.DEGRADED,
-                        f"{replays:g} PCIe replays in the last minute (expected at most "
-                        f"{expected:.0f} on Gen{gen} x{width})",
-                        "check the slot, riser and cabling; reseat the GPU",
-                    )
-                )
-        return out
 
     @staticmethod
     def _xid_causes(now: float, memory: _GpuMemory) -> list[Cause]:

@@ -1,13 +1,16 @@
 """The verdict on each GPU and on the node: healthy, degraded or unhealthy, with its causes.
 
 A cause names what is wrong, what to do about it, and a key an operator can acknowledge it by.
-The facts here come from one sample; `judge.HealthJudge` adds what needs memory (XIDs, error
-rates, resets, acknowledgements). Thresholds follow NVIDIA's DCGM health watches.
+The facts here come from one sample: states a reading shows at once (a link down, an
+uncorrectable error since the reset, a failed remap). Whatever needs a threshold or a window
+(error rates, page counts, how long a GPU has not answered) is the rule packs' to decide: an
+alert carrying a `cause` label is a cause of the verdict (`alert_cause`), so a threshold is
+written once, in the rule. `judge.HealthJudge` adds what needs memory (XIDs, resets,
+acknowledgements).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -30,17 +33,6 @@ DEGRADING_REASONS = {
     "hw_thermal_slowdown": "thermal slowdown: the GPU is too hot",
     "hw_power_brake": "the external power brake is asserted",
 }
-
-# NVLink error types (gpuwatch_gpu_nvlink_errors_total's `type`): CRC-like errors, warned on
-# and a failure at 100/s (NVLink5's "effective" errors are what FEC could not correct), and
-# replay/recovery, a failure at any count. NVLink5's FEC-corrected symbol errors are neither.
-NVLINK_CRC_TYPES = frozenset({"crc_flit", "crc_data", "effective"})
-# NVLink5's link_recovery counts every recovery, the failed ones (link_recovery_failed) too:
-# summing both would count a failed recovery twice.
-NVLINK_FAILURE_TYPES = frozenset({"replay", "recovery", "link_recovery"})
-
-RETIRED_PAGES_LIMIT = 63  # DCGM: retired pages (SBE + DBE) at or above this is a failure
-REMAPPED_UNCORRECTABLE_LIMIT = 512  # DCGM: uncorrectable remapped rows at or above: warning
 
 RECOVERY_ACTIONS = {
     "gpu_reset": (Health.UNHEALTHY, "drain the GPU's jobs and reset the GPU"),
@@ -126,16 +118,9 @@ class GpuFacts:
     dbe_volatile: float | None = None
     remap_pending: bool = False
     remap_failed: bool = False
-    remapped_uncorrectable: float = 0.0
-    retired_pages: float = 0.0
     retired_pending: bool = False
     recovery_action: str = ""
     links_down: list[str] = field(default_factory=list)
-    nvlink_crc: float = 0.0  # CRC flit + data errors, all links
-    nvlink_replay_recovery: float = 0.0  # replay + recovery errors, all links
-    pcie_replays: float | None = None
-    pcie_generation: float = 0.0
-    pcie_width: float = 0.0
 
 
 def gpu_facts(samples: Iterable[Sample]) -> dict[str, GpuFacts]:
@@ -159,31 +144,13 @@ def gpu_facts(samples: Iterable[Sample]) -> dict[str, GpuFacts]:
             facts.remap_pending = value == 1.0
         elif name == m.ROW_REMAP_FAILED:
             facts.remap_failed = value == 1.0
-        elif name == m.REMAPPED_ROWS:
-            if d.get("type") == "uncorrectable":
-                facts.remapped_uncorrectable = value
-        elif name == m.RETIRED_PAGES:
-            facts.retired_pages += value
         elif name == m.RETIRED_PAGES_PENDING:
             facts.retired_pending = value == 1.0
         elif name == m.RECOVERY_ACTION:
             if value == 1.0:
                 facts.recovery_action = d.get("action", "")
-        elif name == m.NVLINK_LINK_UP:
-            if value == 0.0:
-                facts.links_down.append(d.get("link", "?"))
-        elif name == m.NVLINK_ERRORS:
-            kind = d.get("type", "")
-            if kind in NVLINK_CRC_TYPES:
-                facts.nvlink_crc += value
-            elif kind in NVLINK_FAILURE_TYPES:
-                facts.nvlink_replay_recovery += value
-        elif name == m.PCIE_REPLAYS:
-            facts.pcie_replays = value
-        elif name == m.PCIE_LINK_GENERATION:
-            facts.pcie_generation = value
-        elif name == m.PCIE_LINK_WIDTH:
-            facts.pcie_width = value
+        elif name == m.NVLINK_LINK_UP and value == 0.0:
+            facts.links_down.append(d.get("link", "?"))
     return out
 
 
@@ -193,20 +160,13 @@ _FACT_METRICS = frozenset(
         m.ECC_ERRORS,
         m.ROW_REMAP_PENDING,
         m.ROW_REMAP_FAILED,
-        m.REMAPPED_ROWS,
-        m.RETIRED_PAGES,
         m.RETIRED_PAGES_PENDING,
         m.RECOVERY_ACTION,
         m.NVLINK_LINK_UP,
-        m.NVLINK_ERRORS,
-        m.PCIE_REPLAYS,
-        m.PCIE_LINK_GENERATION,
-        m.PCIE_LINK_WIDTH,
     }
 )
 # Values that say nothing, most of a batch (errors at 0, links up): skipped before parsing labels.
 _NOTHING_TO_SEE = {
-    m.NVLINK_ERRORS: 0.0,
     m.NVLINK_LINK_UP: 1.0,
     m.CLOCK_EVENT: 0.0,
     m.RECOVERY_ACTION: 0.0,
@@ -247,16 +207,6 @@ def sample_causes(facts: GpuFacts) -> list[Cause]:
                 "take the GPU out; RMA it",
             )
         )
-    if facts.retired_pages >= RETIRED_PAGES_LIMIT:
-        out.append(
-            Cause(
-                "retired-pages",
-                bad,
-                f"{facts.retired_pages:g} retired memory pages",
-                "RMA the GPU",
-                f"{facts.retired_pages:g}",
-            )
-        )
     if facts.links_down:
         links = ", ".join(facts.links_down)
         out.append(
@@ -286,30 +236,16 @@ def sample_causes(facts: GpuFacts) -> list[Cause]:
                 "reset the GPU when it is idle",
             )
         )
-    if facts.remapped_uncorrectable >= REMAPPED_UNCORRECTABLE_LIMIT:
-        out.append(
-            Cause(
-                "remapped-rows",
-                warn,
-                f"{facts.remapped_uncorrectable:g} rows remapped for uncorrectable errors",
-                "plan to replace the GPU",
-                f"{facts.remapped_uncorrectable:g}",
-            )
-        )
     for reason, text in DEGRADING_REASONS.items():
         if reason in facts.clock_reasons:
             out.append(Cause(f"clocks-{reason}", warn, text, "check cooling and power"))
     return out
 
 
-# As long as the GpuUnresponsive alert's `for:` (rules/hardware.yaml): a stall of a few seconds
-# (a driver busy with another GPU's reset, a slow ECC scrub) degrades the GPU and pages nobody;
-# one that lasts makes it unhealthy, as the alert fires.
-UNRESPONSIVE_UNHEALTHY_AFTER_S = 10.0
-
-
-def status_cause(gpu: GpuState, seconds_in_status: float = math.inf) -> Cause | None:
-    """A GPU that cannot be read at all, `seconds_in_status` into that state."""
+def status_cause(gpu: GpuState) -> Cause | None:
+    """A GPU that cannot be read at all. An unresponsive one is degraded: a stall of a few
+    seconds (a driver busy with another GPU's reset, a slow ECC scrub) pages nobody; the
+    GpuUnresponsive alert (rules/hardware.yaml) makes it unhealthy once the stall lasts."""
     if gpu.status == GpuStatus.LOST:
         return Cause(
             "gpu-lost",
@@ -325,15 +261,11 @@ def status_cause(gpu: GpuState, seconds_in_status: float = math.inf) -> Cause | 
             _nvml_error_action(gpu.reason),
         )
     if gpu.status == GpuStatus.UNRESPONSIVE:
-        lasting = seconds_in_status >= UNRESPONSIVE_UNHEALTHY_AFTER_S
         return Cause(
             "gpu-unresponsive",
-            Health.UNHEALTHY if lasting else Health.DEGRADED,
+            Health.DEGRADED,
             f"is unresponsive: {gpu.reason}",
-            "drain the node; reset the GPU, or reboot if the reset hangs"
-            if lasting
-            else f"wait: unhealthy if it still does not answer after "
-            f"{UNRESPONSIVE_UNHEALTHY_AFTER_S:.0f}s",
+            "wait: unhealthy if it still does not answer when GpuUnresponsive fires",
         )
     return None
 

@@ -195,7 +195,7 @@ class Notifier:
                 continue
             await wait_event(self.clock, self._wake, None if due is None else due - now)
 
-    def samples(self) -> list[Sample]:
+    def collect(self) -> list[Sample]:
         pending = self.db.pending()
         out: list[Sample] = []
         for r in self.config.receivers:

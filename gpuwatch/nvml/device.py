@@ -18,149 +18,39 @@ answered no value at all (each NOT_SUPPORTED, say), until one answers again: it 
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from gpuwatch import metrics as m
 from gpuwatch.host.processes import GpuProcess, ProcessLookup
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import GpuInfo, MigInstance, Sample, series_text
-from gpuwatch.nvml.fallbacks import Reader, fallback_reader
+from gpuwatch.nvml.errors import (
+    ERROR_RESET_REQUIRED,
+    NvmlGpuError,
+    NvmlModule,
+    error_code,
+    error_text,
+    missing_errors,
+)
+from gpuwatch.nvml.fallbacks import fallback_reader
 from gpuwatch.nvml.fields import (
     CLOCK_EVENT_REASONS,
     FieldPlan,
-    FieldRequest,
+    FieldSet,
     FieldValues,
+    per_link_folded,
     plan_fields,
 )
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-NvmlModule = Any  # the pynvml module (over the driver's library, or the simulated one)
 
 RECHECK_S = 300.0  # how often values a GPU did not answer are asked for again
-ERROR_RESET_REQUIRED = 16  # nvml.h: the GPU requires a reset before it can be used again
-ERROR_OTHER = -1  # a failure that is not an NVML error (pynvml raised something else)
-VIRTUALIZATION_VGPU = 2  # nvmlGpuVirtualizationMode_t: this is a guest with a vGPU
-
-
-class NvmlGpuError(Exception):
-    """The GPU answers NVML with errors: nothing could be read, or it needs a reset."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-
-
-def handle_key(handle: Any) -> int:
-    """A stable identity for an NVML device handle (a ctypes pointer), as events carry it."""
-    return ctypes.addressof(handle.contents)
-
-
-def as_text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def missing_errors(nvml: NvmlModule) -> tuple[type[BaseException], ...]:
-    """What a driver or pynvml without a call (or without it for this GPU) raises."""
-    names = (
-        "NVMLError_NotSupported",
-        "NVMLError_FunctionNotFound",
-        "NVMLError_ArgumentVersionMismatch",
-        "NVMLLibraryMismatchError",  # pynvml >= 12.550, for an unversioned call it lacks
-    )
-    return tuple(cls for name in names if isinstance(cls := getattr(nvml, name, None), type))
-
-
-def error_code(exc: BaseException) -> int:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else ERROR_OTHER
-
-
-def open_device(
-    nvml: NvmlModule,
-    index: int,
-    lookup: ProcessLookup | None = None,
-    now: Callable[[], float] = time.monotonic,
-) -> DeviceReader:
-    """Open GPU `index` and read what identifies it. Runs in a worker thread. `lookup` is
-    shared between a node's GPUs: one process often holds several."""
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    uuid = as_text(nvml.nvmlDeviceGetUUID(handle))
-    name = as_text(nvml.nvmlDeviceGetName(handle))
-
-    def optional(fn: Callable[[], T], default: T) -> T:
-        """What fn() reads, or `default` when NVML cannot say; a lost GPU still propagates."""
-        try:
-            return fn()
-        except nvml.NVMLError_GpuIsLost:
-            raise
-        except (nvml.NVMLError, *missing_errors(nvml)):
-            return default
-
-    def link_count() -> int:
-        fv = nvml.nvmlDeviceGetFieldValues(handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])[0]
-        returned, value = FieldValues(nvml).one(fv)
-        if returned == nvml.NVML_SUCCESS:
-            return int(value)
-        # An older driver without the field: count the links that have a state.
-        count = 0
-        while count < nvml.NVML_NVLINK_MAX_LINKS:
-            try:
-                nvml.nvmlDeviceGetNvLinkState(handle, count)
-            except nvml.NVMLError_GpuIsLost:
-                raise
-            except nvml.NVMLError:
-                break
-            count += 1
-        return count
-
-    pci = optional(lambda: as_text(nvml.nvmlDeviceGetPciInfo(handle).busId), "")
-    serial = optional(lambda: as_text(nvml.nvmlDeviceGetSerial(handle)), "")
-    vbios = optional(lambda: as_text(nvml.nvmlDeviceGetVbiosVersion(handle)), "")
-    links = optional(link_count, 0)
-    vgpu = optional(lambda: nvml.nvmlDeviceGetVirtualizationMode(handle), 0)
-    info = GpuInfo(index, uuid, name, pci, serial, vbios, links)
-    return DeviceReader(nvml, handle, info, lookup, now=now, vgpu_guest=vgpu == VIRTUALIZATION_VGPU)
-
-
-_LINK_LABEL = re.compile(r'link="\d+",?')
-
-
-def _per_link_folded(items: list[str]) -> list[str]:
-    """The same value on 18 links is one entry with a count, not 18."""
-    counts = Counter(_LINK_LABEL.sub("", item).replace("{}", "") for item in items)
-    return [f"{item} on {n} links" if n > 1 else item for item, n in counts.items()]
-
-
-class _FieldSet:
-    """One tier's fields, asked for in one nvmlDeviceGetFieldValues call. A field the driver
-    refuses moves to `fallbacks` (read through its older call) or is dropped, until the next
-    recheck puts it back."""
-
-    __slots__ = ("all_plans", "fallbacks", "nvml", "plans", "request")
-
-    def __init__(self, nvml: NvmlModule, plans: list[FieldPlan]) -> None:
-        self.nvml = nvml
-        self.all_plans = plans
-        self.fallbacks: list[tuple[FieldPlan, Reader]] = []
-        self.keep(plans)
-
-    def keep(self, plans: list[FieldPlan]) -> None:
-        self.plans = plans
-        self.request = FieldRequest(self.nvml, [f.request for f in plans])
-
-    def reset(self) -> None:
-        self.keep(self.all_plans)
-        self.fallbacks = []
 
 
 class DeviceReader:
@@ -196,8 +86,8 @@ class DeviceReader:
         ]
         self._supported_reasons: int | None = None
         plans = plan_fields(nvml, base, info.nvlink_count)
-        self._fast_fields = _FieldSet(nvml, [f for f in plans if not f.slow])
-        self._slow_fields = _FieldSet(nvml, [f for f in plans if f.slow])
+        self._fast_fields = FieldSet(nvml, [f for f in plans if not f.slow])
+        self._slow_fields = FieldSet(nvml, [f for f in plans if f.slow])
         self._lookup = lookup if lookup is not None else ProcessLookup()
         self.processes: tuple[GpuProcess, ...] = ()
         self.instances: tuple[MigInstance, ...] = ()
@@ -331,7 +221,7 @@ class DeviceReader:
             log.info(
                 "GPU %d: not supported, left out: %s",
                 self.info.index,
-                "; ".join(_per_link_folded(self._newly_unsupported)),
+                "; ".join(per_link_folded(self._newly_unsupported)),
                 extra=log_fields(gpu=self.info.index, uuid=self.info.uuid),
             )
             self._newly_unsupported.clear()
@@ -355,17 +245,7 @@ class DeviceReader:
             code, what = self.nvml.NVML_ERROR_NOT_SUPPORTED, " for every value asked for"
         else:
             return
-        raise NvmlGpuError(code, self._error_text(code) + what)
-
-    def _error_text(self, code: int) -> str:
-        if code == ERROR_OTHER:
-            return "every NVML call failed"
-        try:
-            text = as_text(self.nvml.nvmlErrorString(code))
-        except Exception:  # the library cannot say
-            text = f"error {code}"
-        names = {v: k for k, v in vars(self.nvml).items() if k.startswith("NVML_ERROR_")}
-        return f"NVML answers {text} ({names.get(code, code)})"
+        raise NvmlGpuError(code, error_text(self.nvml, code) + what)
 
     def _read_memory(self, h: Any, what: str = "memory") -> Any:
         """nvmlMemory_v2 where the driver has it (R510): its `used` leaves out what the driver
@@ -462,7 +342,7 @@ class DeviceReader:
             if self._supported_reasons & bit:
                 out.append(Sample(m.CLOCK_EVENT, labels, 1.0 if current & bit else 0.0))
 
-    def _read_fields(self, fields: _FieldSet, out: list[Sample]) -> None:
+    def _read_fields(self, fields: FieldSet, out: list[Sample]) -> None:
         if fields.plans:
             values = self._try("field_values", partial(fields.request, self.handle), counted=False)
             if values is not None:
@@ -472,7 +352,7 @@ class DeviceReader:
             if value is not None:
                 out.append(Sample(plan.name, plan.labels, value * plan.scale))
 
-    def _read_field_values(self, fields: _FieldSet, values: Any, out: list[Sample]) -> None:
+    def _read_field_values(self, fields: FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
         success, lost = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST
         refused: list[FieldPlan] = []
@@ -502,7 +382,7 @@ class DeviceReader:
             for plan in refused:
                 self._refused(fields, plan)
 
-    def _refused(self, fields: _FieldSet, plan: FieldPlan) -> None:
+    def _refused(self, fields: FieldSet, plan: FieldPlan) -> None:
         """The driver has no such field: read it through its call where there is one."""
         reader = fallback_reader(self.nvml, self.handle, plan.request)
         if reader is not None:

@@ -9,14 +9,18 @@ they are asked for on every part and answer NOT_SUPPORTED where they do not appl
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch import metrics as m
 from gpuwatch.model import Labels, series_text
+from gpuwatch.nvml.errors import NvmlModule
+from gpuwatch.nvml.fallbacks import Reader
 
 CLOCK_EVENT_REASONS = (
     (0x1, "gpu_idle"),
@@ -200,3 +204,34 @@ class FieldRequest:
         call = self._lookup("nvmlDeviceGetFieldValues")  # FunctionNotFound, as the wrapper
         self._check(call(handle, self._count, self._pointer))
         return self._array
+
+
+class FieldSet:
+    """One tier's fields, asked for in one nvmlDeviceGetFieldValues call. A field the driver
+    refuses moves to `fallbacks` (read through its older call) or is dropped, until the next
+    recheck puts it back."""
+
+    __slots__ = ("all_plans", "fallbacks", "nvml", "plans", "request")
+
+    def __init__(self, nvml: NvmlModule, plans: list[FieldPlan]) -> None:
+        self.nvml = nvml
+        self.all_plans = plans
+        self.fallbacks: list[tuple[FieldPlan, Reader]] = []
+        self.keep(plans)
+
+    def keep(self, plans: list[FieldPlan]) -> None:
+        self.plans = plans
+        self.request = FieldRequest(self.nvml, [f.request for f in plans])
+
+    def reset(self) -> None:
+        self.keep(self.all_plans)
+        self.fallbacks = []
+
+
+_LINK_LABEL = re.compile(r'link="\d+",?')
+
+
+def per_link_folded(items: list[str]) -> list[str]:
+    """The same value on 18 links is one entry with a count, not 18."""
+    counts = Counter(_LINK_LABEL.sub("", item).replace("{}", "") for item in items)
+    return [f"{item} on {n} links" if n > 1 else item for item, n in counts.items()]

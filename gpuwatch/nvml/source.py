@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import cast
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
-from gpuwatch.host.processes import GpuProcess, ProcessLookup, jobs_text, with_jobs
+from gpuwatch.host.processes import ProcessLookup, jobs_text, with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
     BackendState,
@@ -26,70 +26,24 @@ from gpuwatch.model import (
     GpuInfo,
     GpuState,
     GpuStatus,
-    MigInstance,
     Sample,
 )
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
-from gpuwatch.nvml.device import DeviceReader, NvmlGpuError, NvmlModule, as_text, open_device
+from gpuwatch.nvml.errors import NvmlGpuError, NvmlModule, as_text
 from gpuwatch.nvml.events import EventWaiter, describe
+from gpuwatch.nvml.opening import open_device
+from gpuwatch.nvml.watched import INIT_DEADLINE_S, WatchedGpu, init_failure_reason
 from gpuwatch.state.inventory import Inventory, missing_samples
 
 log = logging.getLogger(__name__)
 
 DRIVER_LANE = "driver"
-INIT_DEADLINE_S = 30.0  # nvmlInit and opening handles are slow without persistence mode
 RETRY_S = 30.0  # how often a down backend or an unopened GPU is tried again
 SHUTDOWN_DEADLINE_S = 2.0
 # A GPU whose calls miss the cycle's deadline is called unresponsive only once they have been
 # late this long (or 2 intervals, if longer); until then its last values stand. At 10 Hz on a
 # busy host a call can miss a 100 ms deadline without anything being wrong with the GPU.
 UNRESPONSIVE_AFTER_S = 2.0
-
-
-def init_failure_reason(nvml: NvmlModule, exc: BaseException) -> str:
-    """The operator-facing reason NVML could not start."""
-    if isinstance(exc, nvml.NVMLError_LibraryNotFound):
-        return "NVML: driver library not found"
-    if isinstance(exc, nvml.NVMLError_DriverNotLoaded):
-        return "NVML: driver not loaded"
-    if isinstance(exc, nvml.NVMLError_LibRmVersionMismatch):
-        return "NVML: library and kernel driver versions differ (reload the driver or reboot)"
-    if isinstance(exc, nvml.NVMLError_NoPermission):
-        return "NVML: insufficient permissions"
-    if isinstance(exc, NvmlTimeoutError | LaneStuckError):
-        return f"NVML: nvmlInit did not answer within {INIT_DEADLINE_S:g}s"
-    return f"NVML: {exc}"
-
-
-@dataclass
-class _Gpu:
-    index: int
-    info: GpuInfo
-    reader: DeviceReader | None
-    status: GpuStatus
-    reason: str = ""
-    next_open: float = 0.0
-    late_since: float | None = None  # when its calls began to miss the deadline
-    last_samples: list[Sample] | None = None  # the last cycle's fast tier, kept while late
-    slow: list[Sample] | None = None  # the last slow tier read; None once the GPU failed
-    next_slow: float = 0.0  # when its slow tier is next due
-
-    @property
-    def part(self) -> str:
-        """The batch part (and store timeline) of its slow tier."""
-        return f"slow/gpu{self.index}"
-
-    @property
-    def processes(self) -> tuple[GpuProcess, ...]:
-        return self.reader.processes if self.reader is not None else ()
-
-    @property
-    def instances(self) -> tuple[MigInstance, ...]:
-        return self.reader.instances if self.reader is not None else ()
-
-    @property
-    def lane(self) -> str:
-        return f"gpu{self.index}"
 
 
 class NvmlSource:
@@ -110,7 +64,7 @@ class NvmlSource:
         self._on_event = on_event
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
-        self._gpus: list[_Gpu] = []
+        self._gpus: list[WatchedGpu] = []
         self._events = EventWaiter(nvml, self._event_from_thread, clock)
         self._events_started = False
         self._next_init = 0.0
@@ -160,7 +114,7 @@ class NvmlSource:
             library_version=as_text(library),
         )
         self._gpus = [
-            _Gpu(
+            WatchedGpu(
                 i, GpuInfo(i, "", "", "", "", "", 0), None, GpuStatus.UNRESPONSIVE, "not opened yet"
             )
             for i in range(count)
@@ -196,7 +150,7 @@ class NvmlSource:
             log.error("%s", message)
             self._on_event(Event(self._clock.now(), "gpu_missing", None, gone.uuid, message))
 
-    async def _open(self, gpu: _Gpu) -> None:
+    async def _open(self, gpu: WatchedGpu) -> None:
         nvml = self._nvml
         gpu.next_open = self._clock.now() + RETRY_S
         try:
@@ -236,7 +190,7 @@ class NvmlSource:
         log.warning(message, extra=log_fields(gpu=index, uuid=uuid, xid=details.get("xid")))
         self._on_event(Event(self._clock.now(), kind, index, uuid, message, details))
 
-    def _transition(self, gpu: _Gpu, status: GpuStatus, reason: str) -> None:
+    def _transition(self, gpu: WatchedGpu, status: GpuStatus, reason: str) -> None:
         if status == gpu.status and reason == gpu.reason:
             return
         old = gpu.status
@@ -299,7 +253,7 @@ class NvmlSource:
             self.name, self._clock.now(), samples, self._backend, states, slow, self._slow_read
         )
 
-    def _slow_due(self, gpu: _Gpu, now: float) -> bool:
+    def _slow_due(self, gpu: WatchedGpu, now: float) -> bool:
         """Whether this cycle reads the GPU's slow tier. GPU i of n first reads it i/n of the
         way into the slow interval, and then once an interval: at 64 GPUs and 10 Hz, reading
         all of them in one cycle took longer than the cycle."""
@@ -316,10 +270,10 @@ class NvmlSource:
             gpu.next_slow = now + period
         return True
 
-    def _open_due(self, gpu: _Gpu) -> bool:
+    def _open_due(self, gpu: WatchedGpu) -> bool:
         return gpu.reader is None and self._clock.now() >= gpu.next_open
 
-    def _sampled(self, gpu: _Gpu, result: object) -> list[Sample]:
+    def _sampled(self, gpu: WatchedGpu, result: object) -> list[Sample]:
         """The GPU's fast tier from its read's result (None: not opened); a slow tier read
         goes to gpu.slow."""
         nvml = self._nvml
@@ -354,13 +308,13 @@ class NvmlSource:
         self._drop_slow(gpu)
         return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
 
-    def _drop_slow(self, gpu: _Gpu) -> None:
+    def _drop_slow(self, gpu: WatchedGpu) -> None:
         """Forget a failed GPU's slow tier; its series go stale at once."""
         if gpu.slow is not None:
             gpu.slow = None
             self._slow_read.append((gpu.part, []))
 
-    def _still_within_grace(self, gpu: _Gpu) -> list[Sample] | None:
+    def _still_within_grace(self, gpu: WatchedGpu) -> list[Sample] | None:
         """The GPU's last values while its calls have been late for less than the grace."""
         if gpu.status != GpuStatus.OK or gpu.last_samples is None:
             return None
@@ -370,7 +324,7 @@ class NvmlSource:
         grace = max(UNRESPONSIVE_AFTER_S, 2 * self._sampling.interval)
         return gpu.last_samples if now - gpu.late_since < grace else None
 
-    def _bookkeeping(self, gpu: _Gpu) -> list[Sample]:
+    def _bookkeeping(self, gpu: WatchedGpu) -> list[Sample]:
         """Series that exist whatever state the GPU is in: identity, lost or not, timeouts."""
         info, labels = gpu.info, gpu.info.labels
         out = [
@@ -395,7 +349,7 @@ class NvmlSource:
         )
         return out
 
-    def _process_samples(self, gpu: _Gpu) -> list[Sample]:
+    def _process_samples(self, gpu: WatchedGpu) -> list[Sample]:
         """gpuwatch_process_gpu_memory_bytes (opt-in), part of the slow tier that reads them."""
         if not self._sampling.process_memory_metrics:
             return []

@@ -216,7 +216,7 @@ class RuleEngine:
     def commit(self, now: float, transitions: list[Transition], writes: list[Write]) -> None:
         for source, at, samples in writes:
             self.store.ingest(source, at, samples)
-        self.store.ingest(SELF_SOURCE, now, self._self_samples())
+        self.store.ingest(SELF_SOURCE, now, self.collect())
         for t in transitions:
             # The alert's labels are fields, to filter on; one named like a field of the
             # record itself (a label `level`) stays in the text instead.
@@ -229,7 +229,7 @@ class RuleEngine:
             )  # fmt: skip
         self._persist()
 
-    def _self_samples(self) -> list[Sample]:
+    def collect(self) -> list[Sample]:
         out = [Sample(m.RULES_LAST_RELOAD_SUCCESSFUL, (), 0.0 if self.last_reload_error else 1.0)]
         for group in self.groups:
             labels = (("group", group.definition.name), ("file", group.definition.file))

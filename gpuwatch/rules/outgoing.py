@@ -1,5 +1,6 @@
-"""What the rules hand the notifier after each evaluation: every alert that is firing, or
-has fired and resolved within the engine's 15 minutes, as notify's own values. The rules
+"""What the rules hand on after each evaluation. To the notifier: every alert that is firing,
+or has fired and resolved within the engine's 15 minutes, as notify's own values. To the
+verdict: the firing alerts' labels and annotations. The rules
 know the notifier's alert type; the notifier knows nothing of rules (as Prometheus's rules
 package builds notifier.Alerts in SendAlerts)."""
 
@@ -35,3 +36,13 @@ def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert
                 )
             )
     return out
+
+
+def firing_alerts(rules: Iterable[AlertingRule]) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """The labels and annotations of every firing alert, for the causes they raise."""
+    return [
+        (dict(alert.labels), dict(alert.annotations))
+        for rule in rules
+        for alert in rule.active.values()
+        if alert.state == AlertState.FIRING
+    ]

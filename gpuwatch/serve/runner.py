@@ -23,7 +23,7 @@ from gpuwatch.health.acks import AckStore
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
-from gpuwatch.nvml.device import NvmlModule
+from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
@@ -245,6 +245,7 @@ def wire(
         acks=AckStore(state_dir),
         notifier=notifier,
         problems=problems,
+        collectors=(notifier, problems),
     )
     return Wired(daemon, rules, journal, notifier, Reloader(daemon, rules, notifier, guard))
 

@@ -17,8 +17,9 @@ import os
 import time
 
 from gpuwatch.client import JobReporter
+from gpuwatch.sim.faults import JOB_FAULT_KINDS
 from gpuwatch.sim.node import CHECKPOINT_EVERY_S, CHECKPOINT_LENGTH_S, hash01
-from gpuwatch.sim.scenario import JOB_FAULT_KINDS, Scenario, load_scenario
+from gpuwatch.sim.scenario import Scenario, load_scenario
 
 SLURM_JOB_ID = "81234"
 JOB_NAME = "llama"

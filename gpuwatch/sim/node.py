@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from gpuwatch.clock import Clock
 from gpuwatch.sim import driver as d
 from gpuwatch.sim.cdefs import ERRORS
+from gpuwatch.sim.faults import JOB_FAULT_KINDS, Fault
 from gpuwatch.sim.models import GIB, GpuModel
-from gpuwatch.sim.scenario import JOB_FAULT_KINDS, MIG_PROFILE, Fault, Scenario
+from gpuwatch.sim.scenario import MIG_PROFILE, Scenario
 
 AMBIENT_C = 28.0
 THERMAL_TAU_S = 25.0

@@ -10,6 +10,14 @@ from typing import Any
 
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES, DriverProfile
+from gpuwatch.sim.faults import (
+    DEFAULT_COUNT,
+    DEFAULT_RATE,
+    ERROR_FAULT_KINDS,
+    FAULT_KINDS,
+    NVLINK_FAULT_KINDS,
+    Fault,
+)
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
 from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import (
@@ -28,85 +36,6 @@ from gpuwatch.text.yamlfile import (
 WORKLOADS = ("training", "inference", "idle")
 VIRTUALIZATION = ("none", "vgpu_guest")
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
-
-# Faults the simulated training job shows in its own reports (and, for nccl_hang and
-# idle_with_memory, in its GPUs' signals too).
-JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory")
-# Every fault kind of DESIGN §7.
-FAULT_KINDS = (
-    "xid",
-    "nvml_hang",
-    "fall_off_bus",
-    "thermal_runaway",
-    "hw_slowdown",
-    "power_brake",
-    "ecc_sbe",
-    "ecc_dbe",
-    "row_remap_pending",
-    "row_remap_failure",
-    "nvlink_down",
-    "nvlink_crc_storm",
-    "pcie_replay_storm",
-    "recovery_action",
-    "retired_pages",
-    "nvml_error",
-    "event_wait_error",
-    "gpu_reset",
-    "nvlink_replay",
-    "nvlink_recovery",
-    "thermal_shutdown",
-    "gpu_missing",
-    *JOB_FAULT_KINDS,
-)
-ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
-
-# How hard the counting faults hit unless a scenario says (`rate:` errors a second while the
-# fault lasts, after `count:` at once), so a rule can be tried just under and over its line.
-DEFAULT_RATE = {
-    "ecc_sbe": 20.0,  # a single-bit storm (XID 92)
-    "ecc_dbe": 0.0,
-    "pcie_replay_storm": 2.0,  # 120 a minute, above Gen5 x16's expected ~31
-    "nvlink_crc_storm": 500.0,  # above DCGM's 100/s failure line
-    "nvlink_replay": 0.0,
-    "nvlink_recovery": 0.0,
-}
-DEFAULT_COUNT = {
-    **{kind: 1 for kind in DEFAULT_RATE},
-    "row_remap_pending": 1,  # rows remapped for uncorrectable errors
-    "row_remap_failure": 1,
-    "retired_pages": 63,  # DCGM's failure line
-}
-NVLINK_FAULT_KINDS = ("nvlink_down", "nvlink_crc_storm", "nvlink_replay", "nvlink_recovery")
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    kind: str
-    gpu: int
-    at: float  # seconds after the scenario starts
-    duration: float | None = None  # None: until the end
-    code: int | None = None  # XID code, for `xid`
-    error: str | None = None  # nvml.h's error name, for nvml_error and event_wait_error
-    action: int | None = None  # the driver's recovery action, for recovery_action
-    rate: float | None = None  # errors a second while it lasts (None: DEFAULT_RATE)
-    count: int | None = None  # errors (rows, pages) at once (None: DEFAULT_COUNT)
-    link: int = 0  # the NVLink an NVLink fault hits
-
-    @property
-    def errors_per_s(self) -> float:
-        """The fault's rate; a fault given only a `count` adds that many and no more."""
-        if self.rate is not None:
-            return self.rate
-        return 0.0 if self.count is not None else DEFAULT_RATE.get(self.kind, 0.0)
-
-    @property
-    def errors_at_once(self) -> int:
-        return DEFAULT_COUNT.get(self.kind, 1) if self.count is None else self.count
-
-    def active(self, elapsed: float) -> bool:
-        if elapsed < self.at:
-            return False
-        return self.duration is None or elapsed < self.at + self.duration
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,7 +132,7 @@ class StateProblems:
         """Files whose writes fail now, with the error, by name."""
         return sorted(self._failing.items())
 
-    def samples(self) -> list[Sample]:
+    def collect(self) -> list[Sample]:
         return [
             Sample(m.STATE_WRITE_FAILURES, (("file", name),), float(count))
             for name, count in sorted(self.write_failures.items())

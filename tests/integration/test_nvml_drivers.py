@@ -23,7 +23,7 @@ from gpuwatch.model import Event, GpuStatus, Sample
 from gpuwatch.nvml.device import RECHECK_S
 from gpuwatch.nvml.events import WAIT_MS
 from gpuwatch.nvml.source import NvmlSource
-from gpuwatch.serve.api import node_payload
+from gpuwatch.serve.payloads import node_payload
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.driver import PROFILES
 from gpuwatch.sim.library import SimulatedNvml

@@ -17,8 +17,9 @@ from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock, ScaledClock
 from gpuwatch.config import SamplingConfig
 from gpuwatch.model import Event, GpuInfo, GpuStatus, MissingGpu, Sample
-from gpuwatch.nvml.device import DeviceReader, open_device
+from gpuwatch.nvml.device import DeviceReader
 from gpuwatch.nvml.fields import FieldRequest, FieldValues
+from gpuwatch.nvml.opening import open_device
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.library import SimulatedNvml

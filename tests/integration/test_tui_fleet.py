@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from gpuwatch.tui.app import FleetScreen, GpuwatchApp, NodeScreen
+from gpuwatch.tui.app import FleetScreen, GpuwatchApp
 from gpuwatch.tui.data import HttpSource
 from gpuwatch.tui.fleet_table import FleetTable
+from gpuwatch.tui.node_screen import NodeScreen
 from gpuwatch.tui.prometheus import PrometheusSource
 from textual.widgets import DataTable
 
-from gpuwatch.serve.api import summarize_gpus
+from gpuwatch.serve.payloads import summarize_gpus
 from tests.conftest import start_daemon, stop_daemon
 from tests.prometheus_server import needs_prometheus, start_prometheus
 from tests.tui_fixtures import captured

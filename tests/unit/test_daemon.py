@@ -12,7 +12,7 @@ from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import GpuStatus
 from gpuwatch.nvml.source import NvmlSource
-from gpuwatch.serve.api import landing_page, node_payload
+from gpuwatch.serve.payloads import landing_page, node_payload
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
 

@@ -1,5 +1,5 @@
-"""The verdict: DCGM's thresholds, XID classes, error rates over time, resets and acknowledgements.
-Worst cause first; it clears when its cause does."""
+"""The verdict: states one reading shows, XID classes, causes firing alerts raise, resets and
+acknowledgements. Worst cause first; it clears when its cause does."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from gpuwatch import metrics as m
 from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import HealthJudge
+from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, MissingGpu, Sample
 
@@ -51,12 +52,7 @@ def test_after_a_reset_the_volatile_counts_are_zero_and_the_gpu_is_healthy_again
     assert cleared.state == Health.HEALTHY
 
 
-def test_dcgm_thresholds_and_the_recovery_action() -> None:
-    retired = verdict(
-        (m.RETIRED_PAGES, (("cause", "sbe"),), 60.0), (m.RETIRED_PAGES, (("cause", "dbe"),), 3.0)
-    )
-    assert retired.reasons == ["GPU 3: 63 retired memory pages"]
-    assert verdict((m.REMAPPED_ROWS, (("type", "uncorrectable"),), 512.0)).state == Health.DEGRADED
+def test_the_recovery_action_and_a_link_down() -> None:
     assert verdict((m.RECOVERY_ACTION, (("action", "drain_p2p"),), 1.0)).state == Health.DEGRADED
     reboot = verdict((m.RECOVERY_ACTION, (("action", "node_reboot"),), 1.0))
     assert reboot.actions == ["drain the node and reboot it"]
@@ -94,19 +90,6 @@ def test_a_lost_gpu_that_comes_back_was_reset() -> None:
     assert judge_at(judge, 60.0).state == Health.HEALTHY
 
 
-def test_a_gpu_that_stops_answering_is_degraded_then_unhealthy_as_its_alert_fires() -> None:
-    judge = HealthJudge(AckStore(None))
-    stalled = GpuState(INFO, GpuStatus.UNRESPONSIVE, "nvmlDeviceGetTemperature took longer than 2s")
-    assert judge_at(judge, 100.0).state == Health.HEALTHY
-    brief = judge_at(judge, 102.0, gpu=stalled)  # a stall of a few seconds pages nobody
-    assert brief.state == Health.DEGRADED
-    assert brief.reasons == ["GPU 3 is unresponsive: nvmlDeviceGetTemperature took longer than 2s"]
-    assert judge_at(judge, 111.9, gpu=stalled).state == Health.DEGRADED
-    assert judge_at(judge, 112.0, gpu=stalled).state == Health.UNHEALTHY  # GpuUnresponsive's for
-    assert judge_at(judge, 113.0).state == Health.HEALTHY
-    assert judge_at(judge, 114.0, gpu=stalled).state == Health.DEGRADED  # a new stall, anew
-
-
 def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> None:
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
@@ -131,55 +114,6 @@ def test_an_xid_the_catalog_lacks_degrades_for_an_hour_never_healthy() -> None:
     assert judge_at(judge, 10.0 + 3601.0).state == Health.HEALTHY
     judge.record_xid("GPU-3", 5000.0, 45)  # preemptive cleanup: the XID next to it speaks
     assert judge_at(judge, 5001.0).state == Health.HEALTHY
-
-
-def crc(value: float) -> Facts:
-    return (m.NVLINK_ERRORS, (("link", "0"), ("type", "crc_flit")), value)
-
-
-def test_nvlink_crc_errors_degrade_a_storm_fails_and_it_clears_when_they_stop() -> None:
-    judge = HealthJudge(AckStore(None))
-    assert judge_at(judge, 0.0, crc(10.0)).state == Health.HEALTHY  # the count so far is history
-    assert judge_at(judge, 1.0, crc(12.0)).reasons == [
-        "GPU 3: 2 NVLink CRC errors in the last 5 minutes"
-    ]
-    for t in range(2, 62):  # 500 a second for a minute
-        v = judge_at(judge, float(t), crc(12.0 + 500.0 * (t - 1)))
-    assert v.state == Health.UNHEALTHY
-    assert v.reasons == ["GPU 3: NVLink CRC errors at 500/s (DCGM fails a GPU at 100/s)"]
-    last = 12.0 + 500.0 * 60
-    assert judge_at(judge, 200.0, crc(last)).state == Health.DEGRADED  # still in the 5 minutes
-    assert judge_at(judge, 400.0, crc(last)).state == Health.HEALTHY
-
-
-def test_nvlink_replays_fail_the_gpu() -> None:
-    judge = HealthJudge(AckStore(None))
-    replay = (("link", "2"), ("type", "replay"))
-    judge_at(judge, 0.0, (m.NVLINK_ERRORS, replay, 0.0))
-    v = judge_at(judge, 1.0, (m.NVLINK_ERRORS, replay, 1.0))
-    assert v.state == Health.UNHEALTHY
-    assert v.causes[0].key == "nvlink-replay"
-
-
-def pcie(replays: float) -> list[Facts]:
-    return [
-        (m.PCIE_REPLAYS, (), replays),
-        (m.PCIE_LINK_GENERATION, (), 5.0),
-        (m.PCIE_LINK_WIDTH, (), 16.0),
-    ]
-
-
-def test_pcie_replays_above_the_expected_rate_for_the_link_degrade() -> None:
-    judge = HealthJudge(AckStore(None))
-    for t in range(0, 61):  # Gen5 x16 expects at most ~31 a minute: 30 is fine
-        v = judge_at(judge, float(t), *pcie(t * 0.5))
-    assert v.state == Health.HEALTHY
-    for t in range(61, 122):  # 2 a second is a storm
-        v = judge_at(judge, float(t), *pcie(30 + (t - 60) * 2.0))
-    assert v.state == Health.DEGRADED
-    assert v.reasons == [
-        "GPU 3: 120 PCIe replays in the last minute (expected at most 31 on Gen5 x16)"
-    ]
 
 
 def test_an_acknowledged_cause_stops_counting_until_it_changes_or_clears(tmp_path: Path) -> None:
@@ -220,3 +154,77 @@ def test_a_gpu_the_node_had_before_and_no_longer_lists_makes_the_node_unhealthy(
     assert "last seen as GPU 7" in node.reasons[0]
     judge.acks.add("", node.causes[0], 0.0, "pulled for RMA")
     assert judge.judge(1.0, backend, [GPU], [])[1].state == Health.HEALTHY
+
+
+def alert(name: str, severity: str, cause: str, uuid: str = "GPU-3", **notes: str) -> RaisedCause:
+    labels = {"alertname": name, "severity": severity, "cause": cause, "gpu": "3", "uuid": uuid}
+    [raised] = raised_causes([(labels, {"summary": f"{name} on GPU 3", **notes})])
+    return raised
+
+
+def test_a_firing_alert_with_a_cause_label_is_a_cause_of_its_gpus_verdict() -> None:
+    judge = HealthJudge(AckStore(None))
+    crc = alert("GpuNvlinkErrors", "warning", "nvlink-crc", action="watch the link")
+    storm = alert("GpuNvlinkErrors", "critical", "nvlink-crc", action="drain")
+    gpus, node = judge.judge(0.0, UP, [GPU], [], raised=[crc])
+    assert [(c.key, c.state, c.reason, c.action) for c in gpus[3].causes] == [
+        ("nvlink-crc", Health.DEGRADED, "GpuNvlinkErrors on GPU 3", "watch the link")
+    ]
+    assert node.state == Health.DEGRADED
+    # Two alerts for one cause (two links, or a warning and a storm): one cause, the worst.
+    gpus, _ = judge.judge(1.0, UP, [GPU], [], raised=[crc, storm])
+    assert [(c.key, c.state, c.action) for c in gpus[3].causes] == [
+        ("nvlink-crc", Health.UNHEALTHY, "drain")
+    ]
+    assert judge.judge(2.0, UP, [GPU], [])[0][3].state == Health.HEALTHY  # resolved: cleared
+
+
+def test_only_alerts_with_a_cause_and_a_severity_that_counts_raise_one() -> None:
+    firing = [
+        ({"alertname": "GpuTooHot", "severity": "critical", "uuid": "GPU-3"}, {}),  # no cause
+        ({"alertname": "Note", "severity": "info", "cause": "note", "uuid": "GPU-3"}, {}),
+        ({"alertname": "Mine", "cause": "mine", "uuid": "GPU-3"}, {}),  # no severity: degraded
+    ]
+    [raised] = raised_causes(firing)
+    assert (raised.uuid, raised.cause.key, raised.cause.state, raised.cause.reason) == (
+        "GPU-3",
+        "mine",
+        Health.DEGRADED,
+        "Mine",
+    )
+
+
+def test_an_alert_naming_no_gpu_of_the_node_is_the_nodes_cause() -> None:
+    judge = HealthJudge(AckStore(None))
+    gone = alert("FabricDown", "critical", "fabric", uuid="")
+    gpus, node = judge.judge(0.0, UP, [GPU], [], raised=[gone])
+    assert gpus[3].state == Health.HEALTHY
+    assert [(c.key, c.state) for c in node.causes] == [("fabric", Health.UNHEALTHY)]
+
+
+def test_an_unresponsive_gpu_is_degraded_until_its_alert_fires_and_keeps_its_reason() -> None:
+    judge = HealthJudge(AckStore(None))
+    stalled = GpuState(INFO, GpuStatus.UNRESPONSIVE, "nvmlDeviceGetTemperature took longer than 2s")
+    brief = judge.judge(0.0, UP, [stalled], [])[0][3]  # a stall of a few seconds pages nobody
+    assert brief.state == Health.DEGRADED
+    assert brief.reasons == ["GPU 3 is unresponsive: nvmlDeviceGetTemperature took longer than 2s"]
+    lasting = alert("GpuUnresponsive", "critical", "gpu-unresponsive", action="reset it")
+    crc = alert("GpuNvlinkErrors", "warning", "nvlink-crc")
+    v = judge.judge(10.0, UP, [stalled], [], raised=[lasting, crc])[0][3]
+    # What alerts say of its readings adds nothing to a GPU that cannot be read.
+    assert [(c.key, c.state, c.action) for c in v.causes] == [
+        ("gpu-unresponsive", Health.UNHEALTHY, "reset it")
+    ]
+    assert v.reasons == brief.reasons
+
+
+def test_an_acknowledged_alert_cause_is_news_again_when_its_fingerprint_changes(
+    tmp_path: Path,
+) -> None:
+    judge = HealthJudge(AckStore(tmp_path))
+    pages = alert("GpuRetiredPagesHigh", "critical", "retired-pages", cause_fingerprint="63")
+    v = judge.judge(0.0, UP, [GPU], [], raised=[pages])[0][3]
+    judge.acks.add("GPU-3", v.causes[0], 0.0, "RMA filed")
+    assert judge.judge(1.0, UP, [GPU], [], raised=[pages])[0][3].state == Health.HEALTHY
+    more = alert("GpuRetiredPagesHigh", "critical", "retired-pages", cause_fingerprint="64")
+    assert judge.judge(2.0, UP, [GPU], [], raised=[more])[0][3].state == Health.UNHEALTHY

@@ -11,14 +11,9 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
+from gpuwatch.sim.faults import FAULT_KINDS, JOB_FAULT_KINDS, Fault
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import (
-    FAULT_KINDS,
-    JOB_FAULT_KINDS,
-    Fault,
-    builtin_names,
-    load_scenario,
-)
+from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.text.yamlfile import FileError
 from tests.conftest import Simulate
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.tui.app import AlertScreen, FleetScreen, GpuwatchApp, HelpScreen, NodeScreen
+from gpuwatch.tui.app import FleetScreen, GpuwatchApp, HelpScreen
 from gpuwatch.tui.fleet_table import FleetTable
+from gpuwatch.tui.node_screen import AlertScreen, NodeScreen
 from gpuwatch.tui.rows import GPU_COLUMNS, by_severity, gpu_cells, process_cells
 from textual.widgets import DataTable, Static
 

@@ -1,0 +1,168 @@
+"""The commands that ask a running daemon: `status`, `health` and `events` over its HTTP API,
+`ack` and `silence` over its control socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.clients.tls import open_url, redact
+from gpuwatch.text.printable import printable, printable_json
+
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+DEFAULT_URL = "http://127.0.0.1:10040"
+
+
+def fail(message: str, code: int = EXIT_CONFIG) -> int:
+    print(f"gpuwatch: {message}", file=sys.stderr)
+    return code
+
+
+def _control(
+    args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """(exit status, the reply's data) of one request on the daemon's control socket; the
+    exit status is 3 when the daemon cannot be reached and 1 when it refuses, said on stderr."""
+    from gpuwatch.clients.control import ControlError, default_socket, request
+
+    path = Path(args.socket) if args.socket else default_socket(args.state_dir)
+    try:
+        status, reply = request(path, method, url, body)
+    except ControlError as exc:
+        return fail(str(exc), EXIT_UNREACHABLE), None
+    if status != 200:
+        return fail(printable(str(reply.get("error", f"HTTP {status}"))), 1), None
+    return 0, printable_json(reply["data"])
+
+
+def _why(exc: Exception) -> str:
+    """Why a request to a daemon failed, in a word or two."""
+    if isinstance(exc, urllib.error.HTTPError):
+        hint = " (check user:password@ in the URL)" if exc.code == 401 else ""
+        return f"HTTP {exc.code} {exc.reason}{hint}"
+    return str(getattr(exc, "reason", exc))
+
+
+def _fetch_json(url: str, ca_file: str | None) -> Any:
+    with open_url(url, ca_file, timeout=5) as response:
+        return printable_json(json.load(response))
+
+
+def read_hosts(path: str) -> list[str]:
+    """Daemon URLs from a hosts file: a URL, or host[:port] (port 10040 by default), per line;
+    blank lines and # comments ignored."""
+    urls = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        if "://" not in entry:
+            entry = f"http://{entry}" + ("" if ":" in entry.rsplit("]", 1)[-1] else ":10040")
+        urls.append(entry)
+    return urls
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from gpuwatch.clients.status import render_node
+
+    base = args.url.rstrip("/")
+    try:
+        payload = _fetch_json(f"{base}/api/v1/node", args.ca_file)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
+    node = payload.get("data", {})
+    if args.json:
+        print(json.dumps(node, indent=2))
+    else:
+        Console().print(render_node(node))
+    return 0
+
+
+HEALTH_EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
+    base = args.url.rstrip("/")
+    try:
+        node = _fetch_json(f"{base}/api/v1/node", args.ca_file).get("data", {})
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"unreachable: {redact(base)}: {_why(exc)}")
+        return EXIT_UNREACHABLE
+    verdict = str(node.get("verdict", "unknown"))
+    reasons = [str(r) for r in node.get("reasons", []) if r]
+    if verdict not in HEALTH_EXIT:
+        print(f"unknown: {redact(base)}: {'; '.join(reasons) or 'no verdict yet'}")
+        return EXIT_UNREACHABLE
+    actions = [str(a) for a in node.get("actions", [])]
+    if reasons:
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        action = f"; {actions[0]}" if actions else ""
+        why = reasons[0] + action + more
+    else:
+        why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
+    print(f"{verdict}: {why}")
+    return HEALTH_EXIT[verdict]
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    base = args.url.rstrip("/")
+    query = urllib.parse.urlencode({"since": args.since})
+    try:
+        payload = _fetch_json(f"{base}/api/v1/events?{query}", args.ca_file)
+    except urllib.error.HTTPError as exc:
+        try:
+            why = json.load(exc).get("error", exc.reason)
+        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
+            why = f"HTTP {exc.code} {exc.reason}"
+        return fail(f"{redact(base)}: {why}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
+    events = payload.get("data", {}).get("events", [])
+    for event in events:
+        if args.json:
+            print(json.dumps(event))
+            continue
+        gpu = event.get("gpu")
+        gpu_text = "-" if gpu is None else f"GPU {gpu}"
+        print(f"{event['time']}  {event['kind']:<16} {gpu_text:<7} {event['message']}")
+    if not events and not args.json:
+        print(f"no events since {args.since}")
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    body = {"gpu": args.gpu, "cause": args.cause, "note": args.note}
+    code, data = _control(args, "POST", "/api/v1/ack", body)
+    if code == 0:
+        print(f"acknowledged: {data['reason']}")
+    return code
+
+
+def cmd_silence(args: argparse.Namespace) -> int:
+    if args.silence_command == "add":
+        body = {
+            "matchers": args.matchers,
+            "duration": args.duration,
+            "comment": args.comment,
+            "createdBy": args.author,
+        }
+        code, data = _control(args, "POST", "/api/v1/silences", body)
+    elif args.silence_command == "expire":
+        code, data = _control(args, "DELETE", f"/api/v1/silence/{args.id}")
+    else:
+        code, data = _control(args, "GET", "/api/v1/silences")
+    for s in data if isinstance(data, list) else [data] if data else []:
+        print(
+            f"{s['id']}  {s['status']['state']:<8} until {s['endsAt']}  {' '.join(s['matchers'])}"
+            f"  by {s['createdBy']}" + (f": {s['comment']}" if s["comment"] else "")
+        )
+    return code

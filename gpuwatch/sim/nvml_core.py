@@ -1,0 +1,252 @@
+"""The simulated NVML library's plumbing: C entry points over Python methods, handles, and
+how an answer is written into the caller's memory (library.py puts the calls together)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import logging
+import threading
+import time
+import types
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch.clock import Clock
+from gpuwatch.sim import cdefs as c
+from gpuwatch.sim.node import RESERVED_FRACTION, SimGpu, SimInstance, SimNode, hash01
+from gpuwatch.sim.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+RETIRED_DBE_PAGES = 3  # of a retired_pages fault's pages, retired for double-bit errors
+VIRTUALIZATION_VGPU = 2  # nvmlGpuVirtualizationMode_t: a guest with a vGPU
+SUPPORTED_REASONS = 0xFF  # idle, app clocks, sw power cap, hw slowdown, sync boost, thermal, brake
+
+# nvml.h field ids.
+FI_ECC_SBE_VOL, FI_ECC_DBE_VOL, FI_ECC_SBE_AGG, FI_ECC_DBE_AGG = 3, 4, 5, 6
+FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING = 29, 30, 31
+FI_NVLINK_CRC_DATA_L0_5 = range(39, 45)
+FI_NVLINK_CRC_DATA_L6_11 = range(102, 108)
+FI_MEMORY_TEMP = 82
+FI_NVLINK_LINK_COUNT = 91
+FI_PCIE_REPLAY = 94
+FI_NVLINK_TX, FI_NVLINK_RX = 138, 139
+FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
+FI_NVLINK_DL_REPLAY, FI_NVLINK_DL_RECOVERY, FI_NVLINK_DL_CRC = 161, 162, 163
+FI_NVLINK_STATE = 165
+FI_ENERGY = 191
+FI_NVLINK5_RECOVERY_FAILED, FI_NVLINK5_RECOVERY = 214, 215
+FI_NVLINK5_EFFECTIVE_ERRORS, FI_NVLINK5_SYMBOL_ERRORS = 219, 221
+FI_RECOVERY_ACTION = 230
+_ECC = (FI_ECC_SBE_VOL, FI_ECC_DBE_VOL, FI_ECC_SBE_AGG, FI_ECC_DBE_AGG)
+_REMAP = (FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE)
+_RETIRED = (FI_RETIRED_SBE, FI_RETIRED_DBE, FI_RETIRED_PENDING)
+_NVLINK5 = (
+    FI_NVLINK5_RECOVERY_FAILED,
+    FI_NVLINK5_RECOVERY,
+    FI_NVLINK5_EFFECTIVE_ERRORS,
+    FI_NVLINK5_SYMBOL_ERRORS,
+)
+_PER_LINK = (
+    FI_NVLINK_TX,
+    FI_NVLINK_RX,
+    FI_NVLINK_STATE,
+    FI_NVLINK_DL_REPLAY,
+    FI_NVLINK_DL_RECOVERY,
+    FI_NVLINK_DL_CRC,
+    *_NVLINK5,
+)
+# nvmlDeviceGetNvLinkErrorCounter's counters (nvmlNvLinkErrorCounter_t) -> their field id.
+_LINK_COUNTERS = {0: FI_NVLINK_DL_REPLAY, 1: FI_NVLINK_DL_RECOVERY, 2: FI_NVLINK_DL_CRC}
+_LINK_COUNTER_CRC_DATA = 3
+_MEMORY_TYPE_CORRECTED = 0
+_VOLATILE_ECC = 0
+_RETIREMENT_CAUSE_SBE = 0
+_TEMPERATURE_GPU = 0
+_CLOCK_SM, _CLOCK_MEM = 1, 2
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+class Answer(Exception):  # noqa: N818 - not an error: the return code to hand back
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def node_salt(node: str) -> int:
+    """A number from a node's name that makes its simulated identities its own: two simulated
+    nodes with the same scenario must not share GPU UUIDs (one Prometheus scrapes both).
+    0 for no name, which keeps the identities a scenario has always had."""
+    if not node:
+        return 0
+    return int.from_bytes(hashlib.blake2b(node.encode(), digest_size=8).digest(), "big")
+
+
+def uuid_of(seed: int, index: int, prefix: str = "GPU", salt: int = 0) -> str:
+    parts = (seed, index) if not salt else (seed, salt, index)
+    digits = "".join(f"{int(hash01(*parts, k) * 2**32):08x}" for k in range(4))
+    return f"{prefix}-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:32]}"
+
+
+def bus_id(index: int) -> str:
+    bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x100 + index
+    return f"00000000:{bus:02X}:00.0"
+
+
+@dataclass(eq=False)
+class Device:
+    """What a handle points at: a GPU, or one of its MIG instances."""
+
+    gpu: SimGpu
+    instance: SimInstance | None = None
+    # The handle is the address of this buffer: unique while the library lives.
+    memory: ctypes.Array[ctypes.c_char] = field(
+        default_factory=lambda: ctypes.create_string_buffer(8)
+    )
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.memory)
+
+
+@dataclass(eq=False)
+class EventSet:
+    masks: dict[int, int] = field(default_factory=dict)  # GPU index -> registered types
+    delivered: int = 0  # how many of the node's events this set has gone past
+    memory: ctypes.Array[ctypes.c_char] = field(
+        default_factory=lambda: ctypes.create_string_buffer(8)
+    )
+
+
+def put(ctype: Any, address: int | None, value: Any) -> None:
+    if not address:
+        raise Answer(c.ERROR_INVALID_ARGUMENT)
+    ctype.from_address(address).value = value
+
+
+def put_text(address: int | None, length: int, text: str) -> None:
+    data = text.encode() + b"\0"
+    if not address:
+        raise Answer(c.ERROR_INVALID_ARGUMENT)
+    if len(data) > length:
+        raise Answer(c.ERROR_INSUFFICIENT_SIZE)
+    ctypes.memmove(address, data, len(data))
+
+
+class LibraryCore:
+    """The state every group of entry points shares, and the plumbing they call."""
+
+    def __init__(
+        self, scenario: Scenario, clock: Clock, *, account_cpu: bool = False, node: str = ""
+    ) -> None:
+        self.node = SimNode(scenario, clock)
+        self._salt = node_salt(node)
+        # The CPU time spent inside this library's entry points (benches: what a real
+        # driver's C code would cost instead), when asked for.
+        self.account_cpu = account_cpu
+        self.cpu_seconds = 0.0
+        self.scenario = scenario
+        self.profile = scenario.driver
+        self.clock = clock
+        self.calls = itertools.count()  # entry-point calls made (tests and benches read it)
+        self.called: Counter[str] = Counter()  # the same, by entry point (approximate)
+        self._lock = threading.Lock()
+        self._initialized = 0
+        self._gpus = [Device(gpu) for gpu in self.node.gpus]
+        self._instances = {
+            (gpu.index, inst.index): Device(gpu, inst)
+            for gpu in self.node.gpus
+            for inst in gpu.instances
+        }
+        self._devices = {dev.address: dev for dev in (*self._gpus, *self._instances.values())}
+        self._event_sets: dict[int, EventSet] = {}
+        self._error_texts: dict[int, ctypes.Array[ctypes.c_char]] = {}
+        self.library = types.SimpleNamespace(
+            **{name: self._entry_point(name) for name in sorted(self.profile.entry_points)}
+        )
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _entry_point(self, name: str) -> Any:
+        impl: Callable[..., int | None] = getattr(self, name)
+        restype = ctypes.c_void_p if name == "nvmlErrorString" else ctypes.c_int
+        prototype = ctypes.CFUNCTYPE(restype, *c.SIGNATURES[name])
+
+        called = self.called
+
+        def call(*args: Any) -> int | None:
+            next(self.calls)
+            called[name] += 1
+            try:
+                return impl(*args)
+            except Answer as answer:
+                return answer.code
+            except Exception:  # a simulator bug must not look like a driver answer of 0
+                log.exception("simulated %s failed", name)
+                return c.ERROR_UNKNOWN
+
+        def accounted(*args: Any) -> int | None:
+            start = time.thread_time()
+            try:
+                return call(*args)
+            finally:
+                spent = time.thread_time() - start
+                with self._lock:
+                    self.cpu_seconds += spent
+
+        return prototype(accounted if self.account_cpu else call)
+
+    def _check_init(self) -> None:
+        if not self._initialized:
+            raise Answer(c.ERROR_UNINITIALIZED)
+
+    def _device(self, handle: int | None) -> Device:
+        """The device behind a handle, after playing its GPU's faults: a hang blocks, a lost
+        GPU answers GPU_IS_LOST, an nvml_error fault answers its error."""
+        self._check_init()
+        dev = self._devices.get(handle or 0)
+        if dev is None:
+            raise Answer(c.ERROR_INVALID_ARGUMENT)
+        gpu = dev.gpu
+        now = self.clock.now()
+        until = gpu.hang_until(now)
+        if until is not None:
+            self.clock.block(until - now)
+        if gpu.lost(self.clock.now()):
+            raise Answer(c.ERROR_GPU_IS_LOST)
+        error = gpu.error_now()
+        if error is not None:
+            raise Answer(error)
+        return dev
+
+    def _whole_gpu(self, handle: int | None) -> SimGpu:
+        """A GPU handle for a call MIG instances do not answer."""
+        dev = self._device(handle)
+        if dev.instance is not None:
+            raise Answer(c.ERROR_NOT_SUPPORTED)
+        return dev.gpu
+
+    @property
+    def _vgpu(self) -> bool:
+        return self.scenario.virtualization == "vgpu_guest"
+
+    def _not_in_vgpu_guest(self) -> None:
+        if self._vgpu:
+            raise Answer(c.ERROR_NOT_SUPPORTED)
+
+    def _memory(self, dev: Device) -> tuple[int, int, int]:
+        """(total, reserved, allocated) in bytes."""
+        gpu = dev.gpu
+        r = gpu.reading()
+        share = r.memory_used / r.memory_total
+        if dev.instance is not None:
+            total = dev.instance.memory_total
+            return total, 0, int(total * share) if dev.instance.index == 0 else 0
+        reserved = int(r.memory_total * RESERVED_FRACTION)
+        if gpu.instances:  # the parent of MIG instances: what they hold together
+            first = gpu.instances[0]
+            return r.memory_total, reserved, int(first.memory_total * share)
+        return r.memory_total, reserved, r.memory_used

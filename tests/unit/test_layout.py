@@ -1,0 +1,116 @@
+"""The package's shape: rooms that follow the data flow, with no loop between them, small
+modules, the notifier ignorant of the rules, a Daemon whose collaborators are all handed to
+its constructor, and unit tests that never sleep."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# The installed package maps exporters/ and tui/ into gpuwatch (pyproject.toml).
+PACKAGES = {"gpuwatch": ROOT / "gpuwatch", "gpuwatch.exporters": ROOT / "exporters",
+            "gpuwatch.tui": ROOT / "tui"}  # fmt: skip
+MAX_LINES = 400
+MAX_TOP_MODULES = 12
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            yield ".".join((package, *parts)).removesuffix(".__init__"), path
+
+
+def imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+
+
+def room(module: str, known: set[str]) -> str | None:
+    """A module's room: its folder under gpuwatch, or the module itself at the top."""
+    if module not in known:
+        return None  # a name imported from a module, or not ours
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def test_modules_are_small_and_few_sit_at_the_top() -> None:
+    long = {m: n for m, p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+    top = [p.name for p in (ROOT / "gpuwatch").glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= MAX_TOP_MODULES, sorted(top)
+
+
+def test_no_import_loop_between_rooms() -> None:
+    found = dict(modules())
+    known = set(found)
+    edges: dict[str, set[str]] = {}
+    for module, path in found.items():
+        mine = room(module, known)
+        assert mine is not None
+        for target in imports(path):
+            theirs = room(target, known)
+            if theirs is not None and theirs != mine:
+                edges.setdefault(mine, set()).add(theirs)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    loops = sorted(f"{a} <-> {b}" for a, bs in edges.items() for b in bs if reaches(b, a))
+    assert loops == []
+
+
+def test_notify_imports_nothing_from_rules() -> None:
+    for module, path in modules():
+        if module.startswith("gpuwatch.notify"):
+            assert not [i for i in imports(path) if i.startswith("gpuwatch.rules")], module
+
+
+def test_nothing_outside_the_daemon_assigns_its_attributes() -> None:
+    """`daemon.x = ...` or `running.daemon.x = ...` anywhere but in Daemon itself."""
+    offenders = []
+    for module, path in modules():
+        if module == "gpuwatch.daemon":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            )  # fmt: skip
+            for target in targets:
+                if isinstance(target, ast.Attribute):
+                    owner = target.value
+                    name = owner.id if isinstance(owner, ast.Name) else (
+                        owner.attr if isinstance(owner, ast.Attribute) else ""
+                    )  # fmt: skip
+                    if name == "daemon":
+                        offenders.append(f"{module}:{node.lineno}")
+    assert offenders == []
+
+
+def test_unit_tests_run_on_the_injected_clock() -> None:
+    here = Path(__file__).parent
+    sleeping = []
+    for path in sorted(here.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "sleep"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "time"
+            ):
+                sleeping.append(f"{path.name}:{node.lineno}")
+    assert sleeping == []

@@ -1,0 +1,74 @@
+"""A threshold is written once, in the rule pack: the alert and the node's verdict both follow
+it, so an operator who changes the rule changes both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.config import load_config
+from gpuwatch.health.verdict import Health
+from gpuwatch.serve.runner import Wired, wire
+from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.scenario import load_scenario
+
+PACK = Path(__file__).resolve().parents[2] / "rules" / "hardware.yaml"
+LIMIT = "sum without (cause) (gpuwatch_gpu_retired_pages) >= 63"
+
+
+def firing(wired: Wired) -> set[tuple[str, str]]:
+    return {
+        (a.name, dict(a.labels).get("gpu", ""))
+        for r in wired.rules.alerting_rules()
+        for a in r.active.values()
+        if a.state.value == "firing"
+    }
+
+
+async def run_retired_pages(tmp_path: Path, limit: int) -> tuple[set[tuple[str, str]], Wired]:
+    """GPU 1 retires its 63rd page at 10 s; the pack's limit is `limit` pages."""
+    text = PACK.read_text()
+    assert LIMIT in text
+    pack = tmp_path / "hardware.yaml"
+    pack.write_text(text.replace(LIMIT, LIMIT.replace("63", str(limit))))
+    state = tmp_path / "state"
+    state.mkdir()
+    config_path = tmp_path / "gpuwatch.yaml"
+    config_path.write_text(f"node_name: n1\nstate_dir: {state}\nrules: {{files: [{pack}]}}\n")
+    config = load_config(config_path)
+    clock = ManualClock()
+    nvml = SimulatedNvml(load_scenario("retired_pages"), clock).install()
+    try:
+        wired = wire(config, nvml, clock, state, 10040)
+        daemon = wired.daemon
+        await daemon.source.start()
+        for _ in range(15):
+            await daemon.sample_once()
+            clock.advance(1.0)
+        await daemon.sample_once()  # a cause an alert raises shows in the next cycle
+        alerts = firing(wired)
+        await daemon.source.stop()
+        wired.journal.close()
+        await wired.notifier.stop()
+        return alerts, wired
+    finally:
+        SimulatedNvml.uninstall()
+
+
+@pytest.mark.parametrize(("limit", "fires"), [(63, True), (64, False), (40, True)])
+async def test_the_pack_limit_decides_the_alert_and_the_verdict(
+    tmp_path: Path, limit: int, fires: bool
+) -> None:
+    alerts, wired = await run_retired_pages(tmp_path, limit)
+    verdict = wired.daemon.view.gpu_verdicts[1]
+    keys = {c.key for c in verdict.causes}
+    assert (("GpuRetiredPagesHigh", "1") in alerts) == fires
+    assert ("retired-pages" in keys) == fires
+    if fires:
+        [cause] = [c for c in verdict.causes if c.key == "retired-pages"]
+        assert cause.state == Health.UNHEALTHY
+        assert cause.reason == "GPU 1 has retired 63 memory pages"
+        assert cause.action == "Take the GPU out of service and RMA it."
+        assert cause.fingerprint == "63"  # one more page is news after an acknowledgement
