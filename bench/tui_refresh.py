@@ -9,10 +9,13 @@ process's own CPU time for it. A refresh's repaint of the screen happens while t
 waits for its answers, so it is counted in that one.
 
 Goal: under 100 ms a refresh at 500 nodes. Run: .venv/bin/python bench/tui_refresh.py
+[--client aiohttp]: the dashboard's own HTTP client (tui/http.py), or the same requests
+through aiohttp's client, to see what the hand-written one earns.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import multiprocessing
@@ -20,15 +23,18 @@ import platform
 import socket
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp
 from gpuwatch.tui.data import HttpSource
 from gpuwatch.tui.fleet_table import FleetTable
 
 from gpuwatch.gctune import tune_gc
 from gpuwatch.serve.payloads import summarize_gpus
+from gpuwatch.text.printable import printable_json
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tui" / "fall_off_bus.json"
 REFRESHES = 30
@@ -85,6 +91,33 @@ def _server(port: int, nodes: int, ready: Any) -> None:
     asyncio.run(serve_forever())
 
 
+class AiohttpClient:
+    """tui/http.py's JsonClient.get_many through aiohttp: one session, a pooled connection
+    per node, every request at once under one deadline, the body's JSON made printable."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _get(self, session: aiohttp.ClientSession, url: str) -> Any:
+        async with session.get(url, headers={"Accept": "application/json"}) as response:
+            if not 200 <= response.status < 300:
+                return RuntimeError(f"HTTP {response.status}")
+            return printable_json(json.loads(await response.read()))
+
+    async def get_many(self, urls: Sequence[str]) -> list[Any]:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
+        session = self._session
+        return list(await asyncio.gather(*(self._get(session, u) for u in urls),
+                                         return_exceptions=True))  # fmt: skip
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
 def serve(nodes: int) -> tuple[multiprocessing.Process, list[str]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,9 +130,12 @@ def serve(nodes: int) -> tuple[multiprocessing.Process, list[str]]:
     return server, [f"http://127.0.0.1:{port}/n/{i:03d}" for i in range(nodes)]
 
 
-async def measure(nodes: int) -> tuple[list[float], list[float]]:
+async def measure(nodes: int, client: str) -> tuple[list[float], list[float]]:
     server, urls = serve(nodes)
-    app = GpuwatchApp(HttpSource(), urls, refresh=3600, fleet=True)
+    source = HttpSource()
+    if client == "aiohttp":
+        source.client = AiohttpClient(source.client.timeout)  # type: ignore[assignment]
+    app = GpuwatchApp(source, urls, refresh=3600, fleet=True)
     times: list[float] = []
     cpu: list[float] = []
     try:
@@ -122,10 +158,16 @@ async def measure(nodes: int) -> tuple[list[float], list[float]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--client", choices=("bare", "aiohttp"), default="bare")
+    client = parser.parse_args().client
     tune_gc()  # as `gpuwatch tui` does
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}; {REFRESHES} each")
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}; {REFRESHES} each; "
+        f"client: {client}"
+    )
     for nodes in (1, 50, 500):
-        times, cpu = asyncio.run(measure(nodes))
+        times, cpu = asyncio.run(measure(nodes, client))
         print(
             f"{nodes:>4} nodes  wall p50 {statistics.median(times):6.1f} ms  "
             f"mean {statistics.mean(times):6.1f}  max {max(times):6.1f}   "

@@ -212,6 +212,8 @@ def wire(
     daemon and the rules, the journal of this boot (the machine's unless `boot_id` says), the
     notifier linking back to `port`, and the reloader that sequences their reloads."""
     problems = StateProblems(state_dir)
+    events = EventLog()
+    source = make_source(config, nvml, clock, events, state_dir)
     store = Store(config.store.retention)
     rules = load_rules(config, state_dir, store, port)
     boot = current_boot_id() if boot_id is None else boot_id
@@ -232,8 +234,6 @@ def wire(
     except sqlite3.Error as exc:
         journal.close()
         raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
-    events = EventLog()
-    source = make_source(config, nvml, clock, events, state_dir)
     daemon = Daemon(
         config,
         clock,
