@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp
-from gpuwatch.tui.data import HttpSource
+from gpuwatch.tui.data import HttpFeed
 from gpuwatch.tui.fleet_table import FleetTable
 
 from gpuwatch.gctune import tune_gc
@@ -132,7 +132,7 @@ def serve(nodes: int) -> tuple[multiprocessing.Process, list[str]]:
 
 async def measure(nodes: int, client: str) -> tuple[list[float], list[float]]:
     server, urls = serve(nodes)
-    source = HttpSource()
+    source = HttpFeed()
     if client == "aiohttp":
         source.client = AiohttpClient(source.client.timeout)  # type: ignore[assignment]
     app = GpuwatchApp(source, urls, refresh=3600, fleet=True)

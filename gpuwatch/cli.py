@@ -256,10 +256,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 console.print(render_node(printable_json(node_payload(running.daemon))))
                 return
             from gpuwatch.tui.app import GpuwatchApp
-            from gpuwatch.tui.data import HttpSource
+            from gpuwatch.tui.data import HttpFeed
 
             # The dashboard on the simulated node; quitting it stops the demo.
-            await GpuwatchApp(HttpSource(), [running.url]).run_async()
+            await GpuwatchApp(HttpFeed(), [running.url]).run_async()
         finally:
             job.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -284,7 +284,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_tui(args: argparse.Namespace) -> int:
     from gpuwatch.gctune import tune_gc
     from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.data import HttpSource
+    from gpuwatch.tui.data import HttpFeed
 
     tune_gc()
     urls = list(args.urls)
@@ -300,12 +300,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
     except (OSError, ssl.SSLError) as exc:
         return fail(f"--ca-file {args.ca_file}: {exc}")
     if args.prometheus:
-        from gpuwatch.tui.prometheus import PrometheusSource
+        from gpuwatch.tui.prometheus import PrometheusFeed
 
-        fleet = PrometheusSource(args.prometheus, tls=tls)
-        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpSource(tls=tls)).run()
+        fleet = PrometheusFeed(args.prometheus, tls=tls)
+        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpFeed(tls=tls)).run()
         return 0
-    GpuwatchApp(HttpSource(tls=tls), urls or [DEFAULT_URL], args.refresh).run()
+    GpuwatchApp(HttpFeed(tls=tls), urls or [DEFAULT_URL], args.refresh).run()
     return 0
 
 

@@ -1,5 +1,5 @@
 """Fixed data for the dashboard's tests: a real capture of a daemon on `--simulate
-fall_off_bus`, and a Source that serves it (and variations) without any network."""
+fall_off_bus`, and a NodeFeed that serves it (and variations) without any network."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def healthy(url: str, name: str, hottest: float = 66.0) -> NodeSnapshot:
     return NodeSnapshot(url, node, [], [], {}, fetched_at=0.0)
 
 
-class FixedSource:
+class FixedFeed:
     """Snapshots by URL; a URL set to an error string answers as an unreachable daemon."""
 
     def __init__(self, snapshots: dict[str, NodeSnapshot]) -> None:

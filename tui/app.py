@@ -1,6 +1,6 @@
 """`gpuwatch tui`: one node in depth, or a fleet at a glance.
 
-Data comes from the daemons' JSON API through a Source, polled in workers (never on the UI's
+Data comes from the daemons' JSON API through a NodeFeed, polled in workers (never on the UI's
 own path); table rows are keyed (GPU index, node URL) and updated in place."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gpuwatch.tui.data import NodeSnapshot, Source, keep_last_good
+from gpuwatch.tui.data import NodeFeed, NodeSnapshot, keep_last_good
 from gpuwatch.tui.fleet_table import FleetTable
 from gpuwatch.tui.node_screen import NodeScreen
 from gpuwatch.tui.rows import (
@@ -61,7 +61,7 @@ class FleetScreen(Screen[None]):
     """
 
     def __init__(
-        self, source: Source, urls: Sequence[str], refresh: float, detail: Source | None = None
+        self, source: NodeFeed, urls: Sequence[str], refresh: float, detail: NodeFeed | None = None
     ) -> None:
         super().__init__()
         self.source, self.urls, self.refresh_s = source, list(urls), refresh
@@ -172,11 +172,11 @@ class GpuwatchApp(App[None]):
 
     def __init__(
         self,
-        source: Source,
+        source: NodeFeed,
         urls: Sequence[str],
         refresh: float = 1.0,
         fleet: bool | None = None,
-        detail: Source | None = None,
+        detail: NodeFeed | None = None,
     ) -> None:
         super().__init__()
         self.source, self.urls, self.refresh_s = source, list(urls), refresh

@@ -42,7 +42,7 @@ def keep_last_good(last: NodeSnapshot | None, got: NodeSnapshot) -> NodeSnapshot
     return got
 
 
-class Source(Protocol):
+class NodeFeed(Protocol):
     """Where snapshots come from: daemons over HTTP, a Prometheus server, or fixed data."""
 
     async def fetch(self, url: str, detail: bool) -> NodeSnapshot: ...
@@ -72,7 +72,7 @@ def failure_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class HttpSource:
+class HttpFeed:
     def __init__(self, timeout: float = NODE_TIMEOUT_S, tls: ssl.SSLContext | None = None) -> None:
         self.client = JsonClient(timeout, tls)
         self.tls = tls

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import aiohttp
-from gpuwatch.tui.data import NodeSnapshot, Source, keep_last_good
+from gpuwatch.tui.data import NodeFeed, NodeSnapshot, keep_last_good
 from gpuwatch.tui.rows import (
     ALERT_COLUMNS,
     EVENT_COLUMNS,
@@ -92,16 +92,16 @@ def _keyed_update(table: DataTable[Any], rows: dict[str, tuple[Any, ...]]) -> No
         table.move_cursor(row=table.get_row_index(cursor), animate=False)
 
 
-class NodeView(Vertical):
+class NodePanel(Vertical):
     """One node: verdict, GPUs, the selected GPU's processes, alerts and recent events."""
 
     DEFAULT_CSS = """
-    NodeView #header { height: auto; padding: 0 1; }
-    NodeView #gpus { height: auto; max-height: 20; }
-    NodeView #lower { height: 1fr; }
-    NodeView #processes { width: 1fr; }
-    NodeView #alerts { width: 2fr; }
-    NodeView #events { height: 10; }
+    NodePanel #header { height: auto; padding: 0 1; }
+    NodePanel #gpus { height: auto; max-height: 20; }
+    NodePanel #lower { height: 1fr; }
+    NodePanel #processes { width: 1fr; }
+    NodePanel #alerts { width: 2fr; }
+    NodePanel #events { height: 10; }
     """
 
     def __init__(self) -> None:
@@ -196,13 +196,13 @@ class NodeScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "fleet", show=False)]
 
     def __init__(
-        self, source: Source, url: str, refresh: float, *, from_fleet: bool = False
+        self, source: NodeFeed, url: str, refresh: float, *, from_fleet: bool = False
     ) -> None:
         super().__init__()
         self.source, self.url, self.refresh_s, self.from_fleet = source, url, refresh, from_fleet
 
     def compose(self) -> ComposeResult:
-        yield NodeView()
+        yield NodePanel()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -227,7 +227,7 @@ class NodeScreen(Screen[None]):
     @work(exclusive=True, group="node")
     async def poll(self) -> None:
         snap = await self.source.fetch(self.url, detail=True)
-        self.query_one(NodeView).show(snap)
+        self.query_one(NodePanel).show(snap)
 
     def action_back(self) -> None:
         if self.from_fleet:

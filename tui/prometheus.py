@@ -23,7 +23,7 @@ QUERIES = {
 }
 
 
-class PrometheusSource:
+class PrometheusFeed:
     def __init__(
         self, url: str, timeout: float = NODE_TIMEOUT_S, tls: ssl.SSLContext | None = None
     ) -> None:

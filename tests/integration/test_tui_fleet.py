@@ -12,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 from gpuwatch.tui.app import FleetScreen, GpuwatchApp
-from gpuwatch.tui.data import HttpSource
+from gpuwatch.tui.data import HttpFeed
 from gpuwatch.tui.fleet_table import FleetTable
 from gpuwatch.tui.node_screen import NodeScreen
-from gpuwatch.tui.prometheus import PrometheusSource
+from gpuwatch.tui.prometheus import PrometheusFeed
 from textual.widgets import DataTable
 
 from gpuwatch.serve.payloads import summarize_gpus
@@ -33,7 +33,7 @@ def row_of(table: DataTable[Any] | FleetTable, url: str) -> list[str]:
 async def test_a_stopped_daemon_is_marked_unreachable_within_two_refreshes(tmp_path: Path) -> None:
     daemons = [start_daemon(tmp_path / f"d{i}", "--simulate", "healthy") for i in range(3)]
     urls = [d.url for d in daemons]
-    app = GpuwatchApp(HttpSource(), urls, refresh=REFRESH)
+    app = GpuwatchApp(HttpFeed(), urls, refresh=REFRESH)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
@@ -108,7 +108,7 @@ class FleetServer:
 async def test_a_fleet_of_500_nodes_fills_the_table() -> None:
     fleet = FleetServer(500)
     urls = fleet.urls
-    app = GpuwatchApp(HttpSource(), urls, refresh=3600)
+    app = GpuwatchApp(HttpFeed(), urls, refresh=3600)
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
@@ -132,7 +132,7 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
         start_daemon(tmp_path / "lost", "--simulate", "fall_off_bus"),  # GPU 1 at 10 s
     ]
     prom = start_prometheus(tmp_path, [d.url.removeprefix("http://") for d in daemons])
-    app = GpuwatchApp(PrometheusSource(prom.url), [], REFRESH, fleet=True, detail=HttpSource())
+    app = GpuwatchApp(PrometheusFeed(prom.url), [], REFRESH, fleet=True, detail=HttpFeed())
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen
@@ -172,7 +172,7 @@ async def test_the_fleet_as_a_real_prometheus_sees_it(tmp_path: Path) -> None:
 
 async def test_the_node_view_updates_at_once_on_an_event_from_the_stream(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path, "--simulate", "fall_off_bus")  # GPU 1 at 10 s
-    app = GpuwatchApp(HttpSource(), [daemon.url], refresh=3600)  # no polling to speak of
+    app = GpuwatchApp(HttpFeed(), [daemon.url], refresh=3600)  # no polling to speak of
     try:
         async with app.run_test(size=(160, 50)) as pilot:
             screen = app.screen

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import bcrypt
 import pytest
 import trustme
-from gpuwatch.tui.data import HttpSource, NodeSnapshot
+from gpuwatch.tui.data import HttpFeed, NodeSnapshot
 
 from tests.conftest import DaemonProcess, gpuwatch, start_daemon, stop_daemon, wait_for
 from tests.prometheus_server import needs_prometheus, start_prometheus
@@ -106,7 +106,7 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in out
         assert quote(PASSWORD) not in out and "prometheus:***@" in out
         assert gpuwatch("status", https(daemon), "--ca-file", ca_file)[0] == 3  # no password
-        source = HttpSource(tls=ssl.create_default_context(cafile=ca_file))
+        source = HttpFeed(tls=ssl.create_default_context(cafile=ca_file))
         snapshot = asyncio.run(fetch_and_close(source, with_password))
         assert snapshot.error == "" and len(snapshot.node["gpus"]) == 8
 
@@ -125,7 +125,7 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert stop_daemon(daemon) == 0
 
 
-async def fetch_and_close(source: HttpSource, url: str) -> NodeSnapshot:
+async def fetch_and_close(source: HttpFeed, url: str) -> NodeSnapshot:
     try:
         return await source.fetch(url, detail=True)
     finally:

@@ -10,7 +10,7 @@ from gpuwatch.tui.node_screen import AlertScreen, NodeScreen
 from gpuwatch.tui.rows import GPU_COLUMNS, by_severity, gpu_cells, process_cells
 from textual.widgets import DataTable, Static
 
-from tests.tui_fixtures import FixedSource, healthy, snapshot
+from tests.tui_fixtures import FixedFeed, healthy, snapshot
 
 SIZE = (160, 50)
 NODE = "http://node-a:10040"
@@ -21,7 +21,7 @@ def cells(table: DataTable[Any] | FleetTable, row: int) -> list[str]:
 
 
 async def test_the_node_view_shows_every_gpu_the_verdict_and_the_firing_alert() -> None:
-    app = GpuwatchApp(FixedSource({NODE: snapshot(NODE)}), [NODE], refresh=60)
+    app = GpuwatchApp(FixedFeed({NODE: snapshot(NODE)}), [NODE], refresh=60)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         screen = app.screen
@@ -54,7 +54,7 @@ async def test_the_node_view_shows_every_gpu_the_verdict_and_the_firing_alert() 
 
 async def test_the_fleet_view_sorts_filters_and_drills_into_a_node() -> None:
     urls = ["http://a:10040", "http://b:10040", "http://c:10040"]
-    source = FixedSource(
+    source = FixedFeed(
         {
             urls[0]: healthy(urls[0], "gpu-a", hottest=60),
             urls[1]: snapshot(urls[1], "gpu-b"),
@@ -94,7 +94,7 @@ async def test_the_fleet_view_sorts_filters_and_drills_into_a_node() -> None:
 
 async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() -> None:
     urls = ["http://a:10040", "http://b:10040"]
-    source = FixedSource({urls[0]: healthy(urls[0], "gpu-a"), urls[1]: healthy(urls[1], "gpu-b")})
+    source = FixedFeed({urls[0]: healthy(urls[0], "gpu-a"), urls[1]: healthy(urls[1], "gpu-b")})
     app = GpuwatchApp(source, urls, refresh=60)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -110,7 +110,7 @@ async def test_an_unreachable_node_is_marked_and_keeps_its_last_data_dimmed() ->
 
 
 async def test_mig_instances_created_later_are_shown_under_their_gpu() -> None:
-    source = FixedSource({NODE: snapshot(NODE)})
+    source = FixedFeed({NODE: snapshot(NODE)})
     app = GpuwatchApp(source, [NODE], refresh=60)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -143,7 +143,7 @@ async def settled(pilot: Any) -> None:
 
 
 def test_node_view_snapshot(snap_compare: Any) -> None:
-    app = GpuwatchApp(FixedSource({NODE: snapshot(NODE)}), [NODE], refresh=3600)
+    app = GpuwatchApp(FixedFeed({NODE: snapshot(NODE)}), [NODE], refresh=3600)
     assert snap_compare(app, terminal_size=SIZE, run_before=settled)
 
 
@@ -151,7 +151,7 @@ def fleet_of_twelve() -> GpuwatchApp:
     urls = [f"http://gpu-{i:02d}:10040" for i in range(12)]
     snaps = {u: healthy(u, f"gpu-{i:02d}", hottest=60 + i) for i, u in enumerate(urls)}
     snaps[urls[3]] = snapshot(urls[3], "gpu-03")
-    source = FixedSource(snaps)
+    source = FixedFeed(snaps)
     source.down[urls[7]] = "no answer in time"
     return GpuwatchApp(source, urls, refresh=3600)
 
