@@ -40,7 +40,6 @@ RECENT_EVENTS = 1000
 URGENT_EVENT_KINDS = frozenset(
     {"xid", "ecc", "memory_retirement", "recovery_action", "gpu_lost", "gpu_unresponsive"}
 )
-NODE_CAUSE_PREFIXES = ("gpu-missing-", "state-")
 RESTORE_LIMIT = 1_000_000  # XIDs restored from the journal at start, at most
 
 
@@ -122,6 +121,7 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
         self.restore_xids()
+        self._take_raised()  # alerts restored from before a restart hold their causes at once
         await self.source.start()
         await self.sample_once()
         self._task = asyncio.create_task(self._loop(), name="sampling")
@@ -223,8 +223,7 @@ class Daemon:
             transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
             for transition in transitions:
                 self.events.publish(transition.as_event())
-            # The next cycle's verdict: a cause an alert raises shows one cycle after it fires.
-            self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
+            self._take_raised()  # a cause an alert raises shows one cycle after it fires
             if self.notifier is not None:
                 identities = {
                     str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)
@@ -233,6 +232,11 @@ class Daemon:
                 outgoing = alerts_to_send(self.rules.alerting_rules(), self.notifier.node)
                 self.notifier.update(self.clock.now(), outgoing, identities)
 
+    def _take_raised(self) -> None:
+        """The causes the rules' firing alerts raise, for the next verdict."""
+        if self.rules is not None:
+            self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
+
     def acknowledge(self, gpu: str, key: str, note: str) -> tuple[str, Cause]:
         """Acknowledge a current cause of GPU `gpu` (index or UUID; "node" for the node's own).
         Returns (uuid, cause); raises AckError naming the causes there are."""
@@ -240,9 +244,8 @@ class Daemon:
         index: int | None = None
         uuid = ""
         causes: tuple[Cause, ...] = ()
-        if gpu == "node":  # the node's own: missing GPUs, damaged or unwritable state files
-            own = view.node_verdict.causes if view.node_verdict else ()
-            causes = tuple(c for c in own if c.key.startswith(NODE_CAUSE_PREFIXES))
+        if gpu == "node":  # the node's own: missing GPUs, state files, alerts naming no GPU
+            causes = self.judge.node_causes
         else:
             states = view.batch.gpus if view.batch else []
             found = next((g for g in states if gpu in (str(g.info.index), g.info.uuid)), None)

@@ -1,8 +1,9 @@
 """Causes an operator has acknowledged, kept in `acks.json` in the state directory.
 
-An acknowledgement names a GPU (by UUID, or "" for the node), a cause key and the cause's
-fingerprint when it was given. It holds while the fingerprint is unchanged and is dropped once
-the cause clears, so the next occurrence is reported again.
+An acknowledgement names a GPU (by UUID, or "" for the node), a cause key, and the cause's
+fingerprint and state when it was given. It holds while the fingerprint is unchanged and the
+state no worse (a degraded NVLink acknowledged does not hide the storm that follows), and is
+dropped once the cause clears, so the next occurrence is reported again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.health.verdict import Cause
+from gpuwatch.health.verdict import SEVERITY, Cause, Health
 from gpuwatch.state.atomicfile import read_json_records, write_json
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class Ack:
     fingerprint: str
     time: float
     note: str = ""
+    state: str = Health.UNHEALTHY.value  # files written before states were kept: any state
 
 
 def _ack_from_json(item: Any) -> Ack:
@@ -37,6 +39,7 @@ def _ack_from_json(item: Any) -> Ack:
         str(item["fingerprint"]),
         float(item["time"]),
         str(item.get("note", "")),
+        Health(item.get("state", Health.UNHEALTHY.value)).value,
     )
 
 
@@ -63,14 +66,18 @@ class AckStore:
         return iter(list(self._acks.values()))
 
     def add(self, uuid: str, cause: Cause, time: float, note: str) -> Ack:
-        ack = Ack(uuid, cause.key, cause.fingerprint, time, note)
+        ack = Ack(uuid, cause.key, cause.fingerprint, time, note, cause.state.value)
         self._acks[(uuid, cause.key)] = ack
         self._save()
         return ack
 
     def covers(self, uuid: str, cause: Cause) -> bool:
         ack = self._acks.get((uuid, cause.key))
-        return ack is not None and ack.fingerprint == cause.fingerprint
+        return (
+            ack is not None
+            and ack.fingerprint == cause.fingerprint
+            and SEVERITY[cause.state] <= SEVERITY[Health(ack.state)]
+        )
 
     def keep_only(self, uuid: str, present: set[str]) -> None:
         """Forget this GPU's acknowledgements whose cause has cleared."""

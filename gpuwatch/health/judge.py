@@ -34,6 +34,10 @@ from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, Sample
 from gpuwatch.text.timefmt import rfc3339
 
 WARNING_XID_HOLD_S = 3600.0
+# An acknowledged cause an alert raises is remembered this long after the alert goes quiet:
+# a GPU that stalls for a few seconds makes its series stale and its alerts resolve and fire
+# again, and a restarted daemon's rate alerts need their windows back before they fire.
+RAISED_ACK_GRACE_S = 300.0
 
 
 @dataclass
@@ -75,6 +79,8 @@ class HealthJudge:
     def __init__(self, acks: AckStore) -> None:
         self.acks = acks
         self._gpus: dict[str, _GpuMemory] = {}
+        self._raised_at: dict[tuple[str, str], float] = {}  # (uuid, key) -> last raised
+        self.node_causes: tuple[Cause, ...] = ()  # the node's own that count now
 
     def record_xid(self, uuid: str, time: float, code: int) -> None:
         self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
@@ -93,8 +99,14 @@ class HealthJudge:
         GPU (the daemon's state files), `raised` the causes firing alerts raise."""
         facts = gpu_facts(samples)
         by_gpu: dict[str, list[Cause]] = {}
+        listed = {g.info.uuid for g in gpus}
         for r in raised:
-            by_gpu.setdefault(r.uuid, []).append(r.cause)
+            uuid = r.uuid if r.uuid in listed else ""  # naming no GPU listed: the node's
+            by_gpu.setdefault(uuid, []).append(r.cause)
+            self._raised_at[(uuid, r.cause.key)] = now
+        self._raised_at = {
+            k: t for k, t in self._raised_at.items() if t >= now - RAISED_ACK_GRACE_S
+        }
         verdicts = {
             g.info.index: self._judge_gpu(
                 now, g, facts.get(g.info.uuid, GpuFacts()), by_gpu.pop(g.info.uuid, [])
@@ -103,10 +115,10 @@ class HealthJudge:
         }
         node = node_verdict(backend, verdicts)
         missing = [missing_cause(g) for g in backend.missing] if backend.up else []
-        # An alert that names no GPU the node lists is about the node.
-        elsewhere = [c for causes in by_gpu.values() for c in causes]
+        elsewhere = by_gpu.get("", [])
         # Only a backend that answers shows which missing GPUs have come back.
         causes, acked = self._with_acks("", merged([*missing, *own], elsewhere), prune=backend.up)
+        self.node_causes = tuple(causes)
         return verdicts, verdict_of([*node.causes, *causes], [*node.acknowledged, *acked])
 
     def _judge_gpu(
@@ -136,6 +148,9 @@ class HealthJudge:
             )
             for c in causes
         ]
+        # An alert's summary usually names its GPU; one that does not gets the name.
+        raised = [c if f"GPU {index}" in c.reason else replace(c, reason=f"GPU {index}: {c.reason}")
+                  for c in raised]  # fmt: skip
         counted, acked = self._with_acks(uuid, merged(causes, raised), prune=lost is None)
         return verdict_of(counted, acked)
 
@@ -143,7 +158,8 @@ class HealthJudge:
         self, uuid: str, causes: list[Cause], prune: bool
     ) -> tuple[list[Cause], list[Cause]]:
         if prune:  # only a GPU read in full shows which causes have cleared
-            self.acks.keep_only(uuid, {c.key for c in causes})
+            recent = {k for (u, k) in self._raised_at if u == uuid}
+            self.acks.keep_only(uuid, {c.key for c in causes} | recent)
         counted = [c for c in causes if not self.acks.covers(uuid, c)]
         acked = [c for c in causes if self.acks.covers(uuid, c)]
         return counted, acked

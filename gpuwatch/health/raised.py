@@ -1,6 +1,6 @@
 """Causes raised by alerts. A firing alert whose rule gives it a `cause` label is a cause of
 its GPU's verdict (of the node's when it names no GPU the node lists): unhealthy when its
-severity is critical, degraded when it is a warning or says none; `info` alerts raise nothing.
+severity is critical (or page, error, high), degraded otherwise; `info` alerts raise nothing.
 The reason is the alert's summary and the action its `action` annotation; its
 `cause_fingerprint` annotation, where the rule has one, says when an acknowledgement stops
 holding (a count that grows is news again).
@@ -16,14 +16,22 @@ from dataclasses import dataclass, replace
 
 from gpuwatch.health.verdict import SEVERITY, Cause, Health
 
-# The `severity` labels the rule packs and Alertmanager configs commonly use.
-SEVERITY_HEALTH = {
-    "critical": Health.UNHEALTHY,
-    "page": Health.UNHEALTHY,
-    "error": Health.UNHEALTHY,
-    "warning": Health.DEGRADED,
-    "": Health.DEGRADED,  # no severity: something is wrong, the rule does not say how badly
-}
+# The `severity` labels the rule packs and Alertmanager configs commonly use. Any other value
+# (warning, major, none given) makes the cause degraded: something is wrong, and the rule does
+# not say it is an emergency.
+UNHEALTHY_SEVERITIES = frozenset({"critical", "page", "error", "high"})
+SILENT_SEVERITIES = frozenset({"info", "none", "ok"})  # raise no cause
+# The causes the shipped hardware pack raises (rules/hardware.yaml): without them loaded, the
+# verdict does not judge error rates, page counts or a lasting stall.
+SHIPPED_CAUSES = ("gpu-unresponsive", "nvlink-crc", "nvlink-replay", "pcie-replays",
+                  "remapped-rows", "retired-pages")  # fmt: skip
+
+
+def health_of(severity: str) -> Health | None:
+    level = severity.strip().lower()
+    if level in SILENT_SEVERITIES:
+        return None
+    return Health.UNHEALTHY if level in UNHEALTHY_SEVERITIES else Health.DEGRADED
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +47,7 @@ def raised_causes(
     out: list[RaisedCause] = []
     for labels, notes in firing:
         key = labels.get("cause", "")
-        state = SEVERITY_HEALTH.get(labels.get("severity", "").lower())
+        state = health_of(labels.get("severity", ""))
         if not key or state is None:
             continue
         reason = notes.get("summary") or labels.get("alertname", key)
@@ -63,3 +71,8 @@ def merged(seen: list[Cause], raised: Iterable[Cause]) -> list[Cause]:
         elif SEVERITY[cause.state] > SEVERITY[out[i].state]:
             out[i] = replace(cause, reason=out[i].reason) if i < len(seen) else cause
     return out
+
+
+def unraised(loaded: set[str]) -> list[str]:
+    """The shipped causes no loaded rule raises, given the `cause` labels the rules carry."""
+    return [c for c in SHIPPED_CAUSES if c not in loaded]

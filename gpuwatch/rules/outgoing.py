@@ -46,3 +46,8 @@ def firing_alerts(rules: Iterable[AlertingRule]) -> list[tuple[dict[str, str], d
         for alert in rule.active.values()
         if alert.state == AlertState.FIRING
     ]
+
+
+def cause_labels(rules: Iterable[AlertingRule]) -> set[str]:
+    """The `cause` labels the alerting rules carry, as written."""
+    return {template.source for r in rules for k, template in r.rule.labels if k == "cause"}

@@ -36,7 +36,7 @@ from gpuwatch.serve.control import (
     start_socket,
 )
 from gpuwatch.serve.listen import bind_tcp
-from gpuwatch.serve.reload import Reloader
+from gpuwatch.serve.reload import Reloader, warn_unraised
 from gpuwatch.serve.sdnotify import SystemdNotifier
 from gpuwatch.serve.webconfig import WebGuard, load_web_config
 from gpuwatch.source import Source
@@ -121,19 +121,20 @@ class Running:
             self.lock.release()
 
 
-def load_rules(config: Config, state_dir: Path, store: Store, port: int) -> RuleEngine:
+def load_rules(config: Config, state_dir: Path, store: Store, own_url: str) -> RuleEngine:
     engine = RuleEngine(
         store,
         config.rules.files,
         default_rule_interval(config.rules, config.sampling),
         state_dir,
         # where an alert's reader can look, as the notifier links to it
-        config.notify.external_url or f"http://{config.node_name}:{port}",
+        config.notify.external_url or own_url,
     )
     try:
         engine.load()
     except FileError as exc:
         raise RulesError(f"rule files:\n{exc}") from exc
+    warn_unraised(engine)
     return engine
 
 
@@ -211,11 +212,12 @@ def wire(
     """The components `gpuwatch run` serves, each handed what it needs: one store for the
     daemon and the rules, the journal of this boot (the machine's unless `boot_id` says), the
     notifier linking back to `port`, and the reloader that sequences their reloads."""
+    scheme = "https" if guard is not None and guard.config.tls is not None else "http"
     problems = StateProblems(state_dir)
     events = EventLog()
     source = make_source(config, nvml, clock, events, state_dir)
     store = Store(config.store.retention)
-    rules = load_rules(config, state_dir, store, port)
+    rules = load_rules(config, state_dir, store, f"{scheme}://{config.node_name}:{port}")
     boot = current_boot_id() if boot_id is None else boot_id
     try:
         journal = Journal(state_dir, config.journal.retention, boot, problems)
@@ -227,7 +229,7 @@ def wire(
             state_dir,
             clock,
             node=config.node_name,
-            external_url=f"http://{config.node_name}:{port}",
+            external_url=f"{scheme}://{config.node_name}:{port}",
             interval=rules.default_interval,
             problems=problems,
         )

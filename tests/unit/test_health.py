@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpuwatch import metrics as m
 from gpuwatch.health.acks import AckStore
-from gpuwatch.health.judge import HealthJudge
+from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, MissingGpu, Sample
@@ -228,3 +228,55 @@ def test_an_acknowledged_alert_cause_is_news_again_when_its_fingerprint_changes(
     assert judge.judge(1.0, UP, [GPU], [], raised=[pages])[0][3].state == Health.HEALTHY
     more = alert("GpuRetiredPagesHigh", "critical", "retired-pages", cause_fingerprint="64")
     assert judge.judge(2.0, UP, [GPU], [], raised=[more])[0][3].state == Health.UNHEALTHY
+
+
+def test_an_acknowledgement_does_not_hide_a_worse_state_of_its_cause(tmp_path: Path) -> None:
+    judge = HealthJudge(AckStore(tmp_path))
+    crc = alert("GpuNvlinkErrors", "warning", "nvlink-crc")
+    v = judge.judge(0.0, UP, [GPU], [], raised=[crc])[0][3]
+    judge.acks.add("GPU-3", v.causes[0], 0.0, "watching it")
+    assert judge.judge(1.0, UP, [GPU], [], raised=[crc])[0][3].state == Health.HEALTHY
+    storm = alert("GpuNvlinkErrors", "critical", "nvlink-crc")
+    assert judge.judge(2.0, UP, [GPU], [], raised=[storm])[0][3].state == Health.UNHEALTHY
+    # Kept across a restart, state and all.
+    again = HealthJudge(AckStore(tmp_path))
+    assert again.judge(3.0, UP, [GPU], [], raised=[crc])[0][3].state == Health.HEALTHY
+    assert again.judge(4.0, UP, [GPU], [], raised=[storm])[0][3].state == Health.UNHEALTHY
+
+
+def test_an_acknowledged_alert_cause_outlives_a_flap_of_its_alert_but_not_its_end() -> None:
+    judge = HealthJudge(AckStore(None))
+    pages = alert("GpuRetiredPagesHigh", "critical", "retired-pages", cause_fingerprint="63")
+    v = judge.judge(0.0, UP, [GPU], [], raised=[pages])[0][3]
+    judge.acks.add("GPU-3", v.causes[0], 0.0, "RMA filed")
+    judge.judge(5.0, UP, [GPU], [])  # the GPU stalled: its series went stale, the alert resolved
+    assert judge.judge(8.0, UP, [GPU], [], raised=[pages])[0][3].state == Health.HEALTHY
+    judge.judge(8.0 + RAISED_ACK_GRACE_S + 1, UP, [GPU], [])  # quiet for longer: it is over
+    assert judge.judge(1000.0, UP, [GPU], [], raised=[pages])[0][3].state == Health.UNHEALTHY
+
+
+def test_an_alert_cause_the_node_has_is_listed_for_acknowledgement() -> None:
+    judge = HealthJudge(AckStore(None))
+    elsewhere = alert("FabricDown", "critical", "fabric", uuid="GPU-gone")  # not listed here
+    _, node = judge.judge(0.0, UP, [GPU], [], raised=[elsewhere])
+    assert [c.key for c in judge.node_causes] == ["fabric"] == [c.key for c in node.causes]
+    judge.acks.add("", judge.node_causes[0], 0.0, "facilities know")
+    assert judge.judge(1.0, UP, [GPU], [], raised=[elsewhere])[1].state == Health.HEALTHY
+
+
+def test_any_severity_but_info_raises_a_cause_and_critical_ones_are_unhealthy() -> None:
+    def state(severity: str) -> Health | None:
+        labels = {"alertname": "A", "cause": "a", "severity": severity}
+        found = raised_causes([(labels, {})])
+        return found[0].cause.state if found else None
+
+    assert state("critical") == state("page") == state("Error") == Health.UNHEALTHY
+    assert state("warning") == state("major") == state("") == Health.DEGRADED
+    assert state("info") is None and state("none") is None
+
+
+def test_an_alert_summary_without_its_gpu_gets_the_gpu_named() -> None:
+    judge = HealthJudge(AckStore(None))
+    labels = {"alertname": "TooHot", "cause": "hot", "severity": "warning", "uuid": "GPU-3"}
+    raised = raised_causes([(labels, {"summary": "Too hot"})])
+    assert judge.judge(0.0, UP, [GPU], [], raised=raised)[0][3].reasons == ["GPU 3: Too hot"]

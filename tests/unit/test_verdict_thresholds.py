@@ -3,6 +3,7 @@ it, so an operator who changes the rule changes both."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,100 @@ async def test_the_pack_limit_decides_the_alert_and_the_verdict(
         assert cause.reason == "GPU 1 has retired 63 memory pages"
         assert cause.action == "Take the GPU out of service and RMA it."
         assert cause.fingerprint == "63"  # one more page is news after an acknowledgement
+
+
+async def test_an_acknowledged_alert_cause_holds_across_a_restart(tmp_path: Path) -> None:
+    """The rules' saved alert state raises its causes in the first cycle after a restart, so
+    the acknowledgement is not dropped as if its cause had cleared."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config_path = tmp_path / "gpuwatch.yaml"
+    config_path.write_text(f"node_name: n1\nstate_dir: {state}\n")
+    config = load_config(config_path)
+    clock = ManualClock()
+    nvml = SimulatedNvml(load_scenario("retired_pages"), clock).install()
+    try:
+        for run in range(2):
+            wired = wire(config, nvml, clock, state, 10040)
+            daemon = wired.daemon
+            await daemon.start()
+            for _ in range(3 if run else 15):
+                clock.advance(1.0)
+                await daemon.sample_once()
+            verdict = daemon.view.gpu_verdicts[1]
+            if run == 0:
+                assert "retired-pages" in {c.key for c in verdict.causes}
+                daemon.acknowledge("1", "retired-pages", "RMA filed")
+            else:
+                assert "retired-pages" in {c.key for c in verdict.acknowledged}
+                assert "retired-pages" not in {c.key for c in verdict.causes}
+            await daemon.stop()
+            await wired.notifier.stop()
+            wired.journal.close()
+    finally:
+        SimulatedNvml.uninstall()
+
+
+async def test_an_alert_cause_naming_no_gpu_is_the_nodes_and_can_be_acknowledged(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "groups:\n  - name: site\n    rules:\n      - alert: FacilityPower\n"
+        "        expr: vector(1)\n        labels: {severity: critical, cause: facility-power}\n"
+        "        annotations: {summary: 'The rack has lost a feed', action: 'Call facilities.'}\n"
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    config_path = tmp_path / "gpuwatch.yaml"
+    config_path.write_text(f"node_name: n1\nstate_dir: {state}\nrules: {{files: [{site}]}}\n")
+    clock = ManualClock()
+    nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
+    try:
+        wired = wire(load_config(config_path), nvml, clock, state, 10040)
+        daemon = wired.daemon
+        await daemon.source.start()
+        for _ in range(2):
+            await daemon.sample_once()
+            clock.advance(1.0)
+        node = daemon.view.node_verdict
+        assert node is not None and node.state == Health.UNHEALTHY
+        assert node.reasons == ["The rack has lost a feed"]
+        daemon.acknowledge("node", "facility-power", "feed B is being fixed")
+        await daemon.sample_once()
+        node = daemon.view.node_verdict
+        assert node is not None and node.state == Health.HEALTHY
+        await daemon.source.stop()
+        await wired.notifier.stop()
+        wired.journal.close()
+    finally:
+        SimulatedNvml.uninstall()
+
+
+@pytest.mark.parametrize("files", ["[]", None])
+def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, files: str | None
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    config_path = tmp_path / "gpuwatch.yaml"
+    rules = f"rules: {{files: {files}}}\n" if files else ""
+    config_path.write_text(f"node_name: n1\nstate_dir: {state}\n{rules}")
+    clock = ManualClock()
+    nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
+    try:
+        with caplog.at_level(logging.WARNING, "gpuwatch.serve.reload"):
+            wired = wire(load_config(config_path), nvml, clock, state, 10040)
+        wired.journal.close()
+    finally:
+        SimulatedNvml.uninstall()
+    warned = [r.getMessage() for r in caplog.records if "verdict's causes" in r.getMessage()]
+    if files:
+        assert warned == [
+            "no loaded rule raises the verdict's causes gpu-unresponsive, nvlink-crc, "
+            "nvlink-replay, pcie-replays, remapped-rows, retired-pages (a `cause` label), so the "
+            "verdict does not judge them: list the shipped hardware pack in rules.files "
+            "(docs/rules.md)"
+        ]
+    else:
+        assert warned == []  # the shipped packs raise every one
