@@ -23,6 +23,7 @@ from gpuwatch.health.verdict import (
     GpuFacts,
     Health,
     Verdict,
+    as_action,
     gpu_facts,
     node_verdict,
     sample_causes,
@@ -56,11 +57,6 @@ def missing_cause(gpu: MissingGpu) -> Cause:
         "drain the node and reboot it; reseat or RMA the GPU if it stays missing; "
         "acknowledge it if it was removed on purpose",
     )
-
-
-def _action(text: str) -> str:
-    """The catalog's sentence as an action in the verdict's style."""
-    return text[:1].lower() + text[1:].rstrip(".")
 
 
 def _reset_seen(memory: _GpuMemory, facts: GpuFacts) -> bool:
@@ -188,7 +184,7 @@ class HealthJudge:
                     f"xid-{code}",
                     state,
                     f"XID {code} ({xid.meaning}) {count}",
-                    _action(xid.action),
+                    as_action(xid.action),
                     str(len(times)),
                 )
             )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gpuwatch.health.verdict import SEVERITY, Cause, Health
+from gpuwatch.health.verdict import SEVERITY, Cause, Health, as_action
 
 # The `severity` labels the rule packs and Alertmanager configs commonly use. Any other value
 # (warning, major, none given) makes the cause degraded: something is wrong, and the rule does
@@ -51,7 +51,7 @@ def raised_causes(
         if not key or state is None:
             continue
         reason = notes.get("summary") or labels.get("alertname", key)
-        cause = Cause(key, state, reason, notes.get("action", ""),
+        cause = Cause(key, state, reason, as_action(notes.get("action", "")),
                       notes.get("cause_fingerprint", ""))  # fmt: skip
         out.append(RaisedCause(labels.get("uuid", ""), cause))
     return out

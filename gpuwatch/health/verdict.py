@@ -59,6 +59,12 @@ DEFAULT_NVML_ERROR_ACTION = (
 )
 
 
+def as_action(text: str) -> str:
+    """A sentence (the XID catalogue's, an alert's `action`) as an action in the verdict's
+    style, which joins the reason and its action with a semicolon."""
+    return text[:1].lower() + text[1:].rstrip(".")
+
+
 def _nvml_error_action(reason: str) -> str:
     return next((a for name, a in NVML_ERROR_ACTIONS.items() if name in reason),
                 DEFAULT_NVML_ERROR_ACTION)  # fmt: skip

@@ -71,7 +71,7 @@ async def test_the_pack_limit_decides_the_alert_and_the_verdict(
         [cause] = [c for c in verdict.causes if c.key == "retired-pages"]
         assert cause.state == Health.UNHEALTHY
         assert cause.reason == "GPU 1 has retired 63 memory pages"
-        assert cause.action == "Take the GPU out of service and RMA it."
+        assert cause.action == "take the GPU out of service and RMA it"  # the verdict's style
         assert cause.fingerprint == "63"  # one more page is news after an acknowledgement
 
 
