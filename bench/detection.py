@@ -35,13 +35,11 @@ import pynvml
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
-from gpuwatch.daemon import Daemon
 from gpuwatch.health.verdict import SEVERITY, Health
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
-from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.serve.runner import wire
+from gpuwatch.serve.runner import Wired, wire
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
@@ -267,7 +265,8 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
     with tempfile.TemporaryDirectory() as state:
         config = Config(state_dir=state)
         boot = current_boot_id()
-        daemon, rules = await _start(config, clock, boot)
+        wired = await _start(config, clock, boot)
+        daemon, rules = wired.daemon, wired.rules
         job = TrainingJob(scenario) if scenario.workload == "training" else None
         if job is not None:
             library.node.pids.append(os.getpid())  # this process plays the job's, as jobrun's
@@ -277,9 +276,10 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
                 if restarts and clock.now() - start >= restarts[0]:
                     restarts.pop(0)
                     await daemon.source.stop()  # the alert state is saved as it changes
-                    daemon.journal.close()
+                    await wired.close()
                     boot = f"{boot}+" if case.reboot else boot
-                    daemon, rules = await _start(config, clock, boot)
+                    wired = await _start(config, clock, boot)
+                    daemon, rules = wired.daemon, wired.rules
                 if job is not None:
                     for r, values in job.at(clock.now() - start).items():
                         labels = (("job", JOB_NAME), ("rank", str(r)))
@@ -314,20 +314,20 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
         finally:
             result.wall = time.monotonic() - wall
             await daemon.source.stop()
+            await wired.close()
             SimulatedNvml.uninstall()
     judge(result, case, scenario, sorted(fired.values(), key=lambda f: f.time), worst)
     return result
 
 
-async def _start(config: Config, clock: ManualClock, boot: str) -> tuple[Daemon, RuleEngine]:
+async def _start(config: Config, clock: ManualClock, boot: str) -> Wired:
     """A daemon as `gpuwatch run` builds one (its journal, acknowledgements, GPU inventory
     and saved alert state), on the state directory the last one left."""
     state = Path(config.state_dir)
     wired = wire(config, pynvml, clock, state, 10040, boot_id=boot)
-    daemon, rules = wired.daemon, wired.rules
-    daemon.restore_xids()
-    await daemon.source.start()
-    return daemon, rules
+    wired.daemon.restore_xids()
+    await wired.daemon.source.start()
+    return wired
 
 
 def judge(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.clock import Clock
+from gpuwatch.config import Config, load_config
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario
 
@@ -128,6 +129,16 @@ def pytest_report_header() -> str:
 
     version = importlib.metadata.version("nvidia-ml-py")
     return f"nvidia-ml-py {version} ({pynvml.__file__})"
+
+
+def node_config(directory: Path, more: str = "") -> tuple[Config, Path]:
+    """The config of node n1 with a state directory of its own under `directory`, plus `more`
+    (YAML lines), read from a file as `gpuwatch run -c` reads it; and the state directory."""
+    state = directory / "state"
+    state.mkdir()
+    path = directory / "gpuwatch.yaml"
+    path.write_text(f"node_name: n1\nstate_dir: {state}\n{more}")
+    return load_config(path), state
 
 
 @pytest.fixture

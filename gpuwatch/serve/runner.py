@@ -79,6 +79,11 @@ class Wired:
     notifier: Notifier
     reloader: Reloader
 
+    async def close(self) -> None:
+        """Stop the notifier's senders and close what wiring opened: the outbox, the journal."""
+        await self.notifier.stop()
+        self.journal.close()
+
 
 @dataclass
 class Running:
@@ -113,8 +118,7 @@ class Running:
         for served in self.sockets:
             await served.close()
         await self.daemon.stop()
-        await self.wired.notifier.stop()
-        self.wired.journal.close()
+        await self.wired.close()
         if self.guard is not None:
             self.guard.close()
         if self.lock is not None:
@@ -291,9 +295,8 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     except OSError as exc:
         for served in sockets:
             await served.close()
-        await notifier.stop()
         await runner.cleanup()
-        wired.journal.close()
+        await wired.close()
         raise StartupError(f"cannot create a unix socket: {exc}") from exc
     for path in daemon.problems.damaged():
         daemon.events.publish(

@@ -54,8 +54,7 @@ async def overlapping_reloads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         assert errors == ["", ""]
         assert started == [wired.notifier]
         assert wired.notifier.config.receivers[0].url.reveal().endswith("/two")
-        await wired.notifier.stop()
-        wired.journal.close()
+        await wired.close()
         return len(started)
     finally:
         SimulatedNvml.uninstall()

@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import load_config
+from gpuwatch.config import Config
 from gpuwatch.health.verdict import Health
 from gpuwatch.serve.runner import Wired, wire
-from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
+from tests.conftest import Simulate, node_config
 
 PACK = Path(__file__).resolve().parents[2] / "rules" / "hardware.yaml"
 LIMIT = "sum without (cause) (gpuwatch_gpu_retired_pages) >= 63"
@@ -28,41 +29,44 @@ def firing(wired: Wired) -> set[tuple[str, str]]:
     }
 
 
-async def run_retired_pages(tmp_path: Path, limit: int) -> tuple[set[tuple[str, str]], Wired]:
+async def sampled(
+    simulate: Simulate, scenario: str, config: Config, state: Path, cycles: int
+) -> Wired:
+    """The node wired as `gpuwatch run` wires it, over a simulated scenario on a manual clock,
+    with `cycles` cycles sampled a second apart; a cause an alert raises in one cycle is in
+    the verdict of the next."""
+    clock = ManualClock()
+    simulate(load_scenario(scenario), clock)
+    wired = wire(config, pynvml, clock, state, 10040)
+    await wired.daemon.source.start()
+    for cycle in range(cycles):
+        if cycle:
+            clock.advance(1.0)
+        await wired.daemon.sample_once()
+    return wired
+
+
+async def run_retired_pages(
+    tmp_path: Path, simulate: Simulate, limit: int
+) -> tuple[set[tuple[str, str]], Wired]:
     """GPU 1 retires its 63rd page at 10 s; the pack's limit is `limit` pages."""
     text = PACK.read_text()
     assert LIMIT in text
     pack = tmp_path / "hardware.yaml"
     pack.write_text(text.replace(LIMIT, LIMIT.replace("63", str(limit))))
-    state = tmp_path / "state"
-    state.mkdir()
-    config_path = tmp_path / "gpuwatch.yaml"
-    config_path.write_text(f"node_name: n1\nstate_dir: {state}\nrules: {{files: [{pack}]}}\n")
-    config = load_config(config_path)
-    clock = ManualClock()
-    nvml = SimulatedNvml(load_scenario("retired_pages"), clock).install()
-    try:
-        wired = wire(config, nvml, clock, state, 10040)
-        daemon = wired.daemon
-        await daemon.source.start()
-        for _ in range(15):
-            await daemon.sample_once()
-            clock.advance(1.0)
-        await daemon.sample_once()  # a cause an alert raises shows in the next cycle
-        alerts = firing(wired)
-        await daemon.source.stop()
-        wired.journal.close()
-        await wired.notifier.stop()
-        return alerts, wired
-    finally:
-        SimulatedNvml.uninstall()
+    config, state = node_config(tmp_path, f"rules: {{files: [{pack}]}}\n")
+    wired = await sampled(simulate, "retired_pages", config, state, 16)
+    alerts = firing(wired)
+    await wired.daemon.source.stop()
+    await wired.close()
+    return alerts, wired
 
 
 @pytest.mark.parametrize(("limit", "fires"), [(63, True), (64, False), (40, True)])
 async def test_the_pack_limit_decides_the_alert_and_the_verdict(
-    tmp_path: Path, limit: int, fires: bool
+    tmp_path: Path, simulate: Simulate, limit: int, fires: bool
 ) -> None:
-    alerts, wired = await run_retired_pages(tmp_path, limit)
+    alerts, wired = await run_retired_pages(tmp_path, simulate, limit)
     verdict = wired.daemon.view.gpu_verdicts[1]
     keys = {c.key for c in verdict.causes}
     assert (("GpuRetiredPagesHigh", "1") in alerts) == fires
@@ -75,40 +79,34 @@ async def test_the_pack_limit_decides_the_alert_and_the_verdict(
         assert cause.fingerprint == "63"  # one more page is news after an acknowledgement
 
 
-async def test_an_acknowledged_alert_cause_holds_across_a_restart(tmp_path: Path) -> None:
+async def test_an_acknowledged_alert_cause_holds_across_a_restart(
+    tmp_path: Path, simulate: Simulate
+) -> None:
     """The rules' saved alert state raises its causes in the first cycle after a restart, so
     the acknowledgement is not dropped as if its cause had cleared."""
-    state = tmp_path / "state"
-    state.mkdir()
-    config_path = tmp_path / "gpuwatch.yaml"
-    config_path.write_text(f"node_name: n1\nstate_dir: {state}\n")
-    config = load_config(config_path)
+    config, state = node_config(tmp_path)
     clock = ManualClock()
-    nvml = SimulatedNvml(load_scenario("retired_pages"), clock).install()
-    try:
-        for run in range(2):
-            wired = wire(config, nvml, clock, state, 10040)
-            daemon = wired.daemon
-            await daemon.start()
-            for _ in range(3 if run else 15):
-                clock.advance(1.0)
-                await daemon.sample_once()
-            verdict = daemon.view.gpu_verdicts[1]
-            if run == 0:
-                assert "retired-pages" in {c.key for c in verdict.causes}
-                daemon.acknowledge("1", "retired-pages", "RMA filed")
-            else:
-                assert "retired-pages" in {c.key for c in verdict.acknowledged}
-                assert "retired-pages" not in {c.key for c in verdict.causes}
-            await daemon.stop()
-            await wired.notifier.stop()
-            wired.journal.close()
-    finally:
-        SimulatedNvml.uninstall()
+    simulate(load_scenario("retired_pages"), clock)
+    for run in range(2):
+        wired = wire(config, pynvml, clock, state, 10040)
+        daemon = wired.daemon
+        await daemon.start()
+        for _ in range(3 if run else 15):
+            clock.advance(1.0)
+            await daemon.sample_once()
+        verdict = daemon.view.gpu_verdicts[1]
+        if run == 0:
+            assert "retired-pages" in {c.key for c in verdict.causes}
+            daemon.acknowledge("1", "retired-pages", "RMA filed")
+        else:
+            assert "retired-pages" in {c.key for c in verdict.acknowledged}
+            assert "retired-pages" not in {c.key for c in verdict.causes}
+        await daemon.stop()
+        await wired.close()
 
 
 async def test_an_alert_cause_naming_no_gpu_is_the_nodes_and_can_be_acknowledged(
-    tmp_path: Path,
+    tmp_path: Path, simulate: Simulate
 ) -> None:
     site = tmp_path / "site.yaml"
     site.write_text(
@@ -116,50 +114,30 @@ async def test_an_alert_cause_naming_no_gpu_is_the_nodes_and_can_be_acknowledged
         "        expr: vector(1)\n        labels: {severity: critical, cause: facility-power}\n"
         "        annotations: {summary: 'The rack has lost a feed', action: 'Call facilities.'}\n"
     )
-    state = tmp_path / "state"
-    state.mkdir()
-    config_path = tmp_path / "gpuwatch.yaml"
-    config_path.write_text(f"node_name: n1\nstate_dir: {state}\nrules: {{files: [{site}]}}\n")
-    clock = ManualClock()
-    nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
-    try:
-        wired = wire(load_config(config_path), nvml, clock, state, 10040)
-        daemon = wired.daemon
-        await daemon.source.start()
-        for _ in range(2):
-            await daemon.sample_once()
-            clock.advance(1.0)
-        node = daemon.view.node_verdict
-        assert node is not None and node.state == Health.UNHEALTHY
-        assert node.reasons == ["The rack has lost a feed"]
-        daemon.acknowledge("node", "facility-power", "feed B is being fixed")
-        await daemon.sample_once()
-        node = daemon.view.node_verdict
-        assert node is not None and node.state == Health.HEALTHY
-        await daemon.source.stop()
-        await wired.notifier.stop()
-        wired.journal.close()
-    finally:
-        SimulatedNvml.uninstall()
+    config, state = node_config(tmp_path, f"rules: {{files: [{site}]}}\n")
+    wired = await sampled(simulate, "healthy", config, state, 2)
+    daemon = wired.daemon
+    node = daemon.view.node_verdict
+    assert node is not None and node.state == Health.UNHEALTHY
+    assert node.reasons == ["The rack has lost a feed"]
+    daemon.acknowledge("node", "facility-power", "feed B is being fixed")
+    await daemon.sample_once()
+    node = daemon.view.node_verdict
+    assert node is not None and node.state == Health.HEALTHY
+    await daemon.source.stop()
+    await wired.close()
 
 
 @pytest.mark.parametrize("files", ["[]", None])
-def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, files: str | None
+async def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged(
+    tmp_path: Path, simulate: Simulate, caplog: pytest.LogCaptureFixture, files: str | None
 ) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    config_path = tmp_path / "gpuwatch.yaml"
-    rules = f"rules: {{files: {files}}}\n" if files else ""
-    config_path.write_text(f"node_name: n1\nstate_dir: {state}\n{rules}")
+    config, state = node_config(tmp_path, f"rules: {{files: {files}}}\n" if files else "")
     clock = ManualClock()
-    nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
-    try:
-        with caplog.at_level(logging.WARNING, "gpuwatch.serve.reload"):
-            wired = wire(load_config(config_path), nvml, clock, state, 10040)
-        wired.journal.close()
-    finally:
-        SimulatedNvml.uninstall()
+    simulate(load_scenario("healthy"), clock)
+    with caplog.at_level(logging.WARNING, "gpuwatch.serve.reload"):
+        wired = wire(config, pynvml, clock, state, 10040)
+    await wired.close()
     warned = [r.getMessage() for r in caplog.records if "verdict's causes" in r.getMessage()]
     if files:
         assert warned == [

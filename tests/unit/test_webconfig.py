@@ -8,18 +8,18 @@ from pathlib import Path
 from unittest import mock
 
 import bcrypt
+import pynvml
 import pytest
 import trustme
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import load_config
 from gpuwatch.serve.runner import wire
 from gpuwatch.serve.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
-from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.yamlfile import FileError
+from tests.conftest import Simulate, node_config
 
 
 @pytest.fixture
@@ -132,21 +132,17 @@ async def test_wrong_guesses_from_many_clients_never_push_out_a_scrapers_passwor
         guard.close()
 
 
-def test_links_back_to_a_daemon_behind_tls_say_https(certs: Path) -> None:
+async def test_links_back_to_a_daemon_behind_tls_say_https(certs: Path, simulate: Simulate) -> None:
     """The notifier's and the templates' URL of the daemon itself follow the listener's TLS."""
     guard = WebGuard(load_web_config(write(certs, "tls_server_config:\n  cert_file: node.crt\n"
                                                   "  key_file: node.key\n")))  # fmt: skip
-    state = certs / "state"
-    state.mkdir()
-    config_path = certs / "gpuwatch.yaml"
-    config_path.write_text(f"node_name: n1\nstate_dir: {state}\nrules: {{files: []}}\n")
+    config, state = node_config(certs, "rules: {files: []}\n")
     clock = ManualClock()
-    nvml = SimulatedNvml(load_scenario("healthy"), clock).install()
+    simulate(load_scenario("healthy"), clock)
     try:
-        wired = wire(load_config(config_path), nvml, clock, state, 10443, guard=guard)
+        wired = wire(config, pynvml, clock, state, 10443, guard=guard)
         assert wired.notifier.external_url == "https://n1:10443"
         assert wired.rules.external_url == "https://n1:10443"
-        wired.journal.close()
+        await wired.close()
     finally:
-        SimulatedNvml.uninstall()
         guard.close()
