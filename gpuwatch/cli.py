@@ -10,7 +10,8 @@ import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__, logs
@@ -29,7 +30,9 @@ from gpuwatch.clients.tls import tls_context
 from gpuwatch.clock import Clock, SystemClock, sim_clock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
+from gpuwatch.sim.host import SimHost, with_sim_host
 from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.nvml_core import node_salt
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
@@ -176,6 +179,18 @@ def _simulated(
     return library, clock
 
 
+@contextlib.contextmanager
+def _sim_host(library: SimulatedNvml, node: str = "") -> Iterator[SimHost]:
+    """The simulated node's sysfs and kernel log, in a directory of their own while it runs."""
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-sim-host-") as directory:
+        host = SimHost(library.node, Path(directory), node_salt(node))
+        host.start()
+        try:
+            yield host
+        finally:
+            host.stop()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     # Files the daemon creates (the outbox with receivers' keys, its -wal, the journal) are its
     # own, whoever starts it and whatever the umask: 0600, directories 0700.
@@ -217,7 +232,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             return run_simulated_job(running, node, args.simulate)
 
     try:
-        asyncio.run(serve(config, nvml, clock, alongside))
+        with contextlib.ExitStack() as stack:
+            if simulated is not None:
+                host = stack.enter_context(_sim_host(simulated, config.node_name))
+                config = with_sim_host(config, host)
+            asyncio.run(serve(config, nvml, clock, alongside))
     except RulesError as exc:
         return fail(str(exc))
     except StartupError as exc:
@@ -265,17 +284,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
 
-    with open(log_path, "a", encoding="utf-8") as log_file:
+    with open(log_path, "a", encoding="utf-8") as log_file, _sim_host(simulated) as host:
         logs.setup("info", "logfmt", log_file)
         try:
-            asyncio.run(serve(config, real_nvml(), clock, show))
+            asyncio.run(serve(with_sim_host(config, host), real_nvml(), clock, show))
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
                 return fail(str(exc), 1)
             # The default port is taken (a daemon already runs here?): take any free one.
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
             simulated, clock = _simulated(args.scenario, args.speed)
-            asyncio.run(serve(config, real_nvml(), clock, show))
+            with _sim_host(simulated) as again:
+                asyncio.run(serve(with_sim_host(config, again), real_nvml(), clock, show))
         except StartupError as exc:
             return fail(str(exc), 1)
     return 0

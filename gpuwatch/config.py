@@ -95,6 +95,11 @@ def default_rule_interval(rules: RulesConfig, sampling: SamplingConfig) -> float
 class SourcesConfig:
     # sources.dcgm.url: read the GPUs through this dcgm-exporter instead of NVML.
     dcgm_url: str | None = None
+    # sources.kmsg: the kernel log, for the NVIDIA driver's lines (XIDs with their text, SXids,
+    # a GPU fallen off the bus); a regular file that grows works too. None: not read.
+    kmsg_path: str | None = "/dev/kmsg"
+    # sources.host.sysfs_root: where sysfs is (PCI devices, InfiniBand ports).
+    sysfs_root: str = "/sys"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,9 @@ class Config:
             listen=listen if listen is not None else self.listen,
             state_dir=state_dir if state_dir is not None else self.state_dir,
             web_config=web_config if web_config is not None else self.web_config,
-            sources=SourcesConfig(dcgm_url) if dcgm_url is not None else self.sources,
+            sources=replace(self.sources, dcgm_url=dcgm_url)
+            if dcgm_url is not None
+            else self.sources,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -158,8 +165,13 @@ class Config:
         out["notify"] = self.notify.as_dict()  # secrets say where they are from, not what
         out["push"]["token"] = self.push.token.as_config() if self.push.token else None
         out["push"]["socket_mode"] = f"{self.push.socket_mode:04o}"
-        url = out.pop("sources")["dcgm_url"]
-        out["sources"] = {"dcgm": {"url": url}} if url is not None else {}
+        sources = self.sources
+        out["sources"] = {
+            **({"dcgm": {"url": sources.dcgm_url}} if sources.dcgm_url is not None else {}),
+            "kmsg": {"enabled": sources.kmsg_path is not None}
+            | ({"path": sources.kmsg_path} if sources.kmsg_path is not None else {}),
+            "host": {"sysfs_root": sources.sysfs_root},
+        }
         return out
 
 
@@ -314,9 +326,19 @@ def from_doc(doc: YamlDoc) -> Config:
         socket_mode=r.value(pu, ("push",), "socket_mode", _file_mode, 0o666),
         socket_group=r.value(pu, ("push",), "socket_group", _group, None),
     )
-    so = r.section(top.get("sources"), ("sources",), ("dcgm",))
+    so = r.section(top.get("sources"), ("sources",), ("dcgm", "kmsg", "host"))
     dcgm = r.section(so.get("dcgm"), ("sources", "dcgm"), ("url",))
-    sources = SourcesConfig(dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None))
+    km = r.section(so.get("kmsg"), ("sources", "kmsg"), ("enabled", "path"))
+    kmsg_path = r.value(km, ("sources", "kmsg"), "path", _path(doc.file, "file"), "/dev/kmsg")
+    kmsg_on = r.value(km, ("sources", "kmsg"), "enabled", boolean, True)
+    ho = r.section(so.get("host"), ("sources", "host"), ("sysfs_root",))
+    sources = SourcesConfig(
+        dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None),
+        kmsg_path=kmsg_path if kmsg_on else None,
+        sysfs_root=r.value(
+            ho, ("sources", "host"), "sysfs_root", _path(doc.file, "directory"), "/sys"
+        ),
+    )
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", text, base.state_dir),

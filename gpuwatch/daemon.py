@@ -19,13 +19,14 @@ from gpuwatch.health.own import state_causes
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Cause, Verdict, health_samples
 from gpuwatch.health.xid_counter import XidCounter, xid_history
+from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.rules.outgoing import alerts_to_send, firing_alerts
-from gpuwatch.source import Collector, Source
+from gpuwatch.source import Collector, Source, Watcher
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.statedir import StateProblems
 from gpuwatch.store.tsdb import Store
@@ -84,6 +85,8 @@ class Daemon:
         notifier: Notifier | None = None,
         problems: StateProblems | None = None,
         collectors: Sequence[Collector] = (),
+        watchers: Sequence[Watcher] = (),
+        gpus: GpuDirectory | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -94,6 +97,10 @@ class Daemon:
         self.notifier = notifier
         self.problems = problems if problems is not None else StateProblems(None)
         self.collectors = collectors  # components' own metrics, gathered each cycle
+        self.watchers = watchers
+        self._watching: list[Watcher] = []  # those started
+        # Which GPU sits at which PCI address, for the watchers; refreshed every cycle.
+        self.gpus = gpus if gpus is not None else GpuDirectory()
         if journal is not None:
             events.listeners.append(journal.record)  # on disk before anything else acts on it
         self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
@@ -123,7 +130,10 @@ class Daemon:
         self.restore_xids()
         self._take_raised()  # alerts restored from before a restart hold their causes at once
         await self.source.start()
-        await self.sample_once()
+        await self.sample_once()  # lists the GPUs, so what the watchers read finds its GPU
+        for watcher in self.watchers:
+            await watcher.start()
+            self._watching.append(watcher)
         self._task = asyncio.create_task(self._loop(), name="sampling")
 
     async def stop(self) -> None:
@@ -131,6 +141,9 @@ class Daemon:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for watcher in reversed(self._watching):
+            await watcher.stop()
+        self._watching.clear()
         await self.source.stop()
 
     def restore_xids(self) -> None:
@@ -186,7 +199,11 @@ class Daemon:
 
     async def sample_once(self) -> None:
         started = self.clock.now()
+        watching = list(self._watching)
+        reads = [asyncio.ensure_future(self._read(w)) for w in watching]  # beside the GPUs'
         batch = await self.source.collect()
+        watched = [await read for read in reads]
+        self.gpus.update(batch.gpus, batch.backend.missing, batch.backend.up)
         ended = self.clock.now()
         self.last_cycle_duration = ended - started
         self.last_cycle_end = ended
@@ -216,6 +233,9 @@ class Daemon:
         self.store.ingest(self.source.name, batch.time, samples)
         for part, part_samples in batch.slow_read:  # own timelines: current between reads
             self.store.ingest(f"{self.source.name}/{part}", batch.time, part_samples)
+        for watcher, read in zip(watching, watched, strict=True):
+            if read is not None:
+                self.store.ingest(watcher.name, batch.time, read)
         for listener in self.cycle_listeners:
             listener(ended)
         if self.rules is not None:
@@ -231,6 +251,14 @@ class Daemon:
                 }
                 outgoing = alerts_to_send(self.rules.alerting_rules(), self.notifier.node)
                 self.notifier.update(self.clock.now(), outgoing, identities)
+
+    @staticmethod
+    async def _read(watcher: Watcher) -> list[Sample] | None:
+        try:
+            return await watcher.read()
+        except Exception:  # one watcher's bug must not cost the cycle
+            log.exception("reading %s failed", watcher.name)
+            return None
 
     def _take_raised(self) -> None:
         """The causes the rules' firing alerts raise, for the next verdict."""

@@ -73,6 +73,22 @@ NOTIFICATIONS = "gpuwatch_notifications_total"
 OUTBOX_PENDING = "gpuwatch_outbox_pending"
 NOTIFICATIONS_UNRENDERED = "gpuwatch_notifications_unrendered_total"
 STATE_WRITE_FAILURES = "gpuwatch_state_write_failures_total"
+KMSG_UP = "gpuwatch_kmsg_up"
+KMSG_DRIVER_LINES = "gpuwatch_kmsg_driver_lines_total"
+KMSG_SUPPRESSED = "gpuwatch_kmsg_lines_suppressed_total"
+KMSG_OVERWRITTEN = "gpuwatch_kmsg_overwritten_total"
+NVSWITCH_SXID_ERRORS = "gpuwatch_nvswitch_sxid_errors_total"
+IB_PORT_INFO = "gpuwatch_ib_port_info"
+IB_PORT_STATE = "gpuwatch_ib_port_state"
+IB_PORT_PHYSICAL_STATE = "gpuwatch_ib_port_physical_state"
+IB_PORT_UP = "gpuwatch_ib_port_up"
+IB_PORT_RATE = "gpuwatch_ib_port_rate_bytes_per_second"
+IB_PORT_ERRORS = "gpuwatch_ib_port_errors_total"
+IB_PORT_DATA = "gpuwatch_ib_port_data_bytes_total"
+PCI_GPUS = "gpuwatch_pci_gpus"
+PCI_GPU_UNLISTED = "gpuwatch_pci_gpu_unlisted"
+PCI_DEVICE_UP = "gpuwatch_pci_device_up"
+PCIE_AER_ERRORS = "gpuwatch_pcie_aer_errors_total"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -155,6 +171,58 @@ _DEFS = [
         "counter",
         "Writes to a state file (journal.db, notify.db) that failed, e.g. on a full disk.",
     ),
+    MetricDef(KMSG_UP, "gauge", "1 while the kernel log (sources.kmsg.path) is being read."),
+    MetricDef(
+        KMSG_DRIVER_LINES,
+        "counter",
+        "Kernel log lines of the NVIDIA drivers read, by kind (xid, sxid, fallen_off_bus, ...).",
+    ),
+    MetricDef(
+        KMSG_SUPPRESSED,
+        "counter",
+        "Other NVIDIA driver lines not journaled, past the limit of 30 a minute.",
+    ),
+    MetricDef(
+        KMSG_OVERWRITTEN,
+        "counter",
+        "Times the kernel's log buffer overwrote records before gpuwatch read them.",
+    ),
+    MetricDef(
+        NVSWITCH_SXID_ERRORS,
+        "counter",
+        "SXid errors an NVSwitch reported in the kernel log, by code and severity; this boot.",
+    ),
+    MetricDef(
+        IB_PORT_INFO,
+        "gauge",
+        "1 per InfiniBand/RoCE port: its link layer, its NIC's PCI address, the GPUs near it.",
+    ),
+    MetricDef(IB_PORT_STATE, "gauge", "Logical port state: 1 down, 2 init, 3 armed, 4 active."),
+    MetricDef(
+        IB_PORT_PHYSICAL_STATE,
+        "gauge",
+        "Physical port state: 2 polling, 3 disabled, 4 training, 5 link up, 6 error recovery.",
+    ),
+    MetricDef(IB_PORT_UP, "gauge", "1 when the port is active with its physical link up."),
+    MetricDef(IB_PORT_RATE, "gauge", "The port's signalling rate."),
+    MetricDef(
+        IB_PORT_ERRORS,
+        "counter",
+        "The port's error counters by sysfs name (many stop at 255 or 65535 until cleared).",
+    ),
+    MetricDef(IB_PORT_DATA, "counter", "Data through the port, by direction."),
+    MetricDef(PCI_GPUS, "gauge", "NVIDIA GPUs on the PCI bus that answer config reads."),
+    MetricDef(
+        PCI_GPU_UNLISTED,
+        "gauge",
+        "1 for a GPU on the PCI bus the driver does not list (it lists fewer than the bus has).",
+    ),
+    MetricDef(
+        PCI_DEVICE_UP,
+        "gauge",
+        "1 while an NVIDIA GPU or NVSwitch seen on the bus is there; 0 once the bus lost it.",
+    ),
+    MetricDef(PCIE_AER_ERRORS, "counter", "PCIe AER errors the device reported, by severity."),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

@@ -1,5 +1,6 @@
 """The seams between the daemon and what produces samples: a Source for the GPUs (NVML,
-dcgm-exporter, ...), a Collector for a component's own state."""
+dcgm-exporter, ...), a Watcher for what the host tells beside them (the kernel log, sysfs), a
+Collector for a component's own state."""
 
 from __future__ import annotations
 
@@ -31,3 +32,18 @@ class Collector(Protocol):
     what they are."""
 
     def collect(self) -> Iterable[Sample]: ...
+
+
+class Watcher(Protocol):
+    """Something the daemon watches beside the GPU backend: the kernel log, sysfs. Started
+    once the first cycle has listed the GPUs (so what it reads can be put to a GPU), read every
+    cycle, its samples on a timeline of its own. `read` returns within the cycle whatever the
+    host does: its blocking I/O runs off the event loop."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def read(self) -> list[Sample]: ...
+
+    async def stop(self) -> None: ...

@@ -17,14 +17,14 @@ from aiohttp import web
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, default_rule_interval
 from gpuwatch.daemon import Daemon, EventLog
-from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.gctune import tune_gc
 from gpuwatch.health.acks import AckStore
 from gpuwatch.host.boot import current_boot_id
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.merge import EventMerger
 from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
-from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
 from gpuwatch.serve.control import (
@@ -38,9 +38,8 @@ from gpuwatch.serve.control import (
 from gpuwatch.serve.listen import bind_tcp
 from gpuwatch.serve.reload import Reloader, warn_unraised
 from gpuwatch.serve.sdnotify import SystemdNotifier
+from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
 from gpuwatch.serve.webconfig import WebGuard, load_web_config
-from gpuwatch.source import Source
-from gpuwatch.state.inventory import Inventory
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.lock import StateDirError, StateDirLock, prepare_state_dir
 from gpuwatch.state.statedir import DIR_MODE, StateProblems, ensure_dir
@@ -142,24 +141,6 @@ def load_rules(config: Config, state_dir: Path, store: Store, own_url: str) -> R
     return engine
 
 
-def make_source(
-    config: Config, nvml: NvmlModule | None, clock: Clock, events: EventLog, state_dir: Path
-) -> Source:
-    """dcgm-exporter when sources.dcgm.url (or --dcgm) names one, else NVML."""
-    inventory = Inventory(state_dir)
-    if config.sources.dcgm_url is not None:
-        return DcgmSource(
-            config.sources.dcgm_url,
-            clock,
-            config.sampling.deadline,
-            events.publish,
-            inventory,
-        )
-    if nvml is None:
-        raise StartupError("no GPU source: NVML was not loaded and no dcgm-exporter is set")
-    return NvmlSource(nvml, clock, config.sampling, events.publish, inventory)
-
-
 async def start(config: Config, nvml: NvmlModule | None, clock: Clock) -> Running:
     try:
         state_dir, lock = prepare_state_dir(config.state_dir)
@@ -219,7 +200,11 @@ def wire(
     scheme = "https" if guard is not None and guard.config.tls is not None else "http"
     problems = StateProblems(state_dir)
     events = EventLog()
-    source = make_source(config, nvml, clock, events, state_dir)
+    merger = EventMerger(clock, events.publish)  # one XID seen by NVML and the kernel log
+    try:
+        source = make_source(config, nvml, clock, merger.publish, state_dir)
+    except NoSourceError as exc:
+        raise StartupError(str(exc)) from None
     store = Store(config.store.retention)
     rules = load_rules(config, state_dir, store, f"{scheme}://{config.node_name}:{port}")
     boot = current_boot_id() if boot_id is None else boot_id
@@ -240,11 +225,14 @@ def wire(
     except sqlite3.Error as exc:
         journal.close()
         raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
+    gpus = GpuDirectory()
     daemon = Daemon(
         config,
         clock,
         source,
         events,
+        watchers=make_watchers(config, clock, merger.publish, gpus, journal),
+        gpus=gpus,
         store=store,
         rules=rules,
         journal=journal,

@@ -32,7 +32,16 @@ FAULT_KINDS = (
     "thermal_shutdown",
     "gpu_missing",
     *JOB_FAULT_KINDS,
+    "ib_port_down",
+    "ib_port_flap",
+    "ib_symbol_errors",
+    "ib_rate_drop",
+    "sxid",
 )
+# Faults of the host beside the GPUs, played in the simulated sysfs and kernel log
+# (gpuwatch.sim.host): an InfiniBand port (`port`), an NVSwitch (`switch`). They hit no GPU.
+IB_FAULT_KINDS = ("ib_port_down", "ib_port_flap", "ib_symbol_errors", "ib_rate_drop")
+HOST_FAULT_KINDS = (*IB_FAULT_KINDS, "sxid")
 ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
 
 # How hard the counting faults hit unless a scenario says (`rate:` errors a second while the
@@ -44,6 +53,7 @@ DEFAULT_RATE = {
     "nvlink_crc_storm": 500.0,  # above DCGM's 100/s failure line
     "nvlink_replay": 0.0,
     "nvlink_recovery": 0.0,
+    "ib_symbol_errors": 5.0,  # 300 a minute: far past the ten an operator tolerates
 }
 DEFAULT_COUNT = {
     **{kind: 1 for kind in DEFAULT_RATE},
@@ -66,6 +76,9 @@ class Fault:
     rate: float | None = None  # errors a second while it lasts (None: DEFAULT_RATE)
     count: int | None = None  # errors (rows, pages) at once (None: DEFAULT_COUNT)
     link: int = 0  # the NVLink an NVLink fault hits
+    port: int = 0  # the InfiniBand port an ib_* fault hits (the node's ports, from 0)
+    switch: int = 0  # the NVSwitch an sxid fault hits
+    fatal: bool = True  # whether an sxid is fatal
 
     @property
     def errors_per_s(self) -> float:

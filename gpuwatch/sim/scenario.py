@@ -15,6 +15,8 @@ from gpuwatch.sim.faults import (
     DEFAULT_RATE,
     ERROR_FAULT_KINDS,
     FAULT_KINDS,
+    HOST_FAULT_KINDS,
+    IB_FAULT_KINDS,
     NVLINK_FAULT_KINDS,
     Fault,
 )
@@ -51,6 +53,8 @@ class Scenario:
     mig: dict[int, tuple[str, ...]] = field(default_factory=dict)  # GPU -> instance profiles
     ecc: bool = True  # ECC mode enabled (off: every ECC counter answers NOT_SUPPORTED)
     virtualization: str = "none"  # "vgpu_guest": a VM with a vGPU, as GRID guests see it
+    ib_ports: int = 0  # InfiniBand ports, one a NIC (gpuwatch.sim.host)
+    nvswitches: int = 0
 
     @property
     def model(self) -> GpuModel:
@@ -81,8 +85,11 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
     node = c.section(
         top.get("node"),
         ("node",),
-        ("gpus", "model", "workload", "seed", "driver", "mig", "ecc", "virtualization"),
-    )
+        ("gpus", "model", "workload", "seed", "driver", "mig", "ecc", "virtualization",
+         "ib_ports", "nvswitches"),
+    )  # fmt: skip
+    ib_ports = c.value(node, ("node",), "ib_ports", whole_number(0, 64), 0)
+    nvswitches = c.value(node, ("node",), "nvswitches", whole_number(0, 16), 0)
     seed = c.value(node, ("node",), "seed", whole_number(0, 2**31), 1)
     workload = c.value(node, ("node",), "workload", one_of(WORKLOADS), "training")
     driver = PROFILES[c.value(node, ("node",), "driver", one_of(tuple(PROFILES)), DEFAULT_PROFILE)]
@@ -118,7 +125,7 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         c.problems.append(doc.problem(("faults",), "must be a list of faults"))
         raw_faults = []
     for i, raw in enumerate(raw_faults):
-        for fault in _fault(c, raw, ("faults", i), gpus):
+        for fault in _fault(c, raw, ("faults", i), gpus, ib_ports=ib_ports, nvswitches=nvswitches):
             misfit = _misfit(fault, driver, ecc, models[fault.gpu])
             if misfit is not None:
                 c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
@@ -137,6 +144,8 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         mig=mig,
         ecc=ecc,
         virtualization=virtualization,
+        ib_ports=ib_ports,
+        nvswitches=nvswitches,
     )
 
 
@@ -260,22 +269,29 @@ def _positive(value: Any) -> float:
     return float(value)
 
 
-def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> list[Fault]:
+def _fault(
+    c: Checker, raw: Any, path: PathKey, gpus: int, *, ib_ports: int, nvswitches: int
+) -> list[Fault]:
     """The fault at `path`, one for each GPU it hits; none when it has problems."""
     before = len(c.problems)
     data = c.section(
         raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action", "rate", "count",
-                    "link"),
+                    "link", "port", "switch", "fatal"),
     )  # fmt: skip
     if not data:
         return []
     has_kind = c.require(data, path, "kind", "the fault kind")
-    has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits, or all")
     kind = c.value(data, path, "kind", _kind, "")
+    if kind in HOST_FAULT_KINDS:
+        return _host_fault(c, data, path, kind, sizes=(ib_ports, nvswitches), before=before)
+    has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits, or all")
     on = c.value(data, path, "gpu", _gpus(gpus), (0,))
     at = c.value(data, path, "at", parse_duration, 0.0)
     duration = c.value(data, path, "duration", parse_duration, None)
     code = None
+    for key in ("port", "switch", "fatal"):
+        if key in data:
+            c.problems.append(c.doc.problem((*path, key), f"only host faults take a {key}"))
     if kind == "xid" and c.require(data, path, "code", "the XID number"):
         code = c.value(data, path, "code", whole_number(1, 65535), None)
     elif kind != "xid" and "code" in data:
@@ -302,6 +318,43 @@ def _fault(c: Checker, raw: Any, path: PathKey, gpus: int) -> list[Fault]:
     if len(c.problems) > before or not (has_kind and has_gpu):
         return []
     return [Fault(kind, g, at, duration, code, error, action, rate, count, link or 0) for g in on]
+
+
+def _host_fault(
+    c: Checker, data: dict[str, Any], path: PathKey, kind: str, *, sizes: tuple[int, int],
+    before: int,
+) -> list[Fault]:  # fmt: skip
+    """A fault of an InfiniBand port or an NVSwitch: it names its port or switch, not a GPU.
+    `sizes`: the node's InfiniBand ports and NVSwitches."""
+    ib_ports, nvswitches = sizes
+    at = c.value(data, path, "at", parse_duration, 0.0)
+    duration = c.value(data, path, "duration", parse_duration, None)
+    for key in ("gpu", "error", "action", "link"):
+        if key in data:
+            c.problems.append(c.doc.problem((*path, key), f"{kind} hits no GPU: no {key}"))
+    if kind in IB_FAULT_KINDS:
+        if not ib_ports:
+            c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.ib_ports"))
+            return []
+        port = c.value(data, path, "port", whole_number(0, ib_ports - 1), 0)
+        rate = _only(c, data, path, "rate", kind=kind, kinds=tuple(DEFAULT_RATE), parse=_positive)
+        count = _only(c, data, path, "count", kind=kind, kinds=tuple(DEFAULT_COUNT),
+                      parse=whole_number(0, 10**9))  # fmt: skip
+        for key in ("switch", "fatal", "code"):
+            if key in data:
+                c.problems.append(c.doc.problem((*path, key), f"only sxid takes a {key}"))
+        if len(c.problems) > before:
+            return []
+        return [Fault(kind, 0, at, duration, rate=rate, count=count, port=port)]
+    if not nvswitches:
+        c.problems.append(c.doc.problem((*path, "kind"), "sxid needs node.nvswitches"))
+        return []
+    switch = c.value(data, path, "switch", whole_number(0, nvswitches - 1), 0)
+    code = c.value(data, path, "code", whole_number(1, 99999), 12028)
+    fatal = c.value(data, path, "fatal", boolean, True)
+    if len(c.problems) > before:
+        return []
+    return [Fault(kind, 0, at, duration, code=code, switch=switch, fatal=fatal)]
 
 
 def _only(

@@ -107,6 +107,20 @@ class Journal:
         else:
             self.problems.write_ok(FILE_NAME)
 
+    def events_carrying(self, key: str, limit: int) -> list[Event]:
+        """This boot's events whose data has `key` (the kernel log's carry its records'
+        sequence numbers), oldest first, at most the newest `limit`."""
+        rows = self._db.execute(
+            "SELECT time, kind, gpu, uuid, message, data FROM events WHERE boot_id = ?"
+            " AND json_extract(data, ?) IS NOT NULL ORDER BY time DESC, id DESC LIMIT ?",
+            (self.boot_id, f"$.{key}", limit),
+        ).fetchall()
+        stored = [
+            Event(time, kind, gpu, uuid, message, json.loads(data))
+            for time, kind, gpu, uuid, message, data in reversed(rows)
+        ]
+        return stored + [e for e in self._held if key in e.data]
+
     def events(
         self, since: float, limit: int, kind: str = "", this_boot: bool = False
     ) -> list[Event]:

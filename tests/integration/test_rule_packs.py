@@ -32,7 +32,12 @@ EXPECTED = {
     "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},
     "gpuwatch.yaml": {
         "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",
-        "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed",
+        "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed", "GpuwatchKernelLogUnreadable",
+    },
+    "host.yaml": {
+        "IbPortDown", "IbPortFlapping", "IbPortSymbolErrors", "IbPortReceiveErrors",
+        "IbPortRateDegraded", "GpuNotListedByDriver", "PciDeviceLost", "PcieAerFatal",
+        "NvswitchSxidFatal", "NvswitchSxidNonFatal",
     },
 }  # fmt: skip
 
@@ -215,3 +220,8 @@ def test_every_cause_a_pack_raises_is_in_the_verdicts_table() -> None:
     assert causes == set(SHIPPED_CAUSES)  # what the daemon warns of when they are not loaded
     for cause in causes:
         assert f"`{cause}`" in table, cause
+    # The host pack's causes name their port or device after the colon.
+    for rule in alerting_rules("host.yaml"):
+        cause = rule["labels"].get("cause")  # type: ignore[union-attr]
+        if cause:
+            assert f"`{cause.split(':')[0]}:" in table, cause

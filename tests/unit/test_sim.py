@@ -11,7 +11,7 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.sim.faults import FAULT_KINDS, JOB_FAULT_KINDS, Fault
+from gpuwatch.sim.faults import FAULT_KINDS, HOST_FAULT_KINDS, JOB_FAULT_KINDS, Fault
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.text.yamlfile import FileError
@@ -43,7 +43,7 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
         "power_brake",
         "xid",
     } <= names
-    for name in names - {"demo", "healthy", "mig"}:
+    for name in names - {"demo", "healthy", "mig"} - set(HOST_FAULT_KINDS):
         scenario = load_scenario(name)
         assert scenario.gpus == 8
         assert next(f for f in scenario.faults if f.kind == name) == Fault(
@@ -59,6 +59,12 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
             rate=0.1 if name == "nvlink_replay" else None,
         )
     assert load_scenario("healthy").faults == ()
+    for name in HOST_FAULT_KINDS:  # a port's or an NVSwitch's, not a GPU's
+        scenario = load_scenario(name)
+        assert scenario.gpus == 8
+        [fault] = scenario.faults
+        assert (fault.kind, fault.at, fault.duration) == (name, 10.0, None)
+        assert fault.switch == 1 if name == "sxid" else fault.port == 1
 
 
 def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:

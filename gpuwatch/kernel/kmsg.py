@@ -1,0 +1,125 @@
+"""Reading kernel log records from /dev/kmsg, or from a regular file that grows (a test's, the
+simulator's, or a saved log replayed).
+
+/dev/kmsg hands out one record a read, from the oldest the kernel still holds; a reader that
+falls behind the ring buffer gets EPIPE once and goes on from the oldest left. A file is read
+from its start, then as it grows; a file replaced or truncated (log rotation) is read again from
+its start. Reads are bounded: one call returns at most MAX_RECORDS_A_READ records.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import stat
+from dataclasses import dataclass
+
+from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, split_records
+
+MAX_RECORDS_A_READ = 10_000
+MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
+
+
+@dataclass
+class ReadCounts:
+    records: int = 0
+    overwritten: int = 0  # times the kernel overwrote records before they were read (EPIPE)
+
+
+class KmsgReader:
+    """Blocking reads of one path; used from one thread at a time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.counts = ReadCounts()
+        self._fd: int | None = None
+        self._device = False
+        self._inode: tuple[int, int] | None = None
+        self._offset = 0
+        self._line = 0  # lines read from a plain file, which numbers its records
+
+    def open(self) -> None:
+        """Open the path; raises OSError (missing, not permitted) for the caller to report."""
+        self.close()
+        info = os.stat(self.path)
+        self._device = stat.S_ISCHR(info.st_mode)
+        flags = os.O_RDONLY | (os.O_NONBLOCK if self._device else 0)
+        self._fd = os.open(self.path, flags)
+        self._inode = (info.st_dev, info.st_ino)
+        self._offset = 0
+        self._line = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def is_device(self) -> bool:
+        return self._device
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def read(self) -> list[Record]:
+        """The records available now, oldest first (at most MAX_RECORDS_A_READ)."""
+        if self._fd is None:
+            raise OSError(errno.EBADF, "not open")
+        records = self._read_device() if self._device else self._read_file()
+        self.counts.records += len(records)
+        return records
+
+    def wait(self, timeout: float) -> None:
+        """Until a record may be there, or `timeout` seconds (real time: this waits on the
+        kernel, not on the daemon's clock)."""
+        if self._fd is None:
+            return
+        if self._device:
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            poller.poll(timeout * 1000)
+        else:
+            select.select([], [], [], timeout)  # a file is always "readable": poll its size
+
+    def _read_device(self) -> list[Record]:
+        assert self._fd is not None
+        out: list[Record] = []
+        while len(out) < MAX_RECORDS_A_READ:
+            try:
+                chunk = os.read(self._fd, MAX_RECORD_BYTES)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # records were overwritten before we read them
+                self.counts.overwritten += 1
+                continue
+            if not chunk:
+                break
+            record = parse_record(chunk)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def _read_file(self) -> list[Record]:
+        assert self._fd is not None
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return []  # being rotated: the new file is read once it is there
+        if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
+            self.open()  # replaced or truncated: from its start
+        base = self._offset
+        data = os.pread(self._fd, MAX_FILE_BYTES_A_READ, base)
+        out: list[Record] = []
+        for chunk, end in split_records(data):
+            self._line += 1
+            self._offset = base + end
+            record = parse_record(chunk, self._line)
+            if record is not None:
+                out.append(record)
+            if len(out) >= MAX_RECORDS_A_READ:
+                break
+        if self._offset == base and len(data) == MAX_FILE_BYTES_A_READ:
+            self._offset += len(data)  # a "line" longer than a read: skip it, not stall on it
+        return out

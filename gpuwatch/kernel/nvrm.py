@@ -1,0 +1,132 @@
+"""What the NVIDIA driver's kernel log lines say.
+
+The driver prints its faults to the kernel log (`NVRM:` from the GPU driver, `nvidia-nvswitchN:`
+from the NVSwitch driver), often with more than NVML's events carry: the process that hit an
+XID, the engine and address of a fault, or the one sign of a GPU that NVML can no longer reach.
+The forms below are those real machines print (tests/fixtures/kmsg has captures, each with its
+source); every other line from the driver is kept as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuwatch.text.pci import pci_address
+
+# `NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=..., GPU has fallen off the bus.`; drivers
+# before R470 print no pid or name, some print the address without `PCI:`.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d{1,6}),\s*(.*)")
+_PID = re.compile(r"pid=('?<?[\w ]*>?'?|\d+),\s*")
+_NAME = re.compile(r"name=(.*?), ")
+# `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 24007, Fatal, Link 44 ...`: the first line of
+# an SXid says whether it is fatal; the lines after it (Severity, Data) are its details.
+_SXID = re.compile(r"(nvidia-nvswitch\d*): SXid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d{1,6}),\s*(.*)")
+_SXID_SEVERITY = re.compile(r"(Fatal|Non-fatal)\b,?\s*(.*)", re.IGNORECASE)
+_LINK = re.compile(r"\bLink (\d{1,3})\b")
+_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?([0-9a-fA-F:.]+): GPU has fallen off the bus")
+_INIT_FAILED = re.compile(
+    r"NVRM: (?:GPU (?:at )?(?:PCI:)?([0-9a-fA-F:.]+): )?RmInitAdapter failed!?\s*(.*)"
+)
+_MINOR_FAILED = re.compile(r"NVRM: rm_init_adapter failed,? (?:for )?device (?:bearing )?minor")
+_IDENTITY = re.compile(r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})")
+_ANY_ADDRESS = re.compile(r"\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
+_NVLINK = re.compile(r"nvlink|NVLink|NVLINK")
+# Whose lines these are: the GPU driver and its modules, and the NVSwitch driver.
+_DRIVER = re.compile(r"^(?:NVRM:|nvidia(?:-[a-z]+\d*)?:|NVRM )")
+
+
+@dataclass(frozen=True, slots=True)
+class DriverLine:
+    """One line of the driver's, read. `kind`: xid, sxid, sxid_detail, fallen_off_bus,
+    init_failed, identity (which GPU sits at an address), nvlink, or other."""
+
+    kind: str
+    text: str  # the whole line
+    pci_bus_id: str = ""  # as gpuwatch.text.pci writes it; "" where the line names none
+    code: int | None = None  # the XID or SXid
+    detail: str = ""  # the driver's own words about it
+    pid: int | None = None
+    process: str = ""
+    severity: str = ""  # an SXid's: fatal or non_fatal
+    link: int | None = None  # the NVLink or NVSwitch port an SXid or NVLink line names
+    uuid: str = ""  # identity lines
+
+
+def is_driver_line(message: str) -> bool:
+    return _DRIVER.match(message) is not None
+
+
+def read_driver_line(message: str) -> DriverLine | None:
+    """The line, read; None when it is not the NVIDIA driver's."""
+    if not is_driver_line(message):
+        return None
+    match = _XID.match(message)
+    if match is not None:
+        return _xid(message, match)
+    match = _SXID.match(message)
+    if match is not None:
+        return _sxid(message, match)
+    match = _FALLEN.match(message)
+    if match is not None:
+        return DriverLine("fallen_off_bus", message, pci_address(match.group(1)),
+                          detail="GPU has fallen off the bus")  # fmt: skip
+    match = _INIT_FAILED.match(message)
+    if match is not None:
+        at = pci_address(match.group(1)) if match.group(1) else ""
+        return DriverLine("init_failed", message, at, detail=match.group(2).strip())
+    if _MINOR_FAILED.match(message):
+        return DriverLine("init_failed", message, detail=message.removeprefix("NVRM: "))
+    match = _IDENTITY.match(message)
+    if match is not None:
+        return DriverLine("identity", message, pci_address(match.group(1)), uuid=match.group(2))
+    address = _ANY_ADDRESS.search(message)
+    found = pci_address(address.group(1)) if address else ""
+    kind = "nvlink" if _NVLINK.search(message) else "other"
+    link = _LINK.search(message)
+    return DriverLine(kind, message, found, link=int(link.group(1)) if link else None)
+
+
+def _xid(message: str, match: re.Match[str]) -> DriverLine:
+    rest = match.group(3)
+    pid: int | None = None
+    process = ""
+    found = _PID.match(rest)
+    if found is not None:
+        value = found.group(1)
+        pid = int(value) if value.isdigit() else None
+        rest = rest[found.end() :]
+        name = _NAME.match(rest)
+        if name is not None:
+            process = name.group(1).strip("'")
+            if process.startswith("<"):  # name=<unknown>
+                process = ""
+            rest = rest[name.end() :]
+    return DriverLine(
+        "xid",
+        message,
+        pci_address(match.group(1)),
+        code=int(match.group(2)),
+        detail=rest.strip(),
+        pid=pid,
+        process=process,
+    )
+
+
+def _sxid(message: str, match: re.Match[str]) -> DriverLine:
+    rest = match.group(4)
+    severity = _SXID_SEVERITY.match(rest)
+    link = _LINK.search(rest)
+    kind, level, detail = "sxid_detail", "", rest.strip()
+    if severity is not None:
+        kind, detail = "sxid", severity.group(2).strip()
+        level = "fatal" if severity.group(1).lower() == "fatal" else "non_fatal"
+    return DriverLine(
+        kind,
+        message,
+        pci_address(match.group(2)),
+        code=int(match.group(3)),
+        detail=detail,
+        severity=level,
+        link=int(link.group(1)) if link else None,
+    )

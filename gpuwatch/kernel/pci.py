@@ -1,0 +1,155 @@
+"""NVIDIA devices on the PCI bus (`bus/pci/devices/` under the sysfs root), held against the
+GPUs the driver lists.
+
+A GPU the bus shows and the driver does not list (it failed to initialise, or NVML lost it
+without an XID) and a device the bus has lost (gone from sysfs, or answering all ones, as a
+device that fell off the bus does) are what NVML alone cannot tell. The PCIe AER counters
+(`aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`, where the kernel has AER) count
+the link errors the device itself reported.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from gpuwatch import metrics as m
+from gpuwatch.kernel.infiniband import pci_path
+from gpuwatch.model import GpuState, Sample
+
+NVIDIA = 0x10DE
+CLASS_DISPLAY = 0x03  # VGA (0x0300) and 3D (0x0302) controllers: GPUs
+CLASS_BRIDGE_OTHER = 0x0680  # NVSwitches
+AER_FILES = (("aer_dev_correctable", "correctable"), ("aer_dev_nonfatal", "nonfatal"),
+             ("aer_dev_fatal", "fatal"))  # fmt: skip
+AER_TOTALS = ("TOTAL_ERR_COR", "TOTAL_ERR_NONFATAL", "TOTAL_ERR_FATAL")
+MAX_DEVICES = 4096  # entries of bus/pci/devices read at most
+
+
+@dataclass
+class BusDevice:
+    address: str
+    kind: str  # gpu or nvswitch
+    path: str
+    chain: tuple[str, ...]  # its PCI path from the root port (infiniband.pci_path)
+
+
+def _hex(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read(32).strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def scan(sysfs_root: str) -> list[BusDevice]:
+    """The NVIDIA GPUs and NVSwitches on the bus now."""
+    base = os.path.join(sysfs_root, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(base))[:MAX_DEVICES]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(base, name)
+        if _hex(os.path.join(path, "vendor")) != NVIDIA:
+            continue
+        klass = _hex(os.path.join(path, "class"))
+        if klass is None:
+            continue
+        if klass >> 16 == CLASS_DISPLAY:
+            kind = "gpu"
+        elif klass >> 8 == CLASS_BRIDGE_OTHER:
+            kind = "nvswitch"
+        else:
+            continue  # the GPU's audio function, USB-C controller...
+        out.append(BusDevice(name, kind, path, pci_path(path)))
+    return out
+
+
+def bus_device(sysfs_root: str, address: str) -> BusDevice | None:
+    """The GPU at `address` whatever it answers now, where sysfs has its directory."""
+    path = os.path.join(sysfs_root, "bus", "pci", "devices", address)
+    return BusDevice(address, "gpu", path, pci_path(path)) if os.path.isdir(path) else None
+
+
+def answers(device: BusDevice) -> bool:
+    """Whether the device is still there and answers config reads: one that fell off the
+    bus reads all ones (vendor 0xffff), one the kernel removed is gone from sysfs."""
+    return _hex(os.path.join(device.path, "vendor")) == NVIDIA
+
+
+def aer_counts(device: BusDevice) -> dict[str, float]:
+    """severity -> the device's AER total; empty where the kernel has no AER counters."""
+    out: dict[str, float] = {}
+    for name, severity in AER_FILES:
+        try:
+            with open(os.path.join(device.path, name), encoding="ascii") as f:
+                text = f.read(4096)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key in AER_TOTALS and value.strip().isdigit():
+                out[severity] = float(value)
+    return out
+
+
+@dataclass
+class Bus:
+    """What the bus showed: the devices seen since the daemon started, by address."""
+
+    seen: dict[str, BusDevice] = field(default_factory=dict)
+
+    def samples(
+        self, present: list[BusDevice], listed: dict[str, GpuState], driver_count: int | None
+    ) -> list[Sample]:
+        """gpuwatch_pci_* for the devices `scan` found, against the GPUs the driver lists
+        (by address) and counts (None: the driver is down, so nothing is unlisted)."""
+        for device in present:
+            self.seen[device.address] = device
+        out: list[Sample] = []
+        gpus = [d for d in present if d.kind == "gpu" and answers(d)]
+        out.append(Sample(m.PCI_GPUS, (), float(len(gpus))))
+        # More GPUs on the bus than the driver counts: those it lists by address are fine; an
+        # unopened one has no address yet, so nothing is unlisted while the counts agree.
+        fewer = driver_count is not None and len(gpus) > driver_count
+        for device in gpus:
+            unlisted = fewer and device.address not in listed
+            out.append(Sample(m.PCI_GPU_UNLISTED, (("pci_bus_id", device.address),),
+                              1.0 if unlisted else 0.0))  # fmt: skip
+        for device in self.seen.values():
+            up = answers(device)
+            labels = _labels(device, listed)
+            out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(up)))
+            if up:
+                for severity, total in aer_counts(device).items():
+                    out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
+        return out
+
+
+def _labels(device: BusDevice, listed: dict[str, GpuState]) -> tuple[tuple[str, str], ...]:
+    gpu = listed.get(device.address)
+    ident = gpu.info.labels if gpu is not None else ()
+    return (*ident, ("pci_bus_id", device.address))
+
+
+def _shared(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """How many PCI devices two paths from the root port share, from the top."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def affinity(chain: tuple[str, ...], gpus: dict[str, tuple[str, ...]]) -> str:
+    """The GPUs (indices, `0,1`) under the same PCIe switch or root port as a device with PCI
+    path `chain`, the nearest ones where several are; "" when it shares none with any."""
+    best, chosen = 0, []
+    for index, path in gpus.items():
+        common = _shared(chain[:-1], path[:-1])
+        if common > best:
+            best, chosen = common, [index]
+        elif common == best and common > 0:
+            chosen.append(index)
+    return ",".join(sorted(chosen, key=int))

@@ -1,0 +1,95 @@
+"""Kernel log records as `/dev/kmsg` hands them out, and `dmesg` lines as people save them.
+
+A /dev/kmsg record (Documentation/ABI/testing/dev-kmsg) is one line
+`PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS[,...];MESSAGE`, non-printable bytes escaped as `\\xNN`,
+followed by continuation lines that start with a space (` SUBSYSTEM=pci`, ` DEVICE=+pci:...`).
+A saved `dmesg` (`[ 1234.567890] NVRM: ...`) or a plain line of text is read as a record too,
+numbered by its line in the file, so a log copied off a broken machine can be replayed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+MAX_RECORD_BYTES = 8192  # the kernel's own limit on a record it hands to a reader
+_KMSG = re.compile(rb"^(\d{1,10}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)$")
+_DMESG = re.compile(rb"^\[\s*(\d{1,10})\.(\d{1,9})\]\s?(.*)$")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    seq: int  # the kernel's sequence number, or the line's number in a plain file
+    uptime_us: int | None  # when it was printed, in microseconds since boot; None: unknown
+    priority: int  # syslog level 0 (emerg) to 7 (debug); 6 (info) where the line has none
+    message: str
+    context: dict[str, str] = field(default_factory=dict)  # the continuation lines' KEY=value
+
+
+def _unescape(text: str) -> str:
+    """The kernel writes bytes outside printable ASCII as \\xNN; decode them back to text
+    (as UTF-8 where they are, else one character a byte), so the driver's text reads as it was
+    printed. Control characters stay escaped: they are made printable again on output anyway."""
+    if "\\x" not in text:
+        return text
+    raw = bytearray()
+    last = 0
+    for match in _ESCAPE.finditer(text):
+        raw += text[last : match.start()].encode("utf-8", "surrogateescape")
+        raw.append(int(match.group(1), 16))
+        last = match.end()
+    raw += text[last:].encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
+
+
+def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
+    """One record: a /dev/kmsg record with its continuation lines, or one line of a saved
+    `dmesg` or of plain text (numbered `line_number`). None for an empty line."""
+    head, _, rest = chunk.partition(b"\n")
+    head = head.rstrip(b"\r")[:MAX_RECORD_BYTES]
+    match = _KMSG.match(head)
+    if match is not None:
+        context: dict[str, str] = {}
+        for line in rest.split(b"\n"):
+            if line.startswith(b" ") and b"=" in line:
+                key, _, value = line[1:].decode("utf-8", "replace").partition("=")
+                context[key] = value
+        return Record(
+            seq=int(match.group(2)),
+            uptime_us=int(match.group(3)),
+            priority=int(match.group(1)) & 7,
+            message=_unescape(match.group(4).decode("utf-8", "replace")),
+            context=context,
+        )
+    text = head.strip()
+    if not text:
+        return None
+    stamped = _DMESG.match(text)
+    if stamped is not None:
+        fraction = stamped.group(2).decode().ljust(6, "0")[:6]
+        uptime = int(stamped.group(1)) * 1_000_000 + int(fraction)
+        message = stamped.group(3).decode("utf-8", "replace")
+        return Record(line_number, uptime, 6, message)
+    return Record(line_number, None, 6, text.decode("utf-8", "replace"))
+
+
+def split_records(data: bytes) -> Iterator[tuple[bytes, int]]:
+    """Complete records in a file's bytes: each with its continuation lines, and the offset
+    just past it. A last line without its newline is not complete yet (the writer is
+    mid-line). A writer puts a record and its continuation lines in one write, as the
+    kernel hands them out in one read."""
+    start = 0
+    pos = 0
+    size = len(data)
+    while pos < size:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            return  # a line still being written
+        nxt = end + 1
+        if nxt < size and data[nxt : nxt + 1] == b" ":
+            pos = nxt  # a continuation line follows: part of this record
+            continue
+        yield data[start:end], nxt
+        start = pos = nxt

@@ -1,0 +1,101 @@
+"""sysfs as a Watcher: the PCI bus and the InfiniBand ports, read every cycle off the event loop.
+
+One read at a time, in a worker thread, with the cycle's deadline: a sysfs read can block on a
+device in trouble, and a read still blocked is not started again; until it returns, the last
+samples stand. The bus is scanned and the ports are found again every RESCAN_S (a port or GPU
+that appears later is picked up); between scans each cycle reads only the files of what was
+found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from gpuwatch.clock import Clock
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.infiniband import Port, find_ports, port_samples
+from gpuwatch.kernel.pci import Bus, BusDevice, affinity, bus_device, scan
+from gpuwatch.model import GpuState, Sample
+
+log = logging.getLogger(__name__)
+
+RESCAN_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    devices: list[BusDevice]
+    ports: list[Port]
+    affinity: dict[tuple[str, str], str]  # (device, port) -> the GPUs near its NIC
+
+
+class SysfsWatcher:
+    name = "sysfs"
+
+    def __init__(self, root: str, clock: Clock, gpus: GpuDirectory, deadline: float) -> None:
+        self.root = root
+        self._clock = clock
+        self._gpus = gpus
+        self._deadline = deadline
+        self._bus = Bus()
+        self._found = _Found([], [], {})
+        self._next_scan = 0.0
+        self._pending: asyncio.Future[list[Sample]] | None = None
+        self._last: list[Sample] = []
+        self.late = 0  # reads that missed the deadline
+
+    async def start(self) -> None:
+        pass  # the first read scans
+
+    async def stop(self) -> None:
+        pass  # a read still blocked in the kernel is left to its thread
+
+    async def read(self) -> list[Sample]:
+        if self._pending is None or self._pending.done():
+            now = self._clock.now()
+            rescan = now >= self._next_scan
+            if rescan:
+                self._next_scan = now + RESCAN_S
+            listed, count = dict(self._gpus.listed), self._gpus.driver_count
+            self._pending = asyncio.ensure_future(
+                asyncio.to_thread(self.read_now, listed, count, rescan)
+            )
+        try:
+            self._last = await self._clock.wait_for(asyncio.shield(self._pending), self._deadline)
+        except TimeoutError:
+            self.late += 1
+            if self.late == 1 or self.late % 100 == 0:
+                log.warning(
+                    "sysfs under %s: a read took longer than %.1fs (%d times); keeping the "
+                    "last values",
+                    self.root,
+                    self._deadline,
+                    self.late,
+                )
+        return self._last
+
+    def read_now(
+        self, listed: dict[str, GpuState], driver_count: int | None, rescan: bool
+    ) -> list[Sample]:
+        """One blocking read of everything (in a worker thread; tests call it directly)."""
+        if rescan:
+            self._found = self._scan(listed)
+        found = self._found
+        out = self._bus.samples(found.devices, listed, driver_count)
+        for port in found.ports:
+            out.extend(port_samples(port, found.affinity.get((port.device, port.port), "")))
+        return out
+
+    def _scan(self, listed: dict[str, GpuState]) -> _Found:
+        devices = scan(self.root)
+        # A GPU the driver lists was on the bus, even if it no longer answers as one now.
+        found = {d.address for d in devices}
+        devices += [d for a in listed if a not in found and (d := bus_device(self.root, a))]
+        ports = find_ports(self.root)
+        by_address = {d.address: d for d in devices if d.kind == "gpu"}
+        gpu_paths = {str(g.info.index): by_address[a].chain for a, g in listed.items()
+                     if a in by_address}  # fmt: skip
+        near = {(p.device, p.port): affinity(p.pci_path, gpu_paths) for p in ports}
+        return _Found(devices, ports, near)

@@ -1,0 +1,248 @@
+"""The kernel log as a source of events: the NVIDIA driver's lines, read as they are printed.
+
+A thread of its own reads the records (gpuwatch.kernel.kmsg) and hands them to the event loop,
+where each driver line becomes an event (gpuwatch.kernel.nvrm says what a line is): an XID
+counts as NVML's XID events do (gpuwatch.kernel.merge keeps one XID seen by both from counting
+twice), a GPU fallen off the bus is a lost GPU, an SXid counts against its NVSwitch, and any
+other driver line is journaled as it is. The GPU is found by its PCI address.
+
+At start the kernel's whole buffer is read, and every record after the last one this boot's
+journal holds is taken: the records of this boot on the first start, and on a restart only
+those printed since, so no XID is counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import Clock
+from gpuwatch.health.xid_catalog import xid_event_text
+from gpuwatch.host.processes import with_jobs
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.kmsg import KmsgReader
+from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
+from gpuwatch.kernel.records import Record
+from gpuwatch.model import Event, Sample
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kernel_log"
+SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
+RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
+WAIT_S = 0.1  # how long the thread waits for a record before looking again
+TEXT_LIMIT = 1024  # of a driver line kept in an event
+# Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;
+# a driver that prints a storm of them is counted, not journaled line by line.
+OTHER_PER_MINUTE = 30
+MAX_SXID_SERIES = 1000
+
+
+class KernelLog:
+    name = "kmsg"
+
+    def __init__(
+        self,
+        path: str,
+        clock: Clock,
+        publish: Callable[[Event], None],
+        gpus: GpuDirectory,
+        restored: Sequence[Event] = (),
+    ) -> None:
+        self._reader = KmsgReader(path)
+        self._clock = clock
+        self._publish = publish
+        self._gpus = gpus
+        self._cursor = max((int(s) for e in restored if isinstance(s := e.data.get(SEQ), int)),
+                           default=-1)  # fmt: skip
+        self._sxids: Counter[tuple[str, str, str]] = Counter()
+        for event in restored:
+            if event.kind == "sxid":
+                self._count_sxid(str(event.data.get("pci_bus_id", "")),
+                                 str(event.data.get("sxid", "")),
+                                 str(event.data.get("severity", "")))  # fmt: skip
+        self._lines: Counter[str] = Counter()
+        self._suppressed = 0
+        self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
+        self._problem = "not started"
+        self._noted = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def path(self) -> str:
+        return self._reader.path
+
+    @property
+    def problem(self) -> str:
+        """Why the kernel log is not being read; "" while it is."""
+        return self._problem
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the log and take its backlog before the first cycle; then follow it."""
+        self._loop = asyncio.get_running_loop()
+        records = await asyncio.to_thread(self._open)
+        self.take(records, backlog=True)
+        self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 2.0)
+        self._reader.close()
+
+    async def read(self) -> list[Sample]:
+        return list(self.collect())
+
+    def _open(self) -> list[Record]:
+        try:
+            self._reader.open()
+            records = self._reader.read()
+        except OSError as exc:
+            self._reader.close()
+            self._report(_open_problem(self.path, exc))
+            return []
+        self._report("")
+        return records
+
+    def _report(self, problem: str) -> None:
+        """Runs in either thread: one assignment, and one log line a change."""
+        self._problem = problem
+        if problem and problem != self._noted:
+            log.error("kernel log: %s; retrying every %.0fs", problem, RETRY_S)
+        elif not problem and self._noted:
+            log.info("kernel log %s: reading it again", self.path)
+        self._noted = problem
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._reader.is_open:
+                if self._stop.wait(RETRY_S):
+                    return
+                records = self._open()
+            else:
+                self._reader.wait(WAIT_S)
+                try:
+                    records = self._reader.read()
+                except OSError as exc:
+                    self._reader.close()
+                    self._report(f"{self.path}: {exc.strerror or exc}")
+                    continue
+            if records and self._loop is not None:
+                try:
+                    self._loop.call_soon_threadsafe(self.take, records)
+                except RuntimeError:  # the loop closed while this thread was stopping
+                    return
+
+    # -- records to events ------------------------------------------------------------------
+    def take(self, records: Iterable[Record], backlog: bool = False) -> None:
+        """Turn the driver's records after the cursor into events (on the event loop)."""
+        for record in records:
+            if record.seq <= self._cursor:
+                continue
+            self._cursor = record.seq
+            line = read_driver_line(record.message)
+            if line is None:
+                continue
+            self._lines[line.kind] += 1
+            event = self._event(line, record, self._when(record, backlog))
+            if event is not None:
+                self._publish(event)
+
+    def _when(self, record: Record, backlog: bool) -> float:
+        """A record read as it is printed happened now; one from the kernel's buffer at start
+        happened when its timestamp says (microseconds since boot, on the monotonic clock)."""
+        now = self._clock.now()
+        if not backlog or not self._reader.is_device or record.uptime_us is None:
+            return now
+        ago = time.clock_gettime(time.CLOCK_MONOTONIC) - record.uptime_us / 1e6
+        return now - max(0.0, ago)
+
+    def _event(self, line: DriverLine, record: Record, when: float) -> Event | None:
+        at = self._gpus.find(line.pci_bus_id) if line.pci_bus_id else None
+        gpu, uuid = (at.index, at.uuid) if at is not None else (None, None)
+        where = f"GPU {gpu}" if gpu is not None else f"the GPU at {line.pci_bus_id or '?'}"
+        data: dict[str, int | float | str] = {
+            "source": SOURCE,
+            SEQ: record.seq,
+            "driver_text": line.text[:TEXT_LIMIT],
+        }
+        if line.pci_bus_id:
+            data["pci_bus_id"] = line.pci_bus_id
+        if line.kind == "xid" and line.code is not None:
+            message, about = xid_event_text(line.code, gpu)
+            if gpu is None:
+                message = message.replace("on GPU None", f"on {where}")
+            data.update(about)
+            if line.pid is not None:
+                data["pid"] = line.pid
+            if line.process:
+                data["process"] = line.process[:64]
+            if line.detail:
+                message += f" ({line.detail[:200]})"
+            if at is not None and at.state is not None:
+                message, data = with_jobs(message, data, at.state.processes)
+            return Event(when, "xid", gpu, uuid, message, data)
+        if line.kind == "fallen_off_bus":
+            message = f"{where} lost: the driver says it has fallen off the bus"
+            return Event(when, "gpu_lost", gpu, uuid, message, data)
+        if line.kind == "init_failed":
+            message = f"the driver could not initialise {where}: {line.detail[:200]}"
+            return Event(when, "gpu_init_failed", gpu, uuid, message, data)
+        if line.kind == "sxid" and line.code is not None:
+            data.update(sxid=line.code, severity=line.severity)
+            if line.link is not None:
+                data["link"] = line.link
+            self._count_sxid(line.pci_bus_id, str(line.code), line.severity)
+            level = "fatal" if line.severity == "fatal" else "non-fatal"
+            message = f"NVSwitch {line.pci_bus_id}: {level} SXid {line.code}: {line.detail[:200]}"
+            return Event(when, "sxid", None, None, message, data)
+        if line.kind == "identity":
+            self._gpus.learn(line.pci_bus_id, line.uuid)
+            return None
+        return self._other(line, when, gpu, uuid, data)
+
+    def _other(
+        self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
+        data: dict[str, int | float | str],
+    ) -> Event | None:  # fmt: skip
+        now = self._clock.now()
+        if len(self._others) == OTHER_PER_MINUTE and self._others[0] > now - 60.0:
+            self._suppressed += 1
+            return None
+        self._others.append(now)
+        kind = "nvlink" if line.kind == "nvlink" else "kernel_log"
+        return Event(when, kind, gpu, uuid, f"kernel log: {line.text[:TEXT_LIMIT]}", data)
+
+    def _count_sxid(self, address: str, code: str, severity: str) -> None:
+        key = (address, code, severity)
+        if key in self._sxids or len(self._sxids) < MAX_SXID_SERIES:
+            self._sxids[key] += 1
+
+    # -- own metrics --------------------------------------------------------------------------
+    def collect(self) -> Iterable[Sample]:
+        yield Sample(m.KMSG_UP, (), 0.0 if self._problem else 1.0)
+        for kind, count in sorted(self._lines.items()):
+            yield Sample(m.KMSG_DRIVER_LINES, (("kind", kind),), float(count))
+        yield Sample(m.KMSG_SUPPRESSED, (), float(self._suppressed))
+        yield Sample(m.KMSG_OVERWRITTEN, (), float(self._reader.counts.overwritten))
+        for (address, code, severity), count in sorted(self._sxids.items()):
+            labels = (("pci_bus_id", address), ("sxid", code), ("severity", severity))
+            yield Sample(m.NVSWITCH_SXID_ERRORS, labels, float(count))
+
+
+def _open_problem(path: str, exc: OSError) -> str:
+    if isinstance(exc, PermissionError) and path.startswith("/dev/"):
+        return (
+            f"{path}: permission denied: reading the kernel log needs CAP_SYSLOG "
+            "(the shipped systemd unit grants it) or kernel.dmesg_restrict=0"
+        )
+    return f"{path}: {exc.strerror or exc}"

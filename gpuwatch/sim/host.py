@@ -1,0 +1,280 @@
+"""The simulated node's host beside NVML: a sysfs tree and a kernel log, in a directory it owns.
+
+The daemon reads them as it reads a real host's (`sources.host.sysfs_root` and
+`sources.kmsg.path` point here): PCI devices (the GPUs, NVSwitches and InfiniBand NICs, under
+PCIe switches as on an HGX board, each NIC beside its GPU), the InfiniBand ports with their
+state, rate and counters, and the driver's kernel log lines: an `NVRM: Xid` line for every XID
+the simulated GPUs raise (the driver prints each XID that NVML hands out), a GPU fallen off the
+bus, a GPU that failed to initialise, and NVSwitch SXids. `update()` writes what the scenario
+says at the clock's now; `start()` runs it in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gpuwatch.config import Config
+from gpuwatch.health.xid_catalog import lookup
+from gpuwatch.sim import driver as d
+from gpuwatch.sim.faults import Fault
+from gpuwatch.sim.node import SimNode
+from gpuwatch.sim.nvml_core import bus_id, uuid_of
+from gpuwatch.text.pci import pci_address
+
+TICK_S = 0.05  # real seconds between updates of the files
+BOOTED_BEFORE_S = 600.0  # the simulated machine booted this long before the scenario started
+FLAP_PERIOD_S = 20.0  # an ib_port_flap takes the link down for FLAP_DOWN_S of every period
+FLAP_DOWN_S = 4.0
+COUNTER16 = 65535  # PortCounters' 16-bit error counters stop here
+NIC_BYTES_PER_S = 10e9  # traffic through an up port
+# What the driver prints after an XID's number, for the XIDs the scenarios raise.
+XID_TEXT = {
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+    "at partition 6, subpartition 0.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Row remapping failed, no spare rows left.",
+    74: "NVLink: fatal error detected on link 0(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate detected",
+    154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+}
+GPU_CLASS, SWITCH_CLASS, NIC_CLASS = "0x030200", "0x068000", "0x020700"
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    time: float
+    message: str
+    priority: int = 4  # warning, as the driver prints its faults
+
+
+class SimHost:
+    def __init__(self, node: SimNode, directory: Path, salt: int = 0) -> None:
+        self.node = node
+        self.directory = directory
+        self.sysfs = directory / "sys"
+        self.kmsg = directory / "kmsg"
+        shutil.rmtree(self.sysfs, ignore_errors=True)  # what an earlier run left
+        directory.mkdir(parents=True, exist_ok=True)
+        self.kmsg.write_bytes(b"")
+        self._clock = node.clock
+        self._boot = node.start - BOOTED_BEFORE_S
+        self._written: dict[Path, str] = {}
+        self._seq = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        scenario = node.scenario
+        self._faults = [f for f in scenario.faults if f.kind.startswith(("ib_", "sxid"))]
+        self._lines = sorted(self._kernel_lines(salt), key=lambda line: line.time)
+        self._next_line = 0
+        self._build()
+        self.update()
+
+    # -- the tree -------------------------------------------------------------------------
+    def _device(self, chain: list[str], vendor: str, device: str, klass: str) -> Path:
+        """A PCI device under the root port and switches `chain` (addresses, root first),
+        with its bus/pci/devices link, as the kernel lays them out."""
+        root = chain[0].rsplit(":", 1)[0]  # 0000:15:01.0 -> 0000:15
+        path = self.sysfs / "devices" / f"pci{root}"
+        for address in chain:
+            path /= address
+        path.mkdir(parents=True, exist_ok=True)
+        for name, value in (("vendor", vendor), ("device", device), ("class", klass)):
+            self._put(path / name, value)
+        link = self.sysfs / "bus" / "pci" / "devices" / chain[-1]
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(path, link.parent))
+        return path
+
+    @staticmethod
+    def _switch(bus: int, domain: str = "0000") -> list[str]:
+        """The root port and PCIe switch a device on `bus` sits under."""
+        return [f"{domain}:{bus - 3:02x}:01.0", f"{domain}:{bus - 2:02x}:00.0",
+                f"{domain}:{bus - 1:02x}:00.0"]  # fmt: skip
+
+    def _build(self) -> None:
+        scenario = self.node.scenario
+        self._gpu_dirs: list[Path] = []
+        for gpu in range(scenario.gpus):
+            address = pci_address(bus_id(gpu))
+            bus = int(address.split(":")[1], 16)
+            self._gpu_dirs.append(self._device([*self._switch(bus), address], "0x10de",
+                                               "0x2330", GPU_CLASS))  # fmt: skip
+        for switch in range(scenario.nvswitches):  # in a PCI domain of their own
+            self._device([*self._switch(switch * 4 + 7, "0002"), _switch_address(switch)],
+                         "0x10de", "0x22a3", SWITCH_CLASS)  # fmt: skip
+        self._ports: list[Path] = []
+        for port in range(scenario.ib_ports):
+            # NIC i beside GPU i, under its PCIe switch; past the GPUs, under switches of its own.
+            if port < scenario.gpus:
+                bus = int(pci_address(bus_id(port)).split(":")[1], 16)
+                chain = [*self._switch(bus)[:2], f"0000:{bus - 1:02x}:01.0",
+                         f"0000:{bus + 1:02x}:00.0"]  # fmt: skip
+            else:  # in a PCI domain of their own
+                bus = port * 4 + 7
+                chain = [*self._switch(bus, "0001"), f"0001:{bus:02x}:00.0"]
+            nic = self._device(chain, "0x15b3", "0x1021", NIC_CLASS)
+            name = f"mlx5_{port}"
+            ib = nic / "infiniband" / name
+            (ib / "ports" / "1" / "counters").mkdir(parents=True, exist_ok=True)
+            if not (ib / "device").is_symlink():
+                (ib / "device").symlink_to("../..")
+            link = self.sysfs / "class" / "infiniband" / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to(os.path.relpath(ib, link.parent))
+            self._put(ib / "ports" / "1" / "link_layer", "InfiniBand")
+            self._ports.append(ib / "ports" / "1")
+
+    def _put(self, path: Path, text: str) -> None:
+        if self._written.get(path) != text:
+            path.write_text(text + "\n", encoding="ascii")
+            self._written[path] = text
+
+    # -- the kernel log ---------------------------------------------------------------------
+    def _kernel_lines(self, salt: int) -> list[_Line]:
+        node, scenario = self.node, self.node.scenario
+        boot = self._boot
+        lines = [_Line(boot + 5.0, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  "
+                       f"{scenario.driver.driver_version}", 5)]  # fmt: skip
+        for gpu in range(scenario.gpus):
+            at = bus_id(gpu)[4:-2].lower()  # 0000:18:00
+            uuid = uuid_of(scenario.seed, gpu, salt=salt)
+            lines.append(_Line(boot + 6.0, f"NVRM: GPU at PCI:{at}: {uuid}", 6))
+        for event in node.events:
+            if event.event_type != d.EVENT_XID:
+                continue
+            at = bus_id(event.gpu)[4:-2].lower()
+            text = XID_TEXT.get(event.data, lookup(event.data).meaning)
+            lines.append(_Line(event.time, f"NVRM: Xid (PCI:{at}): {event.data}, "
+                               f"pid='<unknown>', name=<unknown>, {text}"))  # fmt: skip
+            if event.data == 79:
+                lines.append(_Line(event.time, f"NVRM: GPU {pci_address(at)}: GPU has fallen "
+                                   "off the bus."))  # fmt: skip
+        for f in scenario.faults:
+            when = node.start + f.at
+            if f.kind == "gpu_missing":
+                lines.append(_Line(when, f"NVRM: GPU {pci_address(bus_id(f.gpu))}: "
+                                   "RmInitAdapter failed! (0x22:0x56:884)", 3))  # fmt: skip
+            elif f.kind == "sxid":
+                lines.extend(_sxid_lines(f, when))
+        return lines
+
+    def _write_lines(self, now: float) -> None:
+        records = []
+        while self._next_line < len(self._lines) and self._lines[self._next_line].time <= now:
+            line = self._lines[self._next_line]
+            self._next_line += 1
+            # Sequence numbers that keep growing across restarts of a simulated daemon (its
+            # clock carries on), as the kernel's do within a boot.
+            self._seq = max(self._seq + 1, int(line.time * 1000))
+            uptime = max(0, int((line.time - self._boot) * 1e6))
+            records.append(f"{line.priority},{self._seq},{uptime},-;{line.message}\n")
+        if records:
+            with open(self.kmsg, "a", encoding="utf-8") as f:
+                f.write("".join(records))  # one write: a reader never sees half a record
+
+    # -- what the faults do to the files ------------------------------------------------------
+    def update(self) -> None:
+        now = self._clock.now()
+        with self._lock:
+            self._write_lines(now)
+            for index, path in enumerate(self._ports):
+                self._write_port(index, path, now)
+            for index, path in enumerate(self._gpu_dirs):
+                gpu = self.node.gpus[index]
+                self._put(path / "vendor", "0xffff" if gpu.fault_now("fall_off_bus") else "0x10de")
+                replays = gpu.fault_count("pcie_replay_storm")
+                self._put(
+                    path / "aer_dev_correctable", f"BadTLP {replays}\nTOTAL_ERR_COR {replays}"
+                )
+                self._put(path / "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0")
+                self._put(path / "aer_dev_fatal", "TOTAL_ERR_FATAL 0")
+
+    def _active(self, kind: str, port: int, now: float) -> list[Fault]:
+        elapsed = now - self.node.start
+        return [f for f in self._faults if f.kind == kind and f.port == port and f.active(elapsed)]
+
+    def _write_port(self, port: int, path: Path, now: float) -> None:
+        elapsed = now - self.node.start
+        down = bool(self._active("ib_port_down", port, now))
+        downs = 0  # times the link has gone down so far
+        for f in self._faults:
+            if f.port != port or elapsed < f.at:
+                continue
+            end = elapsed if f.duration is None else min(elapsed, f.at + f.duration)
+            if f.kind == "ib_port_down":
+                downs += 1
+            elif f.kind == "ib_port_flap":
+                downs += int((end - f.at) // FLAP_PERIOD_S) + 1
+                if f.active(elapsed) and (elapsed - f.at) % FLAP_PERIOD_S < FLAP_DOWN_S:
+                    down = True
+        symbols = sum(f.errors_at_once + f.errors_per_s * (
+            (elapsed if f.duration is None else min(elapsed, f.at + f.duration)) - f.at)
+            for f in self._faults if f.kind == "ib_symbol_errors" and f.port == port
+            and elapsed >= f.at)  # fmt: skip
+        halved = bool(self._active("ib_rate_drop", port, now))
+        self._put(path / "state", "1: DOWN" if down else "4: ACTIVE")
+        self._put(path / "phys_state", "2: Polling" if down else "5: LinkUp")
+        self._put(path / "rate", "200 Gb/sec (2X NDR)" if halved else "400 Gb/sec (4X NDR)")
+        counters = path / "counters"
+        values = {
+            "symbol_error": min(COUNTER16, int(symbols)),
+            "link_downed": min(255, downs),
+            "link_error_recovery": min(255, downs),
+            "port_rcv_errors": 0,
+            "port_xmit_discards": 0,
+            "excessive_buffer_overrun_errors": 0,
+            "local_link_integrity_errors": 0,
+            "port_xmit_data": int(max(0.0, elapsed) * NIC_BYTES_PER_S / 4),
+            "port_rcv_data": int(max(0.0, elapsed) * NIC_BYTES_PER_S / 4),
+        }
+        for name, value in values.items():
+            self._put(counters / name, str(value))
+
+    # -- the thread --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sim-host", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_S):
+            self.update()
+
+
+def _sxid_lines(fault: Fault, when: float) -> list[_Line]:
+    """An SXid as the NVSwitch driver prints it: the first line, then its details."""
+    head = (
+        f"nvidia-nvswitch{fault.switch}: SXid (PCI:{_switch_address(fault.switch)}): {fault.code}"
+    )
+    level = "Fatal" if fault.fatal else "Non-fatal"
+    return [
+        _Line(when, f"{head}, {level}, Link 32 egress non-posted PRIV error (First)", 3),
+        _Line(
+            when,
+            f"{head}, Severity {1 if fault.fatal else 0} Engine instance 32 Sub-engine instance 00",
+            3,
+        ),
+        _Line(when, f"{head}, Data {{0x00000001, 0x00000000, 0x00000000, 0x00000000}}", 3),
+    ]
+
+
+def _switch_address(switch: int) -> str:
+    return f"0002:{switch * 4 + 7:02x}:00.0"
+
+
+def with_sim_host(config: Config, host: SimHost) -> Config:
+    """`config` reading the simulated host's sysfs and kernel log instead of the machine's."""
+    sources = replace(config.sources, kmsg_path=str(host.kmsg), sysfs_root=str(host.sysfs))
+    return replace(config, sources=sources)

@@ -1,0 +1,202 @@
+"""The kernel log: records as /dev/kmsg and saved logs hold them, the driver's lines turned into
+events for the right GPU, one XID counted once whichever sources saw it, and no record taken
+twice across a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuwatch.clock import ManualClock
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.kmsg import KmsgReader
+from gpuwatch.kernel.merge import WINDOW_S, EventMerger
+from gpuwatch.kernel.records import Record, parse_record
+from gpuwatch.kernel.watcher import OTHER_PER_MINUTE, KernelLog
+from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
+
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def gpu_at(index: int, bus: str) -> GpuState:
+    info = GpuInfo(index, f"GPU-{index}", "H100", f"00000000:{bus}:00.0", "s", "v", 18)
+    return GpuState(info, GpuStatus.OK)
+
+
+def directory(*gpus: GpuState) -> GpuDirectory:
+    found = GpuDirectory()
+    found.update(list(gpus), (), up=True)
+    return found
+
+
+def test_a_kmsg_record_with_its_continuation_lines() -> None:
+    record = parse_record(
+        b"4,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+        b"\n SUBSYSTEM=pci\n DEVICE=+pci:0000:3b:00.0\n"
+    )
+    assert record is not None
+    assert (record.seq, record.uptime_us, record.priority) == (1234, 5678901, 4)
+    assert record.message == XID_79
+    assert record.context == {"SUBSYSTEM": "pci", "DEVICE": "+pci:0000:3b:00.0"}
+
+
+def test_escaped_bytes_are_text_again_and_a_saved_dmesg_line_is_a_record() -> None:
+    escaped = parse_record(b"6,7,8,-;NVRM: name=caf\\xc3\\xa9, tab\\x09here")
+    assert escaped is not None and escaped.message == "NVRM: name=café, tab\there"
+    saved = parse_record(b"[ 1234.5678] " + XID_79.encode(), line_number=12)
+    assert saved is not None
+    assert (saved.seq, saved.uptime_us, saved.message) == (12, 1234567800, XID_79)
+    assert parse_record(b"   \n") is None
+
+
+def test_a_growing_file_is_read_in_whole_records_and_again_after_truncation(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"4,1,10,-;first\n4,2,20,-;sec")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert [r.message for r in reader.read()] == ["first"]
+    with open(path, "ab") as f:
+        f.write(b"ond\n SUBSYSTEM=pci\n4,3,30,-;third\n")
+    got = reader.read()
+    assert [(r.seq, r.message) for r in got] == [(2, "second"), (3, "third")]
+    assert got[0].context == {"SUBSYSTEM": "pci"}
+    assert reader.read() == []
+    path.write_bytes(b"4,9,90,-;after rotation\n")  # shorter than what was read: truncated
+    assert [r.message for r in reader.read()] == ["after rotation"]
+
+
+def records(lines: list[str]) -> list[Record]:
+    """The lines as consecutive kmsg records."""
+    return [r for n, text in enumerate(lines) if (r := parse_record(f"4,{n},0,-;{text}".encode()))]
+
+
+def kernel_log(
+    tmp_path: Path, gpus: GpuDirectory, restored: list[Event] | None = None
+) -> tuple[KernelLog, list[Event], ManualClock]:
+    clock = ManualClock()
+    published: list[Event] = []
+    watcher = KernelLog(str(tmp_path / "kmsg"), clock, published.append, gpus, restored or [])
+    return watcher, published, clock
+
+
+def test_an_xid_line_is_an_xid_event_for_the_gpu_at_its_address(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(0, "18"), gpu_at(3, "3B")))
+    line = "NVRM: Xid (PCI:0000:3b:00): 31, pid=20044, name=python3, Ch 00000008, MMU Fault"
+    record = parse_record(f"4,100,5,-;{line}".encode())
+    assert record is not None
+    watcher.take([record])
+    [event] = published
+    assert (event.kind, event.gpu, event.uuid) == ("xid", 3, "GPU-3")
+    assert event.data["xid"] == 31
+    assert event.data["pid"] == 20044 and event.data["process"] == "python3"
+    assert event.data["driver_text"] == line
+    assert event.data["kmsg_seq"] == 100
+    assert event.message.startswith("XID 31 on GPU 3: ")
+    assert "(Ch 00000008, MMU Fault)" in event.message
+
+
+def test_the_gpu_named_by_the_drivers_own_line_is_found_without_nvml(tmp_path: Path) -> None:
+    """NVML hung from the start lists no address; the driver's `GPU at PCI:` line says whose
+    address it is."""
+    watcher, published, _ = kernel_log(tmp_path, GpuDirectory())
+    lines = [
+        "NVRM: GPU at PCI:0000:3b:00: GPU-5a5e9e8a-1234-5678-9abc-def012345678",
+        XID_79,
+        "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+    ]
+    watcher.take(records(lines))
+    assert [(e.kind, e.uuid) for e in published] == [
+        ("xid", "GPU-5a5e9e8a-1234-5678-9abc-def012345678"),
+        ("gpu_lost", "GPU-5a5e9e8a-1234-5678-9abc-def012345678"),
+    ]
+    assert published[0].message.startswith("XID 79 on the GPU at 0000:3b:00.0: ")
+
+
+def test_other_driver_lines_are_kept_but_a_storm_of_them_is_counted(tmp_path: Path) -> None:
+    watcher, published, clock = kernel_log(tmp_path, directory())
+    records = [parse_record(f"6,{i},0,-;NVRM: something new {i}".encode()) for i in range(50)]
+    records.append(parse_record(b"6,99,0,-;usb 1-1: new high-speed USB device"))
+    watcher.take(r for r in records if r is not None)
+    assert len(published) == OTHER_PER_MINUTE
+    assert published[0].kind == "kernel_log"
+    assert published[0].message == "kernel log: NVRM: something new 0"
+    samples = {s.name: s.value for s in watcher.collect() if not s.labels}
+    assert samples["gpuwatch_kmsg_lines_suppressed_total"] == 50 - OTHER_PER_MINUTE
+    clock.advance(61)
+    watcher.take([r for r in [parse_record(b"6,100,0,-;NVRM: later")] if r])
+    assert published[-1].message == "kernel log: NVRM: later"
+
+
+def test_a_restart_takes_only_the_records_after_those_journaled(tmp_path: Path) -> None:
+    lines = [f"4,{i},0,-;{XID_79}".encode() for i in (5, 6, 7)]
+    records = [r for line in lines if (r := parse_record(line))]
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    watcher.take(records[:2])
+    assert len(published) == 2
+    again, republished, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), published)
+    again.take(records)
+    assert [e.data["kmsg_seq"] for e in republished] == [7]
+
+
+def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path: Path) -> None:
+    head = "nvidia-nvswitch1: SXid (PCI:0000:86:00.0): 12028"
+    lines = [f"{head}, Non-fatal, Link 37 egress non-posted PRIV error (First)",
+             f"{head}, Severity 0 Engine instance 37 Sub-engine instance 00",
+             f"{head}, Non-fatal, Link 37 egress non-posted PRIV error"]  # fmt: skip
+    watcher, published, _ = kernel_log(tmp_path, directory())
+    watcher.take(records(lines))
+    sxids = [e for e in published if e.kind == "sxid"]
+    assert len(sxids) == 2 and sxids[0].data["link"] == 37
+    assert sxids[0].message == (
+        "NVSwitch 0000:86:00.0: non-fatal SXid 12028: Link 37 egress non-posted PRIV error (First)"
+    )
+    again, _, _ = kernel_log(tmp_path, directory(), published)
+    [count] = [s for s in again.collect() if s.name == "gpuwatch_nvswitch_sxid_errors_total"]
+    assert dict(count.labels) == {"pci_bus_id": "0000:86:00.0", "sxid": "12028",
+                                  "severity": "non_fatal"}  # fmt: skip
+    assert count.value == 2
+
+
+def test_a_missing_kernel_log_says_why_and_is_not_fatal(tmp_path: Path) -> None:
+    watcher, _, _ = kernel_log(tmp_path, directory())
+    assert watcher._open() == []
+    assert watcher.problem.endswith("kmsg: No such file or directory")
+    assert [s.value for s in watcher.collect() if s.name == "gpuwatch_kmsg_up"] == [0.0]
+
+
+def xid(source: str, code: int = 79, uuid: str = "GPU-3", at: float = 0.0) -> Event:
+    data: dict[str, int | float | str] = {"xid": code}
+    if source == "kernel_log":
+        data |= {"source": "kernel_log", "driver_text": f"NVRM: Xid ...: {code}, text"}
+    return Event(at, "xid", 3, uuid, f"XID {code}", data)
+
+
+def test_one_xid_from_both_sources_is_one_event_in_either_order() -> None:
+    clock = ManualClock()
+    out: list[Event] = []
+    merger = EventMerger(clock, out.append)
+    merger.publish(xid("nvml"))
+    clock.advance(0.3)
+    merger.publish(xid("kernel_log"))  # its twin: kept as text, counts nothing
+    merger.publish(xid("kernel_log"))  # a second XID 79: the kernel log saw it first
+    merger.publish(xid("nvml"))
+    assert [e.kind for e in out] == ["xid", "kernel_log", "xid"]
+    assert out[1].message == "kernel log: NVRM: Xid ...: 79, text"
+    assert out[2].data.get("source") == "kernel_log"
+
+
+def test_repeats_pair_one_to_one_and_other_gpus_or_codes_never_pair() -> None:
+    clock = ManualClock()
+    out: list[Event] = []
+    merger = EventMerger(clock, out.append)
+    for _ in range(3):
+        merger.publish(xid("nvml", 13))
+    merger.publish(xid("kernel_log", 13, uuid="GPU-4"))
+    merger.publish(xid("kernel_log", 31))
+    for _ in range(3):
+        merger.publish(xid("kernel_log", 13))
+    assert sum(1 for e in out if e.kind == "xid") == 5  # three 13s, GPU-4's 13, the 31
+    clock.advance(WINDOW_S + 1)
+    merger.publish(xid("nvml", 31))  # the kernel log's 31 is too long ago to be its twin
+    assert out[-1].kind == "xid" and "source" not in out[-1].data
