@@ -28,6 +28,7 @@ from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
 from gpuwatch.kernel.records import Record
+from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Event, Sample
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,12 @@ class KernelLog:
                 continue
             self._lines[line.kind] += 1
             event = self._event(line, record, self._when(record, backlog))
-            if event is not None:
-                self._publish(event)
+            if event is None:
+                continue
+            if event.kind in ("xid", "gpu_lost", "gpu_init_failed", "sxid"):
+                log.warning("kernel log: %s", event.message,
+                            extra=log_fields(gpu=event.gpu, uuid=event.uuid))  # fmt: skip
+            self._publish(event)
 
     def _when(self, record: Record, backlog: bool) -> float:
         """A record read as it is printed happened now; one from the kernel's buffer at start

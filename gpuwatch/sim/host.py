@@ -152,11 +152,11 @@ class SimHost:
                 continue
             at = bus_id(event.gpu)[4:-2].lower()
             text = XID_TEXT.get(event.data, lookup(event.data).meaning)
-            lines.append(_Line(event.time, f"NVRM: Xid (PCI:{at}): {event.data}, "
+            lines.append(_Line(event.printed, f"NVRM: Xid (PCI:{at}): {event.data}, "
                                f"pid='<unknown>', name=<unknown>, {text}"))  # fmt: skip
             if event.data == 79:
-                lines.append(_Line(event.time, f"NVRM: GPU {pci_address(at)}: GPU has fallen "
-                                   "off the bus."))  # fmt: skip
+                lines.append(_Line(event.printed, f"NVRM: GPU {pci_address(at)}: GPU has "
+                                   "fallen off the bus."))  # fmt: skip
         for f in scenario.faults:
             when = node.start + f.at
             if f.kind == "gpu_missing":

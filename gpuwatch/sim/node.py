@@ -359,10 +359,11 @@ FAULT_EVENTS: dict[str, tuple[tuple[int, int], ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class SimEvent:
-    time: float
+    time: float  # when NVML hands it out
     gpu: int
     event_type: int  # an nvmlEventType bit
     data: int  # the XID for an XID event, else 0
+    printed: float  # when the driver printed it to the kernel log
 
 
 class SimNode:
@@ -386,6 +387,10 @@ class SimNode:
                     raised = FAULT_EVENTS["fall_off_bus"] if at < end else ()  # unless reset
                 else:
                     raised = FAULT_EVENTS.get(f.kind, ())
+                # A GPU whose NVML calls hang hands out no event until the hang ends; the
+                # driver has printed it to the kernel log at once.
+                when = self.start + at
+                delivered = gpu.hang_until(when) or when
                 for event_type, data in raised:
-                    events.append(SimEvent(self.start + at, f.gpu, event_type, data))
+                    events.append(SimEvent(delivered, f.gpu, event_type, data, when))
         self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))
