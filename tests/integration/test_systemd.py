@@ -53,6 +53,10 @@ def test_the_unit_scores_at_most_2_in_systemd_analyze_security() -> None:
     assert settings["Type"] == ["notify"] and settings["WatchdogSec"]
     assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     assert "char-nvidia-frontend rw" in settings["DeviceAllow"]
+    # The kernel log, read-only, with the one capability a dmesg_restrict=1 kernel asks for.
+    assert "/dev/kmsg r" in settings["DeviceAllow"]
+    assert settings["AmbientCapabilities"] == ["CAP_SYSLOG"]
+    assert settings["CapabilityBoundingSet"] == ["CAP_SYSLOG"]
 
 
 @needs_systemd_analyze
