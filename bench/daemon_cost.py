@@ -1,13 +1,17 @@
 """The daemon's own cost: CPU share of one core and RSS at 1 Hz sampling, scraped every 5 s.
 
 Runs `gpuwatch run --simulate` (the same NVML source code as production, through the real
-pynvml, over the simulated NVML library) for 8, 64 and 256 GPUs, lets it warm up, then
-measures over a window:
+pynvml, over the simulated NVML library) for 8, 64 and 256 GPUs, with `--ib-ports`
+InfiniBand ports (default 8) in the simulated sysfs and the simulated kernel log read as
+/dev/kmsg would be, lets it warm up, then measures over a window:
 
   cpu%      CPU time (user+system) of the daemon process / wall time, in % of one core
   sim%      of that, the simulated library's own share: what a real driver's C code costs
             instead. Measured apart, in this process: the same NVML source reads the same
             node for 60 cycles with the library timing its entry points (thread CPU time)
+  host%     of that, the simulated host's share: the thread that writes the node's sysfs
+            files and kernel log, what a real kernel does instead. Measured apart, in this
+            process: 60 s of its updates at the cadence its thread runs them
   rss       resident set size at the end of the window (MiB)
   scrape    /metrics latency of the 5 s scrapes (each renders a fresh cycle), p50 / max
   cached    /metrics latency of back-to-back scrapes within one cycle (served bytes), p50
@@ -37,11 +41,11 @@ SCRAPE_EVERY_S = 5.0
 SIM_CYCLES = 60
 
 
-def _scenario(directory: Path, gpus: int, workload: str) -> Path:
+def _scenario(directory: Path, gpus: int, workload: str, ib_ports: int = 0) -> Path:
     path = directory / f"bench-{gpus}.yaml"
     path.write_text(
-        f"name: bench-{gpus}\nnode: {{gpus: {gpus}, model: H100, workload: {workload}, seed: 3}}\n"
-        "faults: []\n"
+        f"name: bench-{gpus}\nnode: {{gpus: {gpus}, model: H100, workload: {workload}, seed: 3, "
+        f"ib_ports: {ib_ports}}}\nfaults: []\n"
     )
     return path
 
@@ -53,7 +57,9 @@ def _get(url: str) -> tuple[float, bytes]:
     return time.perf_counter() - start, body
 
 
-def measure(gpus: int, window: float, warmup: float, workload: str) -> dict[str, float]:
+def measure(
+    gpus: int, window: float, warmup: float, workload: str, ib_ports: int
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         log = directory / "daemon.log"
@@ -65,7 +71,7 @@ def measure(gpus: int, window: float, warmup: float, workload: str) -> dict[str,
                     "gpuwatch",
                     "run",
                     "--simulate",
-                    str(_scenario(directory, gpus, workload)),
+                    str(_scenario(directory, gpus, workload, ib_ports)),
                     "--listen",
                     "127.0.0.1:0",
                     "--state-dir",
@@ -147,6 +153,27 @@ def library_share(gpus: int, workload: str) -> float:
         return 100 * asyncio.run(_library_share(scenario, SIM_CYCLES))
 
 
+def host_share(gpus: int, workload: str, ib_ports: int) -> float:
+    """The simulated host's CPU, in % of one core."""
+    from gpuwatch.clock import ManualClock
+    from gpuwatch.sim.host import FILES_EVERY_S, TICK_S, SimHost
+    from gpuwatch.sim.node import SimNode
+    from gpuwatch.sim.scenario import load_scenario
+
+    seconds = 60.0
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = ManualClock()
+        scenario = load_scenario(str(_scenario(Path(tmp), gpus, workload, ib_ports)))
+        host = SimHost(SimNode(scenario, clock), Path(tmp) / "host")
+        every = round(FILES_EVERY_S / TICK_S)
+        start = time.thread_time()
+        for tick in range(round(seconds / TICK_S)):
+            clock.advance(TICK_S)
+            host.update(files=tick % every == 0)
+        spent = time.thread_time() - start
+    return 100 * spent / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 64, 256])
@@ -158,22 +185,24 @@ def main() -> None:
         default="training",
         help="training also runs the simulated job, which reports through the push API",
     )
+    parser.add_argument("--ib-ports", type=int, default=8, help="InfiniBand ports on the node")
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, {platform.processor() or '?'}, "
         f"Python {platform.python_version()}; "
         f"window {args.window:g}s after {args.warmup:g}s warm-up; "
-        f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s"
+        f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s; {args.ib_ports} InfiniBand ports"
     )
     print(
-        f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'RSS MiB':>8} "
+        f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'host%':>6} {'RSS MiB':>8} "
         f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
     )
     for gpus in args.gpus:
-        r = measure(gpus, args.window, args.warmup, args.workload)
+        r = measure(gpus, args.window, args.warmup, args.workload, args.ib_ports)
         sim = library_share(gpus, args.workload)
+        host = host_share(gpus, args.workload, args.ib_ports)
         print(
-            f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {sim:>6.2f} "
+            f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {sim:>6.2f} {host:>6.2f} "
             f"{r['rss_mib']:>8.1f} {r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} "
             f"{r['cached_p50_ms']:>14.1f}",
             flush=True,

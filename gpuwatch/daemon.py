@@ -98,7 +98,6 @@ class Daemon:
         self.problems = problems if problems is not None else StateProblems(None)
         self.collectors = collectors  # components' own metrics, gathered each cycle
         self.watchers = watchers
-        self._watching: list[Watcher] = []  # those started
         # Which GPU sits at which PCI address, for the watchers; refreshed every cycle.
         self.gpus = gpus if gpus is not None else GpuDirectory()
         if journal is not None:
@@ -130,10 +129,11 @@ class Daemon:
         self.restore_xids()
         self._take_raised()  # alerts restored from before a restart hold their causes at once
         await self.source.start()
-        await self.sample_once()  # lists the GPUs, so what the watchers read finds its GPU
+        # The first cycle lists the GPUs, so what the watchers then follow finds its GPU; it
+        # already has what they kept from before (the kernel log's counts this boot).
+        await self.sample_once()
         for watcher in self.watchers:
             await watcher.start()
-            self._watching.append(watcher)
         self._task = asyncio.create_task(self._loop(), name="sampling")
 
     async def stop(self) -> None:
@@ -141,9 +141,8 @@ class Daemon:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for watcher in reversed(self._watching):
+        for watcher in reversed(self.watchers):
             await watcher.stop()
-        self._watching.clear()
         await self.source.stop()
 
     def restore_xids(self) -> None:
@@ -199,8 +198,7 @@ class Daemon:
 
     async def sample_once(self) -> None:
         started = self.clock.now()
-        watching = list(self._watching)
-        reads = [asyncio.ensure_future(self._read(w)) for w in watching]  # beside the GPUs'
+        reads = [asyncio.ensure_future(self._read(w)) for w in self.watchers]  # beside the GPUs'
         batch = await self.source.collect()
         watched = [await read for read in reads]
         self.gpus.update(batch.gpus, batch.backend.missing, batch.backend.up)
@@ -233,7 +231,7 @@ class Daemon:
         self.store.ingest(self.source.name, batch.time, samples)
         for part, part_samples in batch.slow_read:  # own timelines: current between reads
             self.store.ingest(f"{self.source.name}/{part}", batch.time, part_samples)
-        for watcher, read in zip(watching, watched, strict=True):
+        for watcher, read in zip(self.watchers, watched, strict=True):
             if read is not None:
                 self.store.ingest(watcher.name, batch.time, read)
         for listener in self.cycle_listeners:

@@ -35,10 +35,10 @@ class Collector(Protocol):
 
 
 class Watcher(Protocol):
-    """Something the daemon watches beside the GPU backend: the kernel log, sysfs. Started
-    once the first cycle has listed the GPUs (so what it reads can be put to a GPU), read every
-    cycle, its samples on a timeline of its own. `read` returns within the cycle whatever the
-    host does: its blocking I/O runs off the event loop."""
+    """Something the daemon watches beside the GPU backend: the kernel log, sysfs. Read every
+    cycle from the first, its samples on a timeline of its own; started once the first cycle
+    has listed the GPUs, so that what it follows can be put to a GPU. `read` returns within the
+    cycle whatever the host does: its blocking I/O runs off the event loop."""
 
     name: str
 

@@ -47,15 +47,28 @@ class Port:
     link_layer: str
     pci_bus_id: str  # the NIC's PCI function; "" where sysfs does not say
     pci_path: tuple[str, ...]  # the NIC's PCI devices from its root port down
+    # The counter files this port has, (label, path), found once: a cycle opens only these.
+    errors: tuple[tuple[str, str], ...] = ()
+    data: tuple[tuple[str, str], ...] = ()
 
     @property
     def labels(self) -> Labels:
         return (("device", self.device), ("port", self.port))
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read(256).strip()
+def read_small(path: str) -> str | None:
+    """A sysfs attribute's text; None when it cannot be read. Plain system calls: a cycle reads
+    a few hundred of these, and Python's file objects cost several times more."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _number(text: str) -> int | None:
@@ -90,11 +103,14 @@ def find_ports(sysfs_root: str) -> list[Port]:
         chain = pci_path(nic) if os.path.exists(nic) else ()
         for port in ports:
             path = os.path.join(ports_dir, port)
-            try:
-                layer = _read(os.path.join(path, "link_layer"))
-            except OSError:
-                layer = ""
-            out.append(Port(device, port, path, layer, chain[-1] if chain else "", chain))
+            layer = read_small(os.path.join(path, "link_layer")) or ""
+            counters = os.path.join(path, "counters")
+            errors = tuple((n, f) for n in ERROR_COUNTERS
+                           if os.path.exists(f := os.path.join(counters, n)))  # fmt: skip
+            data = tuple((d, f) for n, d in DATA_COUNTERS
+                         if os.path.exists(f := os.path.join(counters, n)))  # fmt: skip
+            address = chain[-1] if chain else ""
+            out.append(Port(device, port, path, layer, address, chain, errors, data))
             if len(out) >= MAX_PORTS:
                 return out
     return out
@@ -111,12 +127,8 @@ def port_samples(port: Port, affinity: str) -> list[Sample]:
             1.0,
         )
     ]  # fmt: skip
-    state = phys = None
-    try:
-        state = _number(_read(os.path.join(port.path, "state")))
-        phys = _number(_read(os.path.join(port.path, "phys_state")))
-    except OSError:
-        pass
+    state = _number(read_small(os.path.join(port.path, "state")) or "")
+    phys = _number(read_small(os.path.join(port.path, "phys_state")) or "")
     if state is not None:
         out.append(Sample(m.IB_PORT_STATE, labels, float(state)))
     if phys is not None:
@@ -124,27 +136,20 @@ def port_samples(port: Port, affinity: str) -> list[Sample]:
     if state is not None and phys is not None:
         up = state == STATE_ACTIVE and phys == PHYS_LINK_UP
         out.append(Sample(m.IB_PORT_UP, labels, 1.0 if up else 0.0))
-    try:
-        rate = _RATE.match(_read(os.path.join(port.path, "rate")))
-    except OSError:
-        rate = None
+    rate = _RATE.match(read_small(os.path.join(port.path, "rate")) or "")
     if rate is not None:
         out.append(Sample(m.IB_PORT_RATE, labels, float(rate.group(1)) * 1e9 / 8))
-    counters = os.path.join(port.path, "counters")
-    for name in ERROR_COUNTERS:
-        value = _counter(os.path.join(counters, name))
+    for name, path in port.errors:
+        value = _counter(path)
         if value is not None:
             out.append(Sample(m.IB_PORT_ERRORS, (*labels, ("type", name)), value))
-    for name, direction in DATA_COUNTERS:
-        value = _counter(os.path.join(counters, name))
+    for direction, path in port.data:
+        value = _counter(path)
         if value is not None:  # in units of 4 bytes
             out.append(Sample(m.IB_PORT_DATA, (*labels, ("direction", direction)), value * 4))
     return out
 
 
 def _counter(path: str) -> float | None:
-    try:
-        text = _read(path)
-    except OSError:
-        return None
-    return float(text) if text.isdigit() else None
+    text = read_small(path)
+    return float(text) if text is not None and text.isdigit() else None

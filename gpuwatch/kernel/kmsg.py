@@ -109,8 +109,10 @@ class KmsgReader:
             return []  # being rotated: the new file is read once it is there
         if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
             self.open()  # replaced or truncated: from its start
+        elif info.st_size == self._offset:
+            return []  # nothing new: the common case, ten times a second
         base = self._offset
-        data = os.pread(self._fd, MAX_FILE_BYTES_A_READ, base)
+        data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, info.st_size - base), base)
         out: list[Record] = []
         for chunk, end in split_records(data):
             self._line += 1

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
-from gpuwatch.kernel.infiniband import pci_path
+from gpuwatch.kernel.infiniband import pci_path, read_small
 from gpuwatch.model import GpuState, Sample
 
 NVIDIA = 0x10DE
@@ -36,9 +36,8 @@ class BusDevice:
 
 def _hex(path: str) -> int | None:
     try:
-        with open(path, encoding="ascii") as f:
-            return int(f.read(32).strip(), 16)
-    except (OSError, ValueError):
+        return int(read_small(path) or "", 16)
+    except ValueError:
         return None
 
 
@@ -83,10 +82,8 @@ def aer_counts(device: BusDevice) -> dict[str, float]:
     """severity -> the device's AER total; empty where the kernel has no AER counters."""
     out: dict[str, float] = {}
     for name, severity in AER_FILES:
-        try:
-            with open(os.path.join(device.path, name), encoding="ascii") as f:
-                text = f.read(4096)
-        except OSError:
+        text = read_small(os.path.join(device.path, name))
+        if text is None:
             continue
         for line in text.splitlines():
             key, _, value = line.partition(" ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import KeysView
 from dataclasses import dataclass
 
 from gpuwatch.clock import Clock
@@ -42,6 +43,7 @@ class SysfsWatcher:
         self._bus = Bus()
         self._found = _Found([], [], {})
         self._next_scan = 0.0
+        self._scanned: KeysView[str] = {}.keys()  # the GPUs listed at the last scan
         self._pending: asyncio.Future[list[Sample]] | None = None
         self._last: list[Sample] = []
         self.late = 0  # reads that missed the deadline
@@ -55,10 +57,13 @@ class SysfsWatcher:
     async def read(self) -> list[Sample]:
         if self._pending is None or self._pending.done():
             now = self._clock.now()
-            rescan = now >= self._next_scan
+            listed, count = dict(self._gpus.listed), self._gpus.driver_count
+            # Again every RESCAN_S, and as soon as the driver lists other GPUs (a GPU opened
+            # late): the GPUs near each NIC are found against the GPUs listed.
+            rescan = now >= self._next_scan or listed.keys() != self._scanned
             if rescan:
                 self._next_scan = now + RESCAN_S
-            listed, count = dict(self._gpus.listed), self._gpus.driver_count
+                self._scanned = listed.keys()
             self._pending = asyncio.ensure_future(
                 asyncio.to_thread(self.read_now, listed, count, rescan)
             )

@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 SOURCE = "kernel_log"
 SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
-WAIT_S = 0.1  # how long the thread waits for a record before looking again
+# How long the thread waits for a record before looking again (and at its stop flag): a file
+# is looked at ten times a second; /dev/kmsg wakes the thread as a record comes.
+WAIT_S = 0.1
+DEVICE_WAIT_S = 1.0
 TEXT_LIMIT = 1024  # of a driver line kept in an event
 # Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;
 # a driver that prints a storm of them is counted, not journaled line by line.
@@ -130,7 +133,7 @@ class KernelLog:
                     return
                 records = self._open()
             else:
-                self._reader.wait(WAIT_S)
+                self._reader.wait(DEVICE_WAIT_S if self._reader.is_device else WAIT_S)
                 try:
                     records = self._reader.read()
                 except OSError as exc:
@@ -174,7 +177,7 @@ class KernelLog:
     def _event(self, line: DriverLine, record: Record, when: float) -> Event | None:
         at = self._gpus.find(line.pci_bus_id) if line.pci_bus_id else None
         gpu, uuid = (at.index, at.uuid) if at is not None else (None, None)
-        where = f"GPU {gpu}" if gpu is not None else f"the GPU at {line.pci_bus_id or '?'}"
+        where = f"GPU {gpu}" if gpu is not None else f"GPU at {line.pci_bus_id or '?'}"
         data: dict[str, int | float | str] = {
             "source": SOURCE,
             SEQ: record.seq,
@@ -191,7 +194,7 @@ class KernelLog:
                 data["pid"] = line.pid
             if line.process:
                 data["process"] = line.process[:64]
-            if line.detail:
+            if line.detail and _said(line.detail) != _said(str(about["meaning"])):
                 message += f" ({line.detail[:200]})"
             if at is not None and at.state is not None:
                 message, data = with_jobs(message, data, at.state.processes)
@@ -234,7 +237,8 @@ class KernelLog:
 
     # -- own metrics --------------------------------------------------------------------------
     def collect(self) -> Iterable[Sample]:
-        yield Sample(m.KMSG_UP, (), 0.0 if self._problem else 1.0)
+        if self._loop is not None:  # started: before, only what it kept from before
+            yield Sample(m.KMSG_UP, (), 0.0 if self._problem else 1.0)
         for kind, count in sorted(self._lines.items()):
             yield Sample(m.KMSG_DRIVER_LINES, (("kind", kind),), float(count))
         yield Sample(m.KMSG_SUPPRESSED, (), float(self._suppressed))
@@ -242,6 +246,12 @@ class KernelLog:
         for (address, code, severity), count in sorted(self._sxids.items()):
             labels = (("pci_bus_id", address), ("sxid", code), ("severity", severity))
             yield Sample(m.NVSWITCH_SXID_ERRORS, labels, float(count))
+
+
+def _said(text: str) -> str:
+    """Text as compared for saying the same: the driver's `GPU has fallen off the bus.` and
+    the catalogue's `GPU has fallen off the bus`."""
+    return text.strip().rstrip(".").lower()
 
 
 def _open_problem(path: str, exc: OSError) -> str:

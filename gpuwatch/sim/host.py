@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.nvml_core import bus_id, uuid_of
 from gpuwatch.text.pci import pci_address
 
-TICK_S = 0.05  # real seconds between updates of the files
+TICK_S = 0.1  # real seconds between looks at the kernel log's next lines
+FILES_EVERY_S = 0.5  # real seconds between updates of the sysfs files
 BOOTED_BEFORE_S = 600.0  # the simulated machine booted this long before the scenario started
 FLAP_PERIOD_S = 20.0  # an ib_port_flap takes the link down for FLAP_DOWN_S of every period
 FLAP_DOWN_S = 4.0
@@ -63,7 +65,7 @@ class SimHost:
         self.kmsg.write_bytes(b"")
         self._clock = node.clock
         self._boot = node.start - BOOTED_BEFORE_S
-        self._written: dict[Path, str] = {}
+        self._written: dict[str, str] = {}
         self._seq = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,7 +87,7 @@ class SimHost:
             path /= address
         path.mkdir(parents=True, exist_ok=True)
         for name, value in (("vendor", vendor), ("device", device), ("class", klass)):
-            self._put(path / name, value)
+            self._put(str(path / name), value)
         link = self.sysfs / "bus" / "pci" / "devices" / chain[-1]
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
@@ -100,16 +102,16 @@ class SimHost:
 
     def _build(self) -> None:
         scenario = self.node.scenario
-        self._gpu_dirs: list[Path] = []
+        self._gpu_dirs: list[str] = []
         for gpu in range(scenario.gpus):
             address = pci_address(bus_id(gpu))
             bus = int(address.split(":")[1], 16)
-            self._gpu_dirs.append(self._device([*self._switch(bus), address], "0x10de",
-                                               "0x2330", GPU_CLASS))  # fmt: skip
+            device = self._device([*self._switch(bus), address], "0x10de", "0x2330", GPU_CLASS)
+            self._gpu_dirs.append(str(device))
         for switch in range(scenario.nvswitches):  # in a PCI domain of their own
             self._device([*self._switch(switch * 4 + 7, "0002"), _switch_address(switch)],
                          "0x10de", "0x22a3", SWITCH_CLASS)  # fmt: skip
-        self._ports: list[Path] = []
+        self._ports: list[str] = []
         for port in range(scenario.ib_ports):
             # NIC i beside GPU i, under its PCIe switch; past the GPUs, under switches of its own.
             if port < scenario.gpus:
@@ -129,13 +131,22 @@ class SimHost:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.is_symlink():
                 link.symlink_to(os.path.relpath(ib, link.parent))
-            self._put(ib / "ports" / "1" / "link_layer", "InfiniBand")
-            self._ports.append(ib / "ports" / "1")
+            self._put(str(ib / "ports" / "1" / "link_layer"), "InfiniBand")
+            self._ports.append(str(ib / "ports" / "1"))
 
-    def _put(self, path: Path, text: str) -> None:
-        if self._written.get(path) != text:
-            path.write_text(text + "\n", encoding="ascii")
-            self._written[path] = text
+    def _put(self, path: str, text: str) -> None:
+        """Write a file whose text changed, in place in one write (a reader sees the old text
+        or the new, as sysfs answers a read), and cut what the old text had beyond it."""
+        if self._written.get(path) == text:
+            return
+        data = (text + "\n").encode("ascii")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+        self._written[path] = text
 
     # -- the kernel log ---------------------------------------------------------------------
     def _kernel_lines(self, salt: int) -> list[_Line]:
@@ -181,27 +192,30 @@ class SimHost:
                 f.write("".join(records))  # one write: a reader never sees half a record
 
     # -- what the faults do to the files ------------------------------------------------------
-    def update(self) -> None:
+    def update(self, files: bool = True) -> None:
+        """The kernel log's lines due by now, and with `files` the sysfs files."""
         now = self._clock.now()
         with self._lock:
             self._write_lines(now)
+            if not files:
+                return
             for index, path in enumerate(self._ports):
                 self._write_port(index, path, now)
             for index, path in enumerate(self._gpu_dirs):
                 gpu = self.node.gpus[index]
-                self._put(path / "vendor", "0xffff" if gpu.fault_now("fall_off_bus") else "0x10de")
+                lost = gpu.fault_now("fall_off_bus")
+                self._put(f"{path}/vendor", "0xffff" if lost else "0x10de")
                 replays = gpu.fault_count("pcie_replay_storm")
-                self._put(
-                    path / "aer_dev_correctable", f"BadTLP {replays}\nTOTAL_ERR_COR {replays}"
-                )
-                self._put(path / "aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0")
-                self._put(path / "aer_dev_fatal", "TOTAL_ERR_FATAL 0")
+                correctable = f"BadTLP {replays}\nTOTAL_ERR_COR {replays}"
+                self._put(f"{path}/aer_dev_correctable", correctable)
+                self._put(f"{path}/aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0")
+                self._put(f"{path}/aer_dev_fatal", "TOTAL_ERR_FATAL 0")
 
     def _active(self, kind: str, port: int, now: float) -> list[Fault]:
         elapsed = now - self.node.start
         return [f for f in self._faults if f.kind == kind and f.port == port and f.active(elapsed)]
 
-    def _write_port(self, port: int, path: Path, now: float) -> None:
+    def _write_port(self, port: int, path: str, now: float) -> None:
         elapsed = now - self.node.start
         down = bool(self._active("ib_port_down", port, now))
         downs = 0  # times the link has gone down so far
@@ -220,10 +234,10 @@ class SimHost:
             for f in self._faults if f.kind == "ib_symbol_errors" and f.port == port
             and elapsed >= f.at)  # fmt: skip
         halved = bool(self._active("ib_rate_drop", port, now))
-        self._put(path / "state", "1: DOWN" if down else "4: ACTIVE")
-        self._put(path / "phys_state", "2: Polling" if down else "5: LinkUp")
-        self._put(path / "rate", "200 Gb/sec (2X NDR)" if halved else "400 Gb/sec (4X NDR)")
-        counters = path / "counters"
+        self._put(f"{path}/state", "1: DOWN" if down else "4: ACTIVE")
+        self._put(f"{path}/phys_state", "2: Polling" if down else "5: LinkUp")
+        self._put(f"{path}/rate", "200 Gb/sec (2X NDR)" if halved else "400 Gb/sec (4X NDR)")
+        traffic = int(max(0.0, elapsed)) * NIC_BYTES_PER_S / 4  # by the second: fewer writes
         values = {
             "symbol_error": min(COUNTER16, int(symbols)),
             "link_downed": min(255, downs),
@@ -232,11 +246,11 @@ class SimHost:
             "port_xmit_discards": 0,
             "excessive_buffer_overrun_errors": 0,
             "local_link_integrity_errors": 0,
-            "port_xmit_data": int(max(0.0, elapsed) * NIC_BYTES_PER_S / 4),
-            "port_rcv_data": int(max(0.0, elapsed) * NIC_BYTES_PER_S / 4),
+            "port_xmit_data": int(traffic),
+            "port_rcv_data": int(traffic),
         }
         for name, value in values.items():
-            self._put(counters / name, str(value))
+            self._put(f"{path}/counters/{name}", str(value))
 
     # -- the thread --------------------------------------------------------------------------
     def start(self) -> None:
@@ -249,8 +263,12 @@ class SimHost:
             self._thread.join(2.0)
 
     def _run(self) -> None:
+        files_due = 0.0
         while not self._stop.wait(TICK_S):
-            self.update()
+            now = time.monotonic()
+            self.update(files=now >= files_due)
+            if now >= files_due:
+                files_due = now + FILES_EVERY_S
 
 
 def _sxid_lines(fault: Fault, when: float) -> list[_Line]:

@@ -42,6 +42,23 @@ GPU_METRICS = [
     "gpuwatch_gpu_nvlink_link_up",
     "gpuwatch_gpu_recovery_action",
 ]
+# What the host shows beside NVML: the demo node's InfiniBand ports, its PCI bus, its kernel log.
+HOST_METRICS = [
+    "gpuwatch_ib_port_info",
+    "gpuwatch_ib_port_state",
+    "gpuwatch_ib_port_physical_state",
+    "gpuwatch_ib_port_up",
+    "gpuwatch_ib_port_rate_bytes_per_second",
+    "gpuwatch_ib_port_errors_total",
+    "gpuwatch_ib_port_data_bytes_total",
+    "gpuwatch_pci_gpus",
+    "gpuwatch_pci_gpu_unlisted",
+    "gpuwatch_pci_device_up",
+    "gpuwatch_pcie_aer_errors_total",
+    "gpuwatch_kmsg_up",
+    "gpuwatch_kmsg_driver_lines_total",
+]
+KMSG_LINES = "gpuwatch_kmsg_driver_lines_total"
 SELF_METRICS = [
     "gpuwatch_up",
     "gpuwatch_sample_duration_seconds",
@@ -63,7 +80,9 @@ def test_every_sampling_metric_for_all_eight_gpus(demo) -> None:  # type: ignore
     deadline = time.monotonic() + 10
     while True:
         families = parse_metrics(demo.metrics())
-        if "gpuwatch_gpu_xid_errors_total" in families or time.monotonic() > deadline:
+        lines = {labels["kind"] for labels, _ in families.get(KMSG_LINES, [])}
+        seen = "gpuwatch_gpu_xid_errors_total" in families and "xid" in lines
+        if seen or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     for name in GPU_METRICS:
@@ -79,7 +98,18 @@ def test_every_sampling_metric_for_all_eight_gpus(demo) -> None:  # type: ignore
     assert one == 1.0 and build["version"] == gpuwatch.__version__
     assert build["nvidia_ml_py_version"] == importlib.metadata.version("nvidia-ml-py")
     assert build["python_version"] == platform.python_version()
-    # The demo's XID 13 on GPU 5 counted once, by code.
+    for name in HOST_METRICS:
+        assert name in families, name
+    ports = {labels["device"] for labels, _ in families["gpuwatch_ib_port_up"]}
+    assert ports == {f"mlx5_{i}" for i in range(8)}
+    # Each NIC sits under its GPU's PCIe switch: the GPU-NIC affinity.
+    near = {labels["device"]: labels["gpus"] for labels, _ in families["gpuwatch_ib_port_info"]}
+    assert near == {f"mlx5_{i}": str(i) for i in range(8)}
+    assert families["gpuwatch_pci_gpus"] == [({}, 8.0)]
+    assert families["gpuwatch_kmsg_up"] == [({}, 1.0)]
+    # The demo's XID 13 on GPU 5 counted once, by code, though NVML and the kernel log both
+    # reported it.
+    assert ({"kind": "xid"}, 1.0) in families[KMSG_LINES]
     assert ({"gpu": "5", "uuid": _uuid(families, "5"), "xid": "13"}, 1.0) in families[
         "gpuwatch_gpu_xid_errors_total"
     ]

@@ -189,10 +189,15 @@ def test_calls_before_init_fail_as_nvml_does(simulate: Simulate) -> None:
 
 def test_the_scenario_in_the_simulator_docs_loads(tmp_path: Path) -> None:
     page = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
-    [block] = re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
+    block, host = re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)
     path = tmp_path / "doc.yaml"
     path.write_text(block)
     scenario = load_scenario(str(path))
+    (tmp_path / "host.yaml").write_text(host)
+    ports = load_scenario(str(tmp_path / "host.yaml"))
+    assert (ports.ib_ports, ports.nvswitches) == (8, 4)
+    assert [(f.kind, f.port) for f in ports.faults][:2] == [("ib_port_down", 0),
+                                                           ("ib_port_flap", 1)]  # fmt: skip
     assert (scenario.driver.name, scenario.mig) == ("R615", {0: ("3g.40gb", "2g.20gb", "1g.10gb")})
     kinds = [(f.kind, f.gpu) for f in scenario.faults]
     assert kinds[:5] == [("nvml_error", 1), ("event_wait_error", 2), ("recovery_action", 3),
