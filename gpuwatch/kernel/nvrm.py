@@ -24,22 +24,35 @@ _NAME = re.compile(r"name=(.*?), ")
 _SXID = re.compile(r"(nvidia-nvswitch\d*): SXid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d{1,6}),\s*(.*)")
 _SXID_SEVERITY = re.compile(r"(Fatal|Non-fatal)\b,?\s*(.*)", re.IGNORECASE)
 _LINK = re.compile(r"\bLink (\d{1,3})\b")
-_FALLEN = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?([0-9a-fA-F:.]+): GPU has fallen off the bus")
+# `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`; older drivers print `NVRM: GPU at
+# 0000:01:00.0 has fallen off the bus.`, and one probing a GPU that is already off the bus
+# `NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen
+# off the bus and is not responding to commands.` (three lines: read as one).
+_FALLEN = re.compile(
+    r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+    r"(?:\.[0-7])?):?"
+    r"(?: GPU| \(PCI ID: [^)]*\) installed in this system)? has fallen off the bus"
+)
 _INIT_FAILED = re.compile(
     r"NVRM: (?:GPU (?:at )?(?:PCI:)?([0-9a-fA-F:.]+): )?RmInitAdapter failed!?\s*(.*)"
 )
 _MINOR_FAILED = re.compile(r"NVRM: rm_init_adapter failed,? (?:for )?device (?:bearing )?minor")
 _IDENTITY = re.compile(r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})")
+_SERIAL = re.compile(r"NVRM: GPU Board Serial Number:")
 _ANY_ADDRESS = re.compile(r"\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
 _NVLINK = re.compile(r"nvlink|NVLink|NVLINK")
-# Whose lines these are: the GPU driver and its modules, and the NVSwitch driver.
-_DRIVER = re.compile(r"^(?:NVRM:|nvidia(?:-[a-z]+\d*)?:|NVRM )")
+# Whose lines these are: the GPU driver and its modules (nvidia-uvm, nvidia-peermem, ...), and
+# the NVSwitch driver. In a saved log they follow a syslog, journal or dmesg prefix.
+_DRIVER = re.compile(r"(?:^|(?<=[\s\]]))(?:NVRM:|nvidia-nvswitch\d*:|nvidia-[a-z]+\b|nvidia:)")
+# The lines after the first of one message, as /dev/kmsg escapes them and dmesg indents them.
+_NEXT_LINE = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 
 
 @dataclass(frozen=True, slots=True)
 class DriverLine:
     """One line of the driver's, read. `kind`: xid, sxid, sxid_detail, fallen_off_bus,
-    init_failed, identity (which GPU sits at an address), nvlink, or other."""
+    init_failed, identity (which GPU sits at an address), serial (its board's serial number),
+    nvlink, or other."""
 
     kind: str
     text: str  # the whole line
@@ -53,14 +66,13 @@ class DriverLine:
     uuid: str = ""  # identity lines
 
 
-def is_driver_line(message: str) -> bool:
-    return _DRIVER.match(message) is not None
-
-
-def read_driver_line(message: str) -> DriverLine | None:
-    """The line, read; None when it is not the NVIDIA driver's."""
-    if not is_driver_line(message):
+def read_driver_line(text: str) -> DriverLine | None:
+    """The line, read; None when it is not the NVIDIA drivers'. A message the driver printed
+    over several lines is read as one."""
+    start = _DRIVER.search(text)
+    if start is None:
         return None
+    message = _NEXT_LINE.sub(" ", text[start.start() :])
     match = _XID.match(message)
     if match is not None:
         return _xid(message, match)
@@ -80,6 +92,8 @@ def read_driver_line(message: str) -> DriverLine | None:
     match = _IDENTITY.match(message)
     if match is not None:
         return DriverLine("identity", message, pci_address(match.group(1)), uuid=match.group(2))
+    if _SERIAL.match(message):
+        return DriverLine("serial", message)
     address = _ANY_ADDRESS.search(message)
     found = pci_address(address.group(1)) if address else ""
     kind = "nvlink" if _NVLINK.search(message) else "other"

@@ -63,7 +63,10 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
             message=_unescape(match.group(4).decode("utf-8", "replace")),
             context=context,
         )
-    text = head.strip()
+    # A saved log prints one message over several lines by indenting the lines after the
+    # first (`dmesg` does): they are the same message.
+    more = [line.strip() for line in rest.split(b"\n") if line.strip()]
+    text = b"\n".join([head.strip(), *more])
     if not text:
         return None
     stamped = _DMESG.match(text)

@@ -216,6 +216,8 @@ class KernelLog:
         if line.kind == "identity":
             self._gpus.learn(line.pci_bus_id, line.uuid)
             return None
+        if line.kind == "serial":  # the board's serial, printed before its first XID
+            return None
         return self._other(line, when, gpu, uuid, data)
 
     def _other(
