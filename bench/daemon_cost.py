@@ -156,7 +156,7 @@ def library_share(gpus: int, workload: str) -> float:
 def host_share(gpus: int, workload: str, ib_ports: int) -> float:
     """The simulated host's CPU, in % of one core."""
     from gpuwatch.clock import ManualClock
-    from gpuwatch.sim.host import FILES_EVERY_S, TICK_S, SimHost
+    from gpuwatch.sim.host import FILES_EVERY_S, SimHost
     from gpuwatch.sim.node import SimNode
     from gpuwatch.sim.scenario import load_scenario
 
@@ -165,11 +165,10 @@ def host_share(gpus: int, workload: str, ib_ports: int) -> float:
         clock = ManualClock()
         scenario = load_scenario(str(_scenario(Path(tmp), gpus, workload, ib_ports)))
         host = SimHost(SimNode(scenario, clock), Path(tmp) / "host")
-        every = round(FILES_EVERY_S / TICK_S)
         start = time.thread_time()
-        for tick in range(round(seconds / TICK_S)):
-            clock.advance(TICK_S)
-            host.update(files=tick % every == 0)
+        for _ in range(round(seconds / FILES_EVERY_S)):
+            clock.advance(FILES_EVERY_S)
+            host.update()
         spent = time.thread_time() - start
     return 100 * spent / seconds
 

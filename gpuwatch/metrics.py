@@ -208,7 +208,7 @@ _DEFS = [
     MetricDef(
         IB_PORT_ERRORS,
         "counter",
-        "The port's error counters by sysfs name (many stop at 255 or 65535 until cleared).",
+        "The port's error counters by sysfs name (they stop at 15, 255 or 65535 until cleared).",
     ),
     MetricDef(IB_PORT_DATA, "counter", "Data through the port, by direction."),
     MetricDef(PCI_GPUS, "gauge", "NVIDIA GPUs on the PCI bus that answer config reads."),

@@ -117,7 +117,8 @@ def find_ports(sysfs_root: str) -> list[Port]:
 
 
 def port_samples(port: Port, affinity: str) -> list[Sample]:
-    """The port's series; a file that cannot be read is left out, never 0."""
+    """The port's state: its info, states and rate; a file that cannot be read is left out,
+    never 0."""
     labels = port.labels
     out = [
         Sample(
@@ -139,6 +140,13 @@ def port_samples(port: Port, affinity: str) -> list[Sample]:
     rate = _RATE.match(read_small(os.path.join(port.path, "rate")) or "")
     if rate is not None:
         out.append(Sample(m.IB_PORT_RATE, labels, float(rate.group(1)) * 1e9 / 8))
+    return out
+
+
+def counter_samples(port: Port) -> list[Sample]:
+    """The port's error and data counters."""
+    labels = port.labels
+    out: list[Sample] = []
     for name, path in port.errors:
         value = _counter(path)
         if value is not None:

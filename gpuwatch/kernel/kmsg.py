@@ -110,7 +110,7 @@ class KmsgReader:
         if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
             self.open()  # replaced or truncated: from its start
         elif info.st_size == self._offset:
-            return []  # nothing new: the common case, ten times a second
+            return []  # nothing new: the common case
         base = self._offset
         data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, info.st_size - base), base)
         out: list[Record] = []

@@ -97,12 +97,18 @@ class Bus:
     """What the bus showed: the devices seen since the daemon started, by address."""
 
     seen: dict[str, BusDevice] = field(default_factory=dict)
+    aer: dict[str, dict[str, float]] = field(default_factory=dict)  # as last read, by address
 
     def samples(
-        self, present: list[BusDevice], listed: dict[str, GpuState], driver_count: int | None
+        self,
+        present: list[BusDevice],
+        listed: dict[str, GpuState],
+        driver_count: int | None,
+        counters: bool = True,
     ) -> list[Sample]:
         """gpuwatch_pci_* for the devices `scan` found, against the GPUs the driver lists
-        (by address) and counts (None: the driver is down, so nothing is unlisted)."""
+        (by address) and counts (None: the driver is down, so nothing is unlisted); the AER
+        counters read again when `counters`, else as last read."""
         for device in present:
             self.seen[device.address] = device
         out: list[Sample] = []
@@ -119,8 +125,10 @@ class Bus:
             up = answers(device)
             labels = _labels(device, listed)
             out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(up)))
+            if up and (counters or device.address not in self.aer):
+                self.aer[device.address] = aer_counts(device)
             if up:
-                for severity, total in aer_counts(device).items():
+                for severity, total in self.aer[device.address].items():
                     out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
         return out
 

@@ -4,7 +4,8 @@ One read at a time, in a worker thread, with the cycle's deadline: a sysfs read 
 device in trouble, and a read still blocked is not started again; until it returns, the last
 samples stand. The bus is scanned and the ports are found again every RESCAN_S (a port or GPU
 that appears later is picked up); between scans each cycle reads only the files of what was
-found.
+found: the states every cycle, the counters (error, data and AER) every COUNTERS_EVERY_S, their
+last values standing between reads, as NVML's slow tier does.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from dataclasses import dataclass
 
 from gpuwatch.clock import Clock
 from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.kernel.infiniband import Port, find_ports, port_samples
+from gpuwatch.kernel.infiniband import Port, counter_samples, find_ports, port_samples
 from gpuwatch.kernel.pci import Bus, BusDevice, affinity, bus_device, scan
 from gpuwatch.model import GpuState, Sample
 
 log = logging.getLogger(__name__)
 
 RESCAN_S = 30.0
+COUNTERS_EVERY_S = 5.0  # the rules read counters over minutes: 5 s apart loses nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ class SysfsWatcher:
         self._bus = Bus()
         self._found = _Found([], [], {})
         self._next_scan = 0.0
+        self._next_counters = 0.0
+        self._counters: dict[tuple[str, str], list[Sample]] = {}  # by port, as last read
         self._scanned: KeysView[str] = {}.keys()  # the GPUs listed at the last scan
         self._pending: asyncio.Future[list[Sample]] | None = None
         self._last: list[Sample] = []
@@ -64,8 +68,11 @@ class SysfsWatcher:
             if rescan:
                 self._next_scan = now + RESCAN_S
                 self._scanned = listed.keys()
+            counters = now >= self._next_counters
+            if counters:
+                self._next_counters = now + COUNTERS_EVERY_S
             self._pending = asyncio.ensure_future(
-                asyncio.to_thread(self.read_now, listed, count, rescan)
+                asyncio.to_thread(self.read_now, listed, count, rescan, counters)
             )
         try:
             self._last = await self._clock.wait_for(asyncio.shield(self._pending), self._deadline)
@@ -82,15 +89,24 @@ class SysfsWatcher:
         return self._last
 
     def read_now(
-        self, listed: dict[str, GpuState], driver_count: int | None, rescan: bool
+        self,
+        listed: dict[str, GpuState],
+        driver_count: int | None,
+        rescan: bool,
+        counters: bool = True,
     ) -> list[Sample]:
-        """One blocking read of everything (in a worker thread; tests call it directly)."""
+        """One blocking read (in a worker thread; tests call it directly): the states, and
+        with `counters` the counters, else their last values."""
         if rescan:
             self._found = self._scan(listed)
         found = self._found
-        out = self._bus.samples(found.devices, listed, driver_count)
+        out = self._bus.samples(found.devices, listed, driver_count, counters)
         for port in found.ports:
-            out.extend(port_samples(port, found.affinity.get((port.device, port.port), "")))
+            key = (port.device, port.port)
+            out.extend(port_samples(port, found.affinity.get(key, "")))
+            if counters or key not in self._counters:
+                self._counters[key] = counter_samples(port)
+            out.extend(self._counters[key])
         return out
 
     def _scan(self, listed: dict[str, GpuState]) -> _Found:

@@ -37,8 +37,8 @@ SOURCE = "kernel_log"
 SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
 # How long the thread waits for a record before looking again (and at its stop flag): a file
-# is looked at ten times a second; /dev/kmsg wakes the thread as a record comes.
-WAIT_S = 0.1
+# is looked at four times a second; /dev/kmsg wakes the thread as a record comes.
+WAIT_S = 0.25
 DEVICE_WAIT_S = 1.0
 TEXT_LIMIT = 1024  # of a driver line kept in an event
 # Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;

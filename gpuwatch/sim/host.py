@@ -6,7 +6,8 @@ PCIe switches as on an HGX board, each NIC beside its GPU), the InfiniBand ports
 state, rate and counters, and the driver's kernel log lines: an `NVRM: Xid` line for every XID
 the simulated GPUs raise (the driver prints each XID that NVML hands out), a GPU fallen off the
 bus, a GPU that failed to initialise, and NVSwitch SXids. `update()` writes what the scenario
-says at the clock's now; `start()` runs it in a thread of its own.
+says at the clock's now; `start()` runs it in a thread of its own, which wakes for the files
+twice a (simulated) second and for each kernel log line at its time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,8 +26,7 @@ from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.nvml_core import bus_id, uuid_of
 from gpuwatch.text.pci import pci_address
 
-TICK_S = 0.1  # real seconds between looks at the kernel log's next lines
-FILES_EVERY_S = 0.5  # real seconds between updates of the sysfs files
+FILES_EVERY_S = 0.5  # seconds (the node's) between updates of the sysfs files
 BOOTED_BEFORE_S = 600.0  # the simulated machine booted this long before the scenario started
 FLAP_PERIOD_S = 20.0  # an ib_port_flap takes the link down for FLAP_DOWN_S of every period
 FLAP_DOWN_S = 4.0
@@ -263,12 +262,19 @@ class SimHost:
             self._thread.join(2.0)
 
     def _run(self) -> None:
-        files_due = 0.0
-        while not self._stop.wait(TICK_S):
-            now = time.monotonic()
-            self.update(files=now >= files_due)
-            if now >= files_due:
+        """The files every FILES_EVERY_S of the node's time; a kernel log line at its time."""
+        clock = self._clock
+        files_due = clock.now()
+        while not self._stop.is_set():
+            now = clock.now()
+            files = now >= files_due
+            self.update(files=files)
+            if files:
                 files_due = now + FILES_EVERY_S
+            with self._lock:
+                pending = self._lines[self._next_line :]
+            next_line = pending[0].time if pending else float("inf")
+            clock.block_until(self._stop, max(0.0, min(files_due, next_line) - clock.now()))
 
 
 def _sxid_lines(fault: Fault, when: float) -> list[_Line]:
