@@ -38,6 +38,7 @@ class KmsgReader:
         self._inode: tuple[int, int] | None = None
         self._offset = 0
         self._line = 0  # lines read from a plain file, which numbers its records
+        self.restarts = 0  # times a file was replaced or truncated and read from its start
 
     def open(self) -> None:
         """Open the path; raises OSError (missing, not permitted) for the caller to report."""
@@ -109,6 +110,7 @@ class KmsgReader:
             return []  # being rotated: the new file is read once it is there
         if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
             self.open()  # replaced or truncated: from its start
+            self.restarts += 1
         elif info.st_size == self._offset:
             return []  # nothing new: the common case
         base = self._offset

@@ -70,6 +70,7 @@ class KernelLog:
                 self._count_sxid(str(event.data.get("pci_bus_id", "")),
                                  str(event.data.get("sxid", "")),
                                  str(event.data.get("severity", "")))  # fmt: skip
+        self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
         self._suppressed = 0
         self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
@@ -149,6 +150,11 @@ class KernelLog:
     # -- records to events ------------------------------------------------------------------
     def take(self, records: Iterable[Record], backlog: bool = False) -> None:
         """Turn the driver's records after the cursor into events (on the event loop)."""
+        if self._reader.restarts != self._restarts:
+            # A log file rotated or truncated holds only what came after: its records are
+            # numbered from its start again.
+            self._restarts = self._reader.restarts
+            self._cursor = -1
         for record in records:
             if record.seq <= self._cursor:
                 continue

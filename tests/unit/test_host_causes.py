@@ -5,6 +5,8 @@ its own."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pynvml
@@ -42,11 +44,12 @@ def node_causes(wired: Wired) -> set[str]:
     return {c.key for c in verdict.causes}
 
 
+@contextlib.asynccontextmanager
 async def play(
     tmp_path: Path, simulate: Simulate, scenario: str
-) -> tuple[Wired, SimHost, ManualClock]:
+) -> AsyncIterator[tuple[Wired, SimHost, ManualClock]]:
     """The node wired as `gpuwatch run --simulate` wires it, reading the simulated host's
-    sysfs, started at the scenario's beginning."""
+    sysfs, started at the scenario's beginning, and stopped after."""
     clock = ManualClock()
     library: SimulatedNvml = simulate(from_doc(parse(scenario, "test.yaml"), "test"), clock)
     host = SimHost(library.node, tmp_path / "host")
@@ -55,7 +58,11 @@ async def play(
     )
     wired = wire(config, pynvml, clock, state, 10040)
     await wired.daemon.start()
-    return wired, host, clock
+    try:
+        yield wired, host, clock
+    finally:
+        await wired.daemon.stop()
+        await wired.close()
 
 
 async def run_until(
@@ -72,8 +79,7 @@ async def run_until(
 async def test_ports_down_flapping_and_erring_raise_causes_that_clear(
     tmp_path: Path, simulate: Simulate
 ) -> None:
-    wired, host, clock = await play(tmp_path, simulate, PORTS)
-    try:
+    async with play(tmp_path, simulate, PORTS) as (wired, host, clock):
         await run_until(wired, host, clock, 60)
         assert firing(wired) >= {
             ("IbPortDown", "mlx5_0"),
@@ -104,9 +110,6 @@ async def test_ports_down_flapping_and_erring_raise_causes_that_clear(
         assert not {c for c in node_causes(wired) if c.startswith("ib-")}
         verdict = wired.daemon.view.node_verdict
         assert verdict is not None and verdict.state.value == "healthy", verdict.reasons
-    finally:
-        await wired.daemon.stop()
-        await wired.close()
 
 
 UNLISTED = """\
@@ -120,12 +123,8 @@ faults:
 async def test_a_gpu_on_the_bus_the_driver_does_not_list_is_a_cause(
     tmp_path: Path, simulate: Simulate
 ) -> None:
-    wired, host, clock = await play(tmp_path, simulate, UNLISTED)
-    try:
+    async with play(tmp_path, simulate, UNLISTED) as (wired, host, clock):
         await run_until(wired, host, clock, 40)
         assert ("GpuNotListedByDriver", "0000:3a:00.0") in firing(wired)
         assert "gpu-unlisted:0000:3a:00.0" in node_causes(wired)
         assert len(wired.daemon.view.batch.gpus if wired.daemon.view.batch else []) == 3
-    finally:
-        await wired.daemon.stop()
-        await wired.close()

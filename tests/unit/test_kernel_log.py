@@ -129,6 +129,20 @@ def test_other_driver_lines_are_kept_but_a_storm_of_them_is_counted(tmp_path: Pa
     assert published[-1].message == "kernel log: NVRM: later"
 
 
+def test_a_rotated_saved_log_is_read_again_from_its_first_line(tmp_path: Path) -> None:
+    """A saved log numbers its records by line: after a rotation the new file's first lines are
+    new, though their numbers are not."""
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    path = tmp_path / "kmsg"
+    path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n")
+    reader = watcher._reader
+    reader.open()
+    watcher.take(reader.read())
+    path.write_text(f"[ 3.0] {XID_79}\n")  # rotated: shorter, read from its start
+    watcher.take(reader.read())
+    assert len([e for e in published if e.kind == "xid"]) == 3
+
+
 def test_a_restart_takes_only_the_records_after_those_journaled(tmp_path: Path) -> None:
     lines = [f"4,{i},0,-;{XID_79}".encode() for i in (5, 6, 7)]
     records = [r for line in lines if (r := parse_record(line))]
