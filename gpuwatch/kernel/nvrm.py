@@ -39,6 +39,7 @@ _INIT_FAILED = re.compile(
 _MINOR_FAILED = re.compile(r"NVRM: rm_init_adapter failed,? (?:for )?device (?:bearing )?minor")
 _IDENTITY = re.compile(r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number:")
+_LOADED = re.compile(r"NVRM: loading NVIDIA UNIX")
 _ANY_ADDRESS = re.compile(r"\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)")
 _NVLINK = re.compile(r"nvlink|NVLink|NVLINK")
 # Whose lines these are: the GPU driver and its modules (nvidia-uvm, nvidia-peermem, ...), and
@@ -52,7 +53,7 @@ _NEXT_LINE = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 class DriverLine:
     """One line of the driver's, read. `kind`: xid, sxid, sxid_detail, fallen_off_bus,
     init_failed, identity (which GPU sits at an address), serial (its board's serial number),
-    nvlink, or other."""
+    loaded (the driver's load line, at boot), nvlink, or other."""
 
     kind: str
     text: str  # the whole line
@@ -94,6 +95,8 @@ def read_driver_line(text: str) -> DriverLine | None:
         return DriverLine("identity", message, pci_address(match.group(1)), uuid=match.group(2))
     if _SERIAL.match(message):
         return DriverLine("serial", message)
+    if _LOADED.match(message):
+        return DriverLine("loaded", message)
     address = _ANY_ADDRESS.search(message)
     found = pci_address(address.group(1)) if address else ""
     kind = "nvlink" if _NVLINK.search(message) else "other"

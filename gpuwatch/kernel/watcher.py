@@ -222,7 +222,7 @@ class KernelLog:
         if line.kind == "identity":
             self._gpus.learn(line.pci_bus_id, line.uuid)
             return None
-        if line.kind == "serial":  # the board's serial, printed before its first XID
+        if line.kind in ("serial", "loaded"):  # a board's serial, the driver loading: no news
             return None
         return self._other(line, when, gpu, uuid, data)
 

@@ -56,6 +56,15 @@ def exporter() -> Iterator[FakeExporter]:
     fake.close()
 
 
+def own_kernel_log(directory: Path) -> Path:
+    """A config whose kernel log is an empty file of the test's: the XIDs under test are
+    dcgm-exporter's, and this machine's kernel log is not the node's."""
+    (directory / "kmsg").write_text("")
+    config = directory / "gpuwatch.yaml"
+    config.write_text(f"sources: {{kmsg: {{path: {directory / 'kmsg'}}}}}\n")
+    return config
+
+
 def _capture(text: str, field: str) -> dict[str, float]:
     return {gpu: float(v) for name, gpu, v in LINE.findall(text) if name == field}
 
@@ -70,7 +79,7 @@ def test_a_real_capture_is_served_as_gpuwatch_metrics(
 ) -> None:
     text = path.read_text()
     exporter.text = text
-    daemon = start_daemon(tmp_path, "--dcgm", exporter.url)
+    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
     try:
         wait_for(lambda: _served(daemon, "gpuwatch_gpu_up"))
         assert parse_metrics(daemon.metrics())["gpuwatch_up"][0][1] == 1.0
@@ -103,7 +112,7 @@ def test_a_dcgm_xid_fires_the_shipped_xid_alert_and_a_failed_scrape_is_reported(
 ) -> None:
     text = (FIXTURES / "h100_8gpu_nvlink_dcgm46.prom").read_text()
     exporter.text = text
-    daemon = start_daemon(tmp_path, "--dcgm", exporter.url)
+    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
     try:
         wait_for(lambda: len(_served(daemon, "gpuwatch_gpu_up")) == 8)
         # GPU 2's last XID becomes 48 (a double-bit ECC error): one XID event.
