@@ -76,6 +76,8 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
         "gpuwatch-training": 5.0,
         "gpuwatch-training-trends": 15.0,
         "gpuwatch-self": 5.0,
+        "gpuwatch-host": 5.0,
+        "gpuwatch-host-trends": 15.0,
     }  # fmt: skip (the default interval is the sampling interval, 5 s in this test)
     rules = [r for g in groups for r in g["rules"]]
     assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
