@@ -29,6 +29,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -227,7 +228,10 @@ class NodeScreen(Screen[None]):
     @work(exclusive=True, group="node")
     async def poll(self) -> None:
         snap = await self.source.fetch(self.url, detail=True)
-        self.query_one(NodePanel).show(snap)
+        try:
+            self.query_one(NodePanel).show(snap)
+        except NoMatches:  # the screen closed while the fetch was out: nothing to show it on
+            return
 
     def action_back(self) -> None:
         if self.from_fleet:
