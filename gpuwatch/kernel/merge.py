@@ -21,7 +21,7 @@ from gpuwatch.model import Event
 
 log = logging.getLogger(__name__)
 
-WINDOW_S = 10.0
+WINDOW_S = 300.0  # a hung GPU's NVML events come when the hang ends
 MERGED_KINDS = frozenset({"xid", "gpu_lost"})
 KERNEL_LOG = "kernel_log"
 MAX_UNPAIRED = 256  # reports awaiting their twin, per fault and GPU

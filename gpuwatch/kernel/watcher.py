@@ -141,7 +141,12 @@ class KernelLog:
                     self._reader.close()
                     self._report(f"{self.path}: {exc.strerror or exc}")
                     continue
-            if records and self._loop is not None:
+            if not records:
+                # A path that is always ready and never has a record (/dev/null) must not
+                # make this a busy loop.
+                self._stop.wait(WAIT_S)
+                continue
+            if self._loop is not None:
                 try:
                     self._loop.call_soon_threadsafe(self.take, records)
                 except RuntimeError:  # the loop closed while this thread was stopping
