@@ -11,10 +11,13 @@ values with each entry's own return code. Nothing is written to the GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from gpuwatch.nvml.fabric import fabric_calls
 
 FIELDS = [3, 4, 5, 6, 29, 30, 31, 82, 91, 94, 142, 143, 144, 145, 191, 230]
 LINK_FIELDS = [138, 139, 161, 162, 163, 165, 214, 215, 219, 221]
@@ -29,6 +32,8 @@ def _plain(value: Any) -> Any:
     fields = getattr(value, "_fields_", None)
     if fields is not None:
         return {name: _plain(getattr(value, name)) for name, *_ in fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     if hasattr(value, "__dict__"):
         return {k: _plain(v) for k, v in vars(value).items()}
     return value
@@ -82,6 +87,9 @@ def _gpu(nvml: Any, h: Any) -> dict[str, Any]:
         "nvlink0_state": lambda: nvml.nvmlDeviceGetNvLinkState(h, 0),
     }
     gpu: dict[str, Any] = {name: _call(fn) for name, fn in calls.items()}
+    # The fabric calls through gpuwatch's own nvml.h structs, newest first (v3, v2, v1).
+    for struct, read in fabric_calls(nvml, h).items():
+        gpu[f"fabric_{struct}"] = _call(read)
     requests: list[Any] = [*FIELDS, *((f, 0) for f in LINK_FIELDS)]
     values = _call(lambda: nvml.nvmlDeviceGetFieldValues(h, requests))
     if "value" in values:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.kernel.fabric_manager import DEFAULT_ADDRESS as DEFAULT_FABRIC_MANAGER
+from gpuwatch.kernel.fabric_manager import parse_address
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.push.registry import PushLimits
@@ -100,6 +102,9 @@ class SourcesConfig:
     kmsg_path: str | None = "/dev/kmsg"
     # sources.host.sysfs_root: where sysfs is (PCI devices, InfiniBand ports).
     sysfs_root: str = "/sys"
+    # sources.host.fabric_manager: Fabric Manager's command port (HOST:PORT or a Unix socket
+    # path), asked on nodes with NVSwitches; None (false in the file): not asked.
+    fabric_manager: str | None = DEFAULT_FABRIC_MANAGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +175,10 @@ class Config:
             **({"dcgm": {"url": sources.dcgm_url}} if sources.dcgm_url is not None else {}),
             "kmsg": {"enabled": sources.kmsg_path is not None}
             | ({"path": sources.kmsg_path} if sources.kmsg_path is not None else {}),
-            "host": {"sysfs_root": sources.sysfs_root},
+            "host": {
+                "sysfs_root": sources.sysfs_root,
+                "fabric_manager": sources.fabric_manager or False,
+            },
         }
         return out
 
@@ -214,6 +222,16 @@ def _path(config_file: str, what: str) -> Callable[[Any], str]:
         return _relative_to(config_file, value)
 
     return convert
+
+
+def _fabric_manager(value: Any) -> str | None:
+    """HOST:PORT or a Unix socket path; false: not asked."""
+    if value is False:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"expected HOST:PORT, a Unix socket path or false, got {value!r}")
+    parse_address(value)
+    return value
 
 
 def _file_mode(value: Any) -> int:
@@ -331,12 +349,16 @@ def from_doc(doc: YamlDoc) -> Config:
     km = r.section(so.get("kmsg"), ("sources", "kmsg"), ("enabled", "path"))
     kmsg_path = r.value(km, ("sources", "kmsg"), "path", _path(doc.file, "file"), "/dev/kmsg")
     kmsg_on = r.value(km, ("sources", "kmsg"), "enabled", boolean, True)
-    ho = r.section(so.get("host"), ("sources", "host"), ("sysfs_root",))
+    ho = r.section(so.get("host"), ("sources", "host"), ("sysfs_root", "fabric_manager"))
+    fm_default: str | None = DEFAULT_FABRIC_MANAGER
     sources = SourcesConfig(
         dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None),
         kmsg_path=kmsg_path if kmsg_on else None,
         sysfs_root=r.value(
             ho, ("sources", "host"), "sysfs_root", _path(doc.file, "directory"), "/sys"
+        ),
+        fabric_manager=r.value(
+            ho, ("sources", "host"), "fabric_manager", _fabric_manager, fm_default
         ),
     )
     config = Config(

@@ -89,6 +89,11 @@ PCI_GPUS = "gpuwatch_pci_gpus"
 PCI_GPU_UNLISTED = "gpuwatch_pci_gpu_unlisted"
 PCI_DEVICE_UP = "gpuwatch_pci_device_up"
 PCIE_AER_ERRORS = "gpuwatch_pcie_aer_errors_total"
+FABRIC_STATE = "gpuwatch_gpu_fabric_state"
+FABRIC_STATUS = "gpuwatch_gpu_fabric_status"
+FABRIC_CONDITION = "gpuwatch_gpu_fabric_condition"
+FABRIC_HEALTH = "gpuwatch_gpu_fabric_health"
+FABRIC_MANAGER_UP = "gpuwatch_fabric_manager_up"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -223,6 +228,31 @@ _DEFS = [
         "1 while an NVIDIA GPU or NVSwitch seen on the bus is there; 0 once the bus lost it.",
     ),
     MetricDef(PCIE_AER_ERRORS, "counter", "PCIe AER errors the device reported, by severity."),
+    MetricDef(
+        FABRIC_STATE,
+        "gauge",
+        "1 for the GPU's NVLink fabric registration state (not_started, in_progress, completed).",
+    ),
+    MetricDef(
+        FABRIC_STATUS,
+        "gauge",
+        "NVML's return code for the GPU's completed fabric registration: 0 is success.",
+    ),
+    MetricDef(
+        FABRIC_CONDITION,
+        "gauge",
+        "1 while the driver reports the fabric condition for the GPU (degraded_bandwidth, ...).",
+    ),
+    MetricDef(
+        FABRIC_HEALTH,
+        "gauge",
+        "1 for the driver's summary of the GPU's fabric health (healthy, unhealthy, ...).",
+    ),
+    MetricDef(
+        FABRIC_MANAGER_UP,
+        "gauge",
+        "1 while Fabric Manager accepts connections on its command port (NVSwitch nodes).",
+    ),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

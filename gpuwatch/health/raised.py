@@ -22,9 +22,10 @@ from gpuwatch.health.verdict import SEVERITY, Cause, Health, as_action
 UNHEALTHY_SEVERITIES = frozenset({"critical", "page", "error", "high"})
 SILENT_SEVERITIES = frozenset({"info", "none", "ok"})  # raise no cause
 # The causes the shipped hardware pack raises (rules/hardware.yaml): without them loaded, the
-# verdict does not judge error rates, page counts or a lasting stall.
+# verdict does not judge error rates, page counts, a lasting stall or the NVLink fabric.
 SHIPPED_CAUSES = ("gpu-unresponsive", "nvlink-crc", "nvlink-replay", "pcie-replays",
-                  "remapped-rows", "retired-pages")  # fmt: skip
+                  "remapped-rows", "retired-pages", "fabric-not-registered",
+                  "fabric-registration-failed", "fabric-unhealthy", "fabric-degraded")  # fmt: skip
 
 
 def health_of(severity: str) -> Health | None:

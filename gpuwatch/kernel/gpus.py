@@ -45,6 +45,11 @@ class GpuDirectory:
         """The GPUs the driver lists whose address is known, by address."""
         return self._listed
 
+    @property
+    def known(self) -> set[str]:
+        """The addresses of the GPUs the driver lists and of those the node had before."""
+        return self._listed.keys() | self._before.keys()
+
     def find(self, address: str) -> GpuAt:
         listed = self._listed.get(address)
         if listed is not None:

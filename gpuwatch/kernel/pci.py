@@ -32,6 +32,13 @@ class BusDevice:
     kind: str  # gpu or nvswitch
     path: str
     chain: tuple[str, ...]  # its PCI path from the root port (infiniband.pci_path)
+    driver: str | None = None  # the kernel driver bound to it at the scan (None: none)
+
+    @property
+    def for_nvidia_driver(self) -> bool:
+        """Whether the NVIDIA driver should list it: bound to it, or to no driver (a probe
+        that failed). One given to vfio-pci (a VM's) or another driver is not its to list."""
+        return self.driver in (None, "nvidia")
 
 
 def _hex(path: str) -> int | None:
@@ -62,14 +69,23 @@ def scan(sysfs_root: str) -> list[BusDevice]:
             kind = "nvswitch"
         else:
             continue  # the GPU's audio function, USB-C controller...
-        out.append(BusDevice(name, kind, path, pci_path(path)))
+        out.append(BusDevice(name, kind, path, pci_path(path), _driver(path)))
     return out
+
+
+def _driver(path: str) -> str | None:
+    try:
+        return os.path.basename(os.readlink(os.path.join(path, "driver")))
+    except OSError:
+        return None
 
 
 def bus_device(sysfs_root: str, address: str) -> BusDevice | None:
     """The GPU at `address` whatever it answers now, where sysfs has its directory."""
     path = os.path.join(sysfs_root, "bus", "pci", "devices", address)
-    return BusDevice(address, "gpu", path, pci_path(path)) if os.path.isdir(path) else None
+    if not os.path.isdir(path):
+        return None
+    return BusDevice(address, "gpu", path, pci_path(path), _driver(path))
 
 
 def answers(device: BusDevice) -> bool:
@@ -116,8 +132,9 @@ class Bus:
         out.append(Sample(m.PCI_GPUS, (), float(len(gpus))))
         # More GPUs on the bus than the driver counts: those it lists by address are fine; an
         # unopened one has no address yet, so nothing is unlisted while the counts agree.
-        fewer = driver_count is not None and len(gpus) > driver_count
-        for device in gpus:
+        ours = [d for d in gpus if d.for_nvidia_driver]
+        fewer = driver_count is not None and len(ours) > driver_count
+        for device in ours:
             unlisted = fewer and device.address not in listed
             out.append(Sample(m.PCI_GPU_UNLISTED, (("pci_bus_id", device.address),),
                               1.0 if unlisted else 0.0))  # fmt: skip

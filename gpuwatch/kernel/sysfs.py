@@ -5,7 +5,8 @@ device in trouble, and a read still blocked is not started again; until it retur
 samples stand. The bus is scanned and the ports are found again every RESCAN_S (a port or GPU
 that appears later is picked up); between scans each cycle reads only the files of what was
 found: the states every cycle, the counters (error, data and AER) every COUNTERS_EVERY_S, their
-last values standing between reads, as NVML's slow tier does.
+last values standing between reads, as NVML's slow tier does. On a node whose bus has
+NVSwitches, whether Fabric Manager answers is asked at each scan.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import logging
 from collections.abc import KeysView
 from dataclasses import dataclass
 
+from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
+from gpuwatch.kernel import fabric_manager
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.infiniband import Port, counter_samples, find_ports, port_samples
 from gpuwatch.kernel.pci import Bus, BusDevice, affinity, bus_device, scan
@@ -37,8 +40,17 @@ class _Found:
 class SysfsWatcher:
     name = "sysfs"
 
-    def __init__(self, root: str, clock: Clock, gpus: GpuDirectory, deadline: float) -> None:
+    def __init__(
+        self,
+        root: str,
+        clock: Clock,
+        gpus: GpuDirectory,
+        deadline: float,
+        fabric_manager: str | None = None,
+    ) -> None:
         self.root = root
+        self._fabric_manager = fabric_manager  # its command port's address; None: not asked
+        self._fabric_manager_up: bool | None = None
         self._clock = clock
         self._gpus = gpus
         self._deadline = deadline
@@ -62,6 +74,7 @@ class SysfsWatcher:
         if self._pending is None or self._pending.done():
             now = self._clock.now()
             listed, count = dict(self._gpus.listed), self._gpus.driver_count
+            known = self._gpus.known
             # Again every RESCAN_S, and as soon as the driver lists other GPUs (a GPU opened
             # late): the GPUs near each NIC are found against the GPUs listed.
             rescan = now >= self._next_scan or listed.keys() != self._scanned
@@ -72,7 +85,7 @@ class SysfsWatcher:
             if counters:
                 self._next_counters = now + COUNTERS_EVERY_S
             self._pending = asyncio.ensure_future(
-                asyncio.to_thread(self.read_now, listed, count, rescan, counters)
+                asyncio.to_thread(self.read_now, listed, count, rescan, counters, known)
             )
         try:
             self._last = await self._clock.wait_for(asyncio.shield(self._pending), self._deadline)
@@ -94,13 +107,19 @@ class SysfsWatcher:
         driver_count: int | None,
         rescan: bool,
         counters: bool = True,
+        known: set[str] | None = None,
     ) -> list[Sample]:
         """One blocking read (in a worker thread; tests call it directly): the states, and
-        with `counters` the counters, else their last values."""
+        with `counters` the counters, else their last values. `known`: the addresses of the
+        GPUs the node has had (the inventory's too), looked for on the bus at a scan."""
         if rescan:
-            self._found = self._scan(listed)
+            self._found = self._scan(listed, known if known is not None else set(listed))
         found = self._found
         out = self._bus.samples(found.devices, listed, driver_count, counters)
+        if self._fabric_manager and any(d.kind == "nvswitch" for d in found.devices):
+            if rescan or self._fabric_manager_up is None:
+                self._fabric_manager_up = fabric_manager.answers(self._fabric_manager)
+            out.append(Sample(m.FABRIC_MANAGER_UP, (), float(self._fabric_manager_up)))
         for port in found.ports:
             key = (port.device, port.port)
             out.extend(port_samples(port, found.affinity.get(key, "")))
@@ -109,11 +128,12 @@ class SysfsWatcher:
             out.extend(self._counters[key])
         return out
 
-    def _scan(self, listed: dict[str, GpuState]) -> _Found:
+    def _scan(self, listed: dict[str, GpuState], known: set[str]) -> _Found:
         devices = scan(self.root)
-        # A GPU the driver lists was on the bus, even if it no longer answers as one now.
+        # A GPU the driver lists, or the node had, was on the bus even if it no longer answers
+        # as one now (a GPU that fell off the bus before gpuwatch started reads all ones).
         found = {d.address for d in devices}
-        devices += [d for a in listed if a not in found and (d := bus_device(self.root, a))]
+        devices += [d for a in sorted(known) if a not in found and (d := bus_device(self.root, a))]
         ports = find_ports(self.root)
         by_address = {d.address: d for d in devices if d.kind == "gpu"}
         gpu_paths = {str(g.info.index): by_address[a].chain for a, g in listed.items()

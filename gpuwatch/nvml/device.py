@@ -37,6 +37,7 @@ from gpuwatch.nvml.errors import (
     error_text,
     missing_errors,
 )
+from gpuwatch.nvml.fabric import fabric_calls, fabric_samples
 from gpuwatch.nvml.fallbacks import fallback_reader
 from gpuwatch.nvml.fields import (
     CLOCK_EVENT_REASONS,
@@ -100,6 +101,7 @@ class DeviceReader:
             nvml.NVML_ERROR_INVALID_ARGUMENT,
         }
         self._processes_calls = self._process_calls()
+        self._fabric_calls = list(fabric_calls(nvml, handle).values())
         sensor = nvml.NVML_TEMPERATURE_GPU
         # nvmlDeviceGetTemperatureV (R570, pynvml 12.570) replaces the call NVML 13 deprecates.
         self._temperature_calls: list[Callable[[], Any]] = [
@@ -269,6 +271,9 @@ class DeviceReader:
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))
         self._read_fields(self._slow_fields, out)
+        fabric = self._try("fabric", *self._fabric_calls)
+        if fabric is not None:
+            out.extend(fabric_samples(fabric, base))
         self._read_processes(out)
         self._read_instances(out)
 

@@ -57,9 +57,13 @@ def make_watchers(
     journal: Journal,
 ) -> list[Watcher]:
     """What the daemon watches beside the GPUs: sysfs (the PCI bus, InfiniBand ports) and the
-    kernel log (unless sources.kmsg is off)."""
-    root = config.sources.sysfs_root
-    watchers: list[Watcher] = [SysfsWatcher(root, clock, gpus, config.sampling.deadline)]
+    kernel log (unless sources.kmsg is off); Fabric Manager's port on a node with NVSwitches."""
+    sources = config.sources
+    watchers: list[Watcher] = [
+        SysfsWatcher(
+            sources.sysfs_root, clock, gpus, config.sampling.deadline, sources.fabric_manager
+        )
+    ]
     if config.sources.kmsg_path is not None:
         restored = journal.events_carrying(SEQ, KERNEL_LOG_RESTORE_LIMIT)
         watchers.append(KernelLog(config.sources.kmsg_path, clock, publish, gpus, restored))

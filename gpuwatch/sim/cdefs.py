@@ -42,6 +42,7 @@ ERROR_GPU_IS_LOST = 15
 ERROR_RESET_REQUIRED = 16
 ERROR_OPERATING_SYSTEM = 17
 ERROR_LIB_RM_VERSION_MISMATCH = 18
+ERROR_ARGUMENT_VERSION_MISMATCH = 25  # a versioned struct the library does not take
 ERROR_GPU_NOT_FOUND = 28
 ERROR_UNKNOWN = 999
 
@@ -148,6 +149,34 @@ class ProcessInfoV2(Structure):  # nvmlProcessInfo_v2_t: the _v2 and _v3 calls, 
     )
 
 
+class GpuFabricInfo(Structure):  # nvmlGpuFabricInfo_t: the unversioned call (R525), 28 bytes
+    _fields_ = (
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", c_int),
+        ("cliqueId", c_uint),
+        ("state", ctypes.c_ubyte),  # nvmlGpuFabricState_t is an unsigned char
+    )
+
+
+class GpuFabricInfoV2(Structure):  # nvmlGpuFabricInfo_v2_t (R550), 36 bytes
+    _fields_ = (
+        ("version", c_uint),
+        ("clusterUuid", ctypes.c_ubyte * 16),
+        ("status", c_int),
+        ("cliqueId", c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", c_uint),
+    )
+
+
+class GpuFabricInfoV3(Structure):  # nvmlGpuFabricInfo_v3_t (R580), 40 bytes
+    _fields_ = (*GpuFabricInfoV2._fields_, ("healthSummary", ctypes.c_ubyte))
+
+
+GPU_FABRIC_INFO_V2 = ctypes.sizeof(GpuFabricInfoV2) | (2 << 24)
+GPU_FABRIC_INFO_V3 = ctypes.sizeof(GpuFabricInfoV3) | (3 << 24)
+
+
 class EventData(Structure):
     _fields_ = (
         ("device", c_void_p),
@@ -213,6 +242,8 @@ SIGNATURES: dict[str, tuple[type, ...]] = {
     "nvmlDeviceGetComputeInstanceId": (P, P),
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle": (P, P),
     "nvmlDeviceGetVirtualizationMode": (P, P),
+    "nvmlDeviceGetGpuFabricInfo": (P, P),
+    "nvmlDeviceGetGpuFabricInfoV": (P, P),
     "nvmlEventSetCreate": (P,),
     "nvmlDeviceGetSupportedEventTypes": (P, P),
     "nvmlDeviceRegisterEvents": (P, ULL, P),

@@ -67,9 +67,15 @@ _BASE = frozenset(
 )
 _R510 = frozenset({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo_v2"})
 # R535 renamed "throttle reasons" to "clocks event reasons"; both names stay exported.
+# (nvmlDeviceGetGpuFabricInfo came with R525, the first branch for Hopper's NVLink fabric.)
 _R535 = frozenset(
-    {"nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetCurrentClocksEventReasons"}
+    {
+        "nvmlDeviceGetSupportedClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetGpuFabricInfo",
+    }
 )
+_R550 = frozenset({"nvmlDeviceGetGpuFabricInfoV"})
 _R570 = frozenset({"nvmlDeviceGetTemperatureV"})
 
 # NVML event types (nvml.h's nvmlEventType* bits).
@@ -106,6 +112,11 @@ class DriverProfile:
     event_types: int  # what nvmlDeviceGetSupportedEventTypes reports on a data-centre part
     recovery_action_max: int  # the highest nvmlDeviceGpuRecoveryAction_t value it knows
     blackwell: bool  # whether the branch supports Blackwell parts (R570 and later)
+    # nvmlDeviceGetGpuFabricInfoV: the newest struct it takes (0: no such call), and how many
+    # of the health mask's fields it fills (nvml.h's order; each as the nvidia-ml-py release
+    # of the branch first named it: three with R550, six with R580, the GFM state with R615).
+    fabric_struct: int = 0
+    fabric_mask_fields: int = 0
 
 
 PROFILES: dict[str, DriverProfile] = {
@@ -117,20 +128,20 @@ PROFILES: dict[str, DriverProfile] = {
             False,
         ),
         DriverProfile(
-            "R550", "550.163.01", "12.550.163.01", _BASE | _R510 | _R535, 200, _OLD_EVENTS, -1,
-            False,
+            "R550", "550.163.01", "12.550.163.01", _BASE | _R510 | _R535 | _R550, 200, _OLD_EVENTS,
+            -1, False, 2, 3,
         ),
         DriverProfile(
-            "R570", "570.172.08", "12.570.172.08", _BASE | _R510 | _R535 | _R570, 269,
-            _R570_EVENTS, 4, True,
+            "R570", "570.172.08", "12.570.172.08", _BASE | _R510 | _R535 | _R550 | _R570, 269,
+            _R570_EVENTS, 4, True, 2, 3,
         ),
         DriverProfile(
-            "R580", "580.105.08", "13.580.105.08", _BASE | _R510 | _R535 | _R570, 274,
-            _R570_EVENTS, 4, True,
+            "R580", "580.105.08", "13.580.105.08", _BASE | _R510 | _R535 | _R550 | _R570, 274,
+            _R570_EVENTS, 4, True, 3, 6,
         ),
         DriverProfile(
-            "R615", "615.33.02", "13.615.33.02", _BASE | _R510 | _R535 | _R570, 310,
-            _R570_EVENTS, 7, True,
+            "R615", "615.33.02", "13.615.33.02", _BASE | _R510 | _R535 | _R550 | _R570, 310,
+            _R570_EVENTS, 7, True, 3, 7,
         ),
     )
 }  # fmt: skip

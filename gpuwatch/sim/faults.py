@@ -37,11 +37,24 @@ FAULT_KINDS = (
     "ib_symbol_errors",
     "ib_rate_drop",
     "sxid",
+    "fabric_unregistered",
+    "fabric_degraded",
+    "fabric_manager_down",
 )
 # Faults of the host beside the GPUs, played in the simulated sysfs and kernel log
 # (gpuwatch.sim.host): an InfiniBand port (`port`), an NVSwitch (`switch`). They hit no GPU.
 IB_FAULT_KINDS = ("ib_port_down", "ib_port_flap", "ib_symbol_errors", "ib_rate_drop")
-HOST_FAULT_KINDS = (*IB_FAULT_KINDS, "sxid")
+HOST_FAULT_KINDS = (*IB_FAULT_KINDS, "sxid", "fabric_manager_down")
+# Faults of a GPU's place in the NVLink fabric: only a node with NVSwitches has one.
+FABRIC_FAULT_KINDS = ("fabric_unregistered", "fabric_degraded", "fabric_manager_down")
+# What a fabric_degraded fault makes the driver report (`condition:`), nvml.h's health mask.
+FABRIC_CONDITIONS = (
+    "degraded_bandwidth",
+    "route_recovery",
+    "route_unhealthy",
+    "access_timeout_recovery",
+    "incorrect_configuration",
+)
 ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
 
 # How hard the counting faults hit unless a scenario says (`rate:` errors a second while the
@@ -79,6 +92,7 @@ class Fault:
     port: int = 0  # the InfiniBand port an ib_* fault hits (the node's ports, from 0)
     switch: int = 0  # the NVSwitch an sxid fault hits
     fatal: bool = True  # whether an sxid is fatal
+    condition: str = "degraded_bandwidth"  # what a fabric_degraded fault reports
 
     @property
     def errors_per_s(self) -> float:

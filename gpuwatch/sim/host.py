@@ -5,7 +5,8 @@ The daemon reads them as it reads a real host's (`sources.host.sysfs_root` and
 PCIe switches as on an HGX board, each NIC beside its GPU), the InfiniBand ports with their
 state, rate and counters, and the driver's kernel log lines: an `NVRM: Xid` line for every XID
 the simulated GPUs raise (the driver prints each XID that NVML hands out), a GPU fallen off the
-bus, a GPU that failed to initialise, and NVSwitch SXids. `update()` writes what the scenario
+bus, a GPU that failed to initialise, and NVSwitch SXids; with NVSwitches, Fabric Manager's
+command port (gpuwatch.sim.fabric_manager). `update()` writes what the scenario
 says at the clock's now; `start()` runs it in a thread of its own, which wakes for the files
 twice a (simulated) second and for each kernel log line at its time.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from gpuwatch.config import Config
 from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.sim import driver as d
+from gpuwatch.sim.fabric_manager import SimFabricManager
 from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.nvml_core import bus_id, uuid_of
@@ -73,6 +75,9 @@ class SimHost:
         self._faults = [f for f in scenario.faults if f.kind.startswith(("ib_", "sxid"))]
         self._lines = sorted(self._kernel_lines(salt), key=lambda line: line.time)
         self._next_line = 0
+        self.fabric_manager = (
+            SimFabricManager(list(scenario.faults), node.start) if scenario.nvswitches else None
+        )
         self._build()
         self.update()
 
@@ -107,6 +112,10 @@ class SimHost:
             bus = int(address.split(":")[1], 16)
             device = self._device([*self._switch(bus), address], "0x10de", "0x2330", GPU_CLASS)
             self._gpu_dirs.append(str(device))
+            drivers = self.sysfs / "bus" / "pci" / "drivers" / "nvidia"
+            drivers.mkdir(parents=True, exist_ok=True)
+            if not (device / "driver").is_symlink():
+                (device / "driver").symlink_to(os.path.relpath(drivers, device))
         for switch in range(scenario.nvswitches):  # in a PCI domain of their own
             self._device([*self._switch(switch * 4 + 7, "0002"), _switch_address(switch)],
                          "0x10de", "0x22a3", SWITCH_CLASS)  # fmt: skip
@@ -198,6 +207,8 @@ class SimHost:
             self._write_lines(now)
             if not files:
                 return
+            if self.fabric_manager is not None:
+                self.fabric_manager.update(now)
             for index, path in enumerate(self._ports):
                 self._write_port(index, path, now)
             for index, path in enumerate(self._gpu_dirs):
@@ -260,6 +271,8 @@ class SimHost:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(2.0)
+        if self.fabric_manager is not None:
+            self.fabric_manager.close()
 
     def _run(self) -> None:
         """The files every FILES_EVERY_S of the node's time; a kernel log line at its time."""
@@ -300,5 +313,11 @@ def _switch_address(switch: int) -> str:
 
 def with_sim_host(config: Config, host: SimHost) -> Config:
     """`config` reading the simulated host's sysfs and kernel log instead of the machine's."""
-    sources = replace(config.sources, kmsg_path=str(host.kmsg), sysfs_root=str(host.sysfs))
+    fabric_manager = host.fabric_manager.address if host.fabric_manager is not None else None
+    sources = replace(
+        config.sources,
+        kmsg_path=str(host.kmsg),
+        sysfs_root=str(host.sysfs),
+        fabric_manager=fabric_manager,
+    )
     return replace(config, sources=sources)

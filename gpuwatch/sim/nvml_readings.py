@@ -76,7 +76,7 @@ class ReadingCalls(LibraryCore):
             return c.ERROR_INVALID_ARGUMENT
         temp = c.TemperatureV1.from_address(out)
         if temp.version != c.TEMPERATURE_V1_VERSION:
-            return 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return c.ERROR_ARGUMENT_VERSION_MISMATCH
         if temp.sensorType != _TEMPERATURE_GPU:
             return c.ERROR_NOT_SUPPORTED
         temp.temperature = gpu.reading().temperature_c
@@ -126,7 +126,7 @@ class ReadingCalls(LibraryCore):
             return c.ERROR_INVALID_ARGUMENT
         mem = c.MemoryV2.from_address(out)
         if mem.version != c.MEMORY_V2_VERSION:
-            return 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return c.ERROR_ARGUMENT_VERSION_MISMATCH
         mem.total, mem.reserved, mem.used = total, reserved, allocated
         mem.free = total - reserved - allocated
         return c.SUCCESS

@@ -14,6 +14,8 @@ from gpuwatch.sim.faults import (
     DEFAULT_COUNT,
     DEFAULT_RATE,
     ERROR_FAULT_KINDS,
+    FABRIC_CONDITIONS,
+    FABRIC_FAULT_KINDS,
     FAULT_KINDS,
     HOST_FAULT_KINDS,
     IB_FAULT_KINDS,
@@ -276,12 +278,16 @@ def _fault(
     before = len(c.problems)
     data = c.section(
         raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action", "rate", "count",
-                    "link", "port", "switch", "fatal"),
+                    "link", "port", "switch", "fatal", "condition"),
     )  # fmt: skip
     if not data:
         return []
     has_kind = c.require(data, path, "kind", "the fault kind")
     kind = c.value(data, path, "kind", _kind, "")
+    if kind in FABRIC_FAULT_KINDS and kind not in HOST_FAULT_KINDS and not nvswitches:
+        c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.nvswitches"))
+    condition = _only(c, data, path, "condition", kind=kind, kinds=("fabric_degraded",),
+                      parse=one_of(FABRIC_CONDITIONS))  # fmt: skip
     if kind in HOST_FAULT_KINDS:
         return _host_fault(c, data, path, kind, sizes=(ib_ports, nvswitches), before=before)
     has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits, or all")
@@ -297,12 +303,13 @@ def _fault(
     elif kind != "xid" and "code" in data:
         c.problems.append(c.doc.problem((*path, "code"), "only xid faults take a code"))
     error = None
-    if kind in ERROR_FAULT_KINDS and c.require(data, path, "error", "the NVML error, e.g. UNKNOWN"):
+    if (
+        kind in ERROR_FAULT_KINDS and c.require(data, path, "error", "the NVML error, e.g. UNKNOWN")
+    ) or kind == "fabric_unregistered":
         error = c.value(data, path, "error", one_of(tuple(ERRORS)), None)
-    elif kind not in ERROR_FAULT_KINDS and "error" in data:
-        c.problems.append(
-            c.doc.problem((*path, "error"), "only nvml_error and event_wait_error take an error")
-        )
+    elif "error" in data:
+        c.problems.append(c.doc.problem((*path, "error"), "only nvml_error, event_wait_error "
+                                        "and fabric_unregistered take an error"))  # fmt: skip
     action = None
     if kind == "recovery_action":
         action = c.value(data, path, "action", whole_number(0, 7), 1)
@@ -317,7 +324,11 @@ def _fault(
     )
     if len(c.problems) > before or not (has_kind and has_gpu):
         return []
-    return [Fault(kind, g, at, duration, code, error, action, rate, count, link or 0) for g in on]
+    return [
+        Fault(kind, g, at, duration, code, error, action, rate, count, link or 0,
+              condition=condition or "degraded_bandwidth")
+        for g in on
+    ]  # fmt: skip
 
 
 def _host_fault(
@@ -347,8 +358,12 @@ def _host_fault(
             return []
         return [Fault(kind, 0, at, duration, rate=rate, count=count, port=port)]
     if not nvswitches:
-        c.problems.append(c.doc.problem((*path, "kind"), "sxid needs node.nvswitches"))
+        c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.nvswitches"))
         return []
+    if kind == "fabric_manager_down":
+        c.problems += [c.doc.problem((*path, k), f"only sxid takes a {k}")
+                       for k in ("switch", "fatal", "code") if k in data]  # fmt: skip
+        return [] if len(c.problems) > before else [Fault(kind, 0, at, duration)]
     switch = c.value(data, path, "switch", whole_number(0, nvswitches - 1), 0)
     code = c.value(data, path, "code", whole_number(1, 99999), 12028)
     fatal = c.value(data, path, "fatal", boolean, True)

@@ -449,6 +449,63 @@ async def test_a_failed_nvlink5_recovery_is_counted_once(node: Any) -> None:
     assert 1.0 <= found.value < 1.5  # increase() extrapolates one error a little; two is 2+
 
 
+FABRIC = """\
+node: {gpus: 4, model: H100, driver: DRIVER, nvswitches: 4}
+faults:
+  - {kind: fabric_unregistered, gpu: 1, at: 0s}
+  - {kind: fabric_unregistered, gpu: 2, at: 0s, error: UNKNOWN}
+  - {kind: fabric_degraded, gpu: 3, at: 0s, condition: route_unhealthy}
+"""
+FABRIC_SERIES = {m.FABRIC_STATE, m.FABRIC_STATUS, m.FABRIC_CONDITION, m.FABRIC_HEALTH}
+
+
+@pytest.mark.parametrize("driver", ["R535", "R550", "R580"])
+async def test_the_nvlink_fabric_comes_through_each_drivers_struct(node: Any, driver: str) -> None:
+    """R535 has only the unversioned call (no health bits), R550 takes the v2 struct, R580
+    the v3 one with the health summary: each read through the struct nvml.h declares (the
+    lowest nvidia-ml-py declares v2's UUID 80 bytes long; its fields after it would be 0)."""
+    n = await node(FABRIC.replace("DRIVER", driver))
+    samples = await n.sample()
+
+    def state(gpu: str) -> set[str]:
+        found = values(samples, m.FABRIC_STATE, gpu)
+        assert len(found) == 3
+        return {dict(k)["state"] for k, v in found.items() if v == 1.0}
+
+    assert [state(g) for g in "0123"] == [{"completed"}, {"in_progress"}, {"completed"},
+                                          {"completed"}]  # fmt: skip
+    assert values(samples, m.FABRIC_STATUS, "0") == {(): 0.0}
+    assert values(samples, m.FABRIC_STATUS, "1") == {}  # meaningful once completed
+    assert values(samples, m.FABRIC_STATUS, "2") == {(): float(cdefs.ERROR_UNKNOWN)}
+    conditions = values(samples, m.FABRIC_CONDITION, "3")
+    summary = values(samples, m.FABRIC_HEALTH, "3")
+    if driver == "R535":
+        assert conditions == {} and summary == {}
+    else:
+        assert {dict(k)["condition"] for k, v in conditions.items() if v} == {"route_unhealthy"}
+        assert len(conditions) == (3 if driver == "R550" else 5)  # the fields each branch fills
+        assert values(samples, m.FABRIC_CONDITION, "0") and not any(
+            values(samples, m.FABRIC_CONDITION, "0").values()
+        )
+    if driver == "R580":
+        assert {dict(k)["summary"] for k, v in summary.items() if v} == {"unhealthy"}
+        assert values(samples, m.FABRIC_HEALTH, "0")[(("summary", "healthy"),)] == 1.0
+    else:
+        assert summary == {}
+
+
+@pytest.mark.parametrize("scenario", [
+    "node: {gpus: 2, model: H100, driver: R580}",  # no NVSwitch: a PCIe board, or NVLink pairs
+    "node: {gpus: 2, model: A100, driver: R580, nvswitches: 6}",  # before Hopper
+    "node: {gpus: 2, model: A100, driver: R470, nvswitches: 6}",  # before the call
+])  # fmt: skip
+async def test_a_gpu_without_a_fabric_has_no_fabric_series(node: Any, scenario: str) -> None:
+    n = await node(scenario + "\n")
+    samples = await n.sample()
+    assert not {s.name for s in samples} & FABRIC_SERIES
+    assert n.node()["verdict"] == "healthy"
+
+
 async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_read(
     node: Any,
 ) -> None:

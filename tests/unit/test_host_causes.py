@@ -1,17 +1,27 @@
 """InfiniBand ports and the PCI bus as a sysfs tree shows them: a port that goes down, one that
 flaps and one whose symbol errors climb raise their alerts and the node's causes, and clear
 once the ports are stable again; a GPU on the bus that the driver does not list is a cause of
-its own."""
+its own; a GPU given to a VM is not one; Fabric Manager down and a GPU out of the NVLink
+fabric are causes too."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pynvml
+import pytest
 
+from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
+from gpuwatch.kernel import fabric_manager
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.sysfs import SysfsWatcher
+from gpuwatch.model import MissingGpu
+from gpuwatch.promql.evaluator import Evaluator
+from gpuwatch.promql.parse import parse as parse_promql
 from gpuwatch.serve.runner import Wired, wire
 from gpuwatch.sim.host import SimHost
 from gpuwatch.sim.library import SimulatedNvml
@@ -53,8 +63,11 @@ async def play(
     clock = ManualClock()
     library: SimulatedNvml = simulate(from_doc(parse(scenario, "test.yaml"), "test"), clock)
     host = SimHost(library.node, tmp_path / "host")
+    fm = f"'{host.fabric_manager.address}'" if host.fabric_manager else "false"
     config, state = node_config(
-        tmp_path, f"sources: {{kmsg: {{enabled: false}}, host: {{sysfs_root: {host.sysfs}}}}}\n"
+        tmp_path,
+        f"sources: {{kmsg: {{enabled: false}}, "
+        f"host: {{sysfs_root: {host.sysfs}, fabric_manager: {fm}}}}}\n",
     )
     wired = wire(config, pynvml, clock, state, 10040)
     await wired.daemon.start()
@@ -63,6 +76,7 @@ async def play(
     finally:
         await wired.daemon.stop()
         await wired.close()
+        host.stop()
 
 
 async def run_until(
@@ -128,3 +142,93 @@ async def test_a_gpu_on_the_bus_the_driver_does_not_list_is_a_cause(
         assert ("GpuNotListedByDriver", "0000:3a:00.0") in firing(wired)
         assert "gpu-unlisted:0000:3a:00.0" in node_causes(wired)
         assert len(wired.daemon.view.batch.gpus if wired.daemon.view.batch else []) == 3
+
+
+async def test_a_gpu_given_to_a_vm_is_not_counted_as_unlisted(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    async with play(tmp_path, simulate, UNLISTED) as (wired, host, clock):
+        gpu = next(p for p in (host.sysfs / "bus" / "pci" / "devices").iterdir()
+                   if p.name == "0000:3a:00.0")  # fmt: skip
+        vfio = host.sysfs / "bus" / "pci" / "drivers" / "vfio-pci"
+        vfio.mkdir(parents=True)
+        (gpu / "driver").unlink()
+        (gpu / "driver").symlink_to(vfio)
+        await run_until(wired, host, clock, 40)
+        assert not {a for a in firing(wired) if a[0] == "GpuNotListedByDriver"}
+        assert not {c for c in node_causes(wired) if c.startswith("gpu-unlisted")}
+
+
+FABRIC = """\
+name: fabric
+node: {gpus: 4, model: H100, workload: training, seed: 1, nvswitches: 4, driver: R615}
+faults:
+  - {kind: fabric_manager_down, at: 10s, duration: 60s}
+  - {kind: fabric_unregistered, gpu: 2, at: 10s}
+"""
+
+
+async def test_fabric_manager_down_and_an_unregistered_gpu_are_causes_that_clear(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    async with play(tmp_path, simulate, FABRIC) as (wired, host, clock):
+        await run_until(wired, host, clock, 5)
+        query = parse_promql("gpuwatch_fabric_manager_up")
+        [up] = Evaluator(wired.daemon.store).eval(query, clock.now())
+        assert up.value == 1.0
+        # Asked at each scan (every 30 s): down at the one at 30 s, firing 30 s later.
+        await run_until(wired, host, clock, 65)
+        assert ("FabricManagerDown", "") in firing(wired)
+        assert "fabric-manager-down" in node_causes(wired)
+        # Its port is back at 70 s, seen at the scan at 90 s.
+        await run_until(wired, host, clock, 95)
+        assert ("FabricManagerDown", "") not in firing(wired)
+        assert "fabric-manager-down" not in node_causes(wired)
+        # GPU 2 out of the fabric since 10 s: after 5 minutes, a cause of its own.
+        await run_until(wired, host, clock, 300, step=10.0)
+        assert not {a for a in firing(wired) if a[0] == "GpuFabricNotRegistered"}
+        await run_until(wired, host, clock, 330, step=10.0)
+        verdict = wired.daemon.view.gpu_verdicts
+        causes = {g: {c.key for c in v.causes} for g, v in verdict.items()}
+        assert "fabric-not-registered" in causes[2], causes
+        assert not any("fabric-not-registered" in causes[g] for g in (0, 1, 3))
+
+
+def test_a_gpu_the_node_had_that_reads_all_ones_at_the_first_scan_is_lost(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """Fallen off the bus before gpuwatch started: the bus no longer says it is NVIDIA's, the
+    driver cannot open it, but the node's inventory knows its address."""
+    library = simulate(from_doc(parse(UNLISTED, "test.yaml"), "test"), ManualClock())
+    host = SimHost(library.node, tmp_path / "host")
+    devices = host.sysfs / "bus" / "pci" / "devices"
+    lost = "0000:3a:00.0"
+    (devices / lost / "vendor").write_text("0xffff")
+    gpus = GpuDirectory()
+    gpus.update([], (MissingGpu("GPU-2", 2, "H100", "s", "00000000:3A:00.0"),), up=True)
+    watcher = SysfsWatcher(str(host.sysfs), ManualClock(), gpus, 1.0)
+    samples = watcher.read_now(gpus.listed, 3, rescan=True, known=gpus.known)
+    up = {dict(s.labels)["pci_bus_id"]: s.value for s in samples if s.name == m.PCI_DEVICE_UP}
+    assert up[lost] == 0.0
+    # Without what the node had, it would be invisible: the bus scan skips non-NVIDIA ids.
+    fresh = SysfsWatcher(str(host.sysfs), ManualClock(), GpuDirectory(), 1.0)
+    samples = fresh.read_now({}, 3, rescan=True, known=set())
+    assert lost not in {dict(s.labels)["pci_bus_id"] for s in samples
+                        if s.name == m.PCI_DEVICE_UP}  # fmt: skip
+
+
+def test_fabric_manager_is_asked_on_its_tcp_port_or_its_unix_socket(tmp_path: Path) -> None:
+    path = str(tmp_path / "fm.sock")
+    with socket.socket(socket.AF_UNIX) as unix, socket.socket() as tcp:
+        unix.bind(path)
+        unix.listen(1)
+        tcp.bind(("127.0.0.1", 0))
+        port = tcp.getsockname()[1]
+        assert fabric_manager.answers(path)
+        assert not fabric_manager.answers(f"127.0.0.1:{port}")  # bound, not listening
+        tcp.listen(1)
+        assert fabric_manager.answers(f"127.0.0.1:{port}")
+    assert not fabric_manager.answers(path)
+    for wrong in ("6666", "localhost:", "host:99999", "fm.sock"):
+        with pytest.raises(ValueError, match="HOST:PORT or a Unix socket path"):
+            fabric_manager.parse_address(wrong)

@@ -142,8 +142,9 @@ async def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged
     if files:
         assert warned == [
             "no loaded rule raises the verdict's causes gpu-unresponsive, nvlink-crc, "
-            "nvlink-replay, pcie-replays, remapped-rows, retired-pages (a `cause` label), so the "
-            "verdict does not judge them: list the shipped hardware pack in rules.files "
+            "nvlink-replay, pcie-replays, remapped-rows, retired-pages, fabric-not-registered, "
+            "fabric-registration-failed, fabric-unhealthy, fabric-degraded (a `cause` label), so "
+            "the verdict does not judge them: list the shipped hardware pack in rules.files "
             "(docs/rules.md)"
         ]
     else:
