@@ -78,6 +78,7 @@ KMSG_DRIVER_LINES = "gpuwatch_kmsg_driver_lines_total"
 KMSG_SUPPRESSED = "gpuwatch_kmsg_lines_suppressed_total"
 KMSG_OVERWRITTEN = "gpuwatch_kmsg_overwritten_total"
 NVSWITCH_SXID_ERRORS = "gpuwatch_nvswitch_sxid_errors_total"
+NVSWITCH_SXID_LAST = "gpuwatch_nvswitch_sxid_last_timestamp_seconds"
 IB_PORT_INFO = "gpuwatch_ib_port_info"
 IB_PORT_STATE = "gpuwatch_ib_port_state"
 IB_PORT_PHYSICAL_STATE = "gpuwatch_ib_port_physical_state"
@@ -196,6 +197,11 @@ _DEFS = [
         NVSWITCH_SXID_ERRORS,
         "counter",
         "SXid errors an NVSwitch reported in the kernel log, by code and severity; this boot.",
+    ),
+    MetricDef(
+        NVSWITCH_SXID_LAST,
+        "gauge",
+        "When an NVSwitch last reported the SXid in the kernel log (Unix time); this boot.",
     ),
     MetricDef(
         IB_PORT_INFO,

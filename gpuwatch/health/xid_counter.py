@@ -48,7 +48,9 @@ def xid_history(events: list[Event], now: float, since: float) -> list[tuple[flo
         while i < len(ordered) and ordered[i].time <= t:
             event = ordered[i]
             code = event.data.get("xid")
-            if event.uuid and isinstance(code, int):
+            # An XID of a GPU no index was known for (the kernel log's, for a GPU the driver
+            # did not list) is journaled but counted on no series, as when it happened.
+            if event.uuid and event.gpu is not None and isinstance(code, int):
                 labels = (("gpu", str(event.gpu)), ("uuid", event.uuid), ("xid", str(code)))
                 counts[labels] = counts.get(labels, 0) + 1
             i += 1

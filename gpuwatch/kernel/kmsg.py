@@ -59,6 +59,14 @@ class KmsgReader:
     def is_device(self) -> bool:
         return self._device
 
+    @property
+    def identity(self) -> str:
+        """Which log the records' numbers belong to: "" for /dev/kmsg (numbered for the whole
+        boot), the open file's device and inode for a file (numbered from its first line)."""
+        if self._device or self._inode is None:
+            return ""
+        return f"{self._inode[0]}:{self._inode[1]}"
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -36,7 +36,6 @@ _FALLEN = re.compile(
 _INIT_FAILED = re.compile(
     r"NVRM: (?:GPU (?:at )?(?:PCI:)?([0-9a-fA-F:.]+): )?RmInitAdapter failed!?\s*(.*)"
 )
-_MINOR_FAILED = re.compile(r"NVRM: rm_init_adapter failed,? (?:for )?device (?:bearing )?minor")
 _IDENTITY = re.compile(r"NVRM: GPU at (?:PCI:)?([0-9a-fA-F:.]+): (GPU-[0-9a-fA-F-]{36})")
 _SERIAL = re.compile(r"NVRM: GPU Board Serial Number:")
 _LOADED = re.compile(r"NVRM: loading NVIDIA UNIX")
@@ -44,7 +43,13 @@ _ANY_ADDRESS = re.compile(r"\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:
 _NVLINK = re.compile(r"nvlink|NVLink|NVLINK")
 # Whose lines these are: the GPU driver and its modules (nvidia-uvm, nvidia-peermem, ...), and
 # the NVSwitch driver. In a saved log they follow a syslog, journal or dmesg prefix.
-_DRIVER = re.compile(r"(?:^|(?<=[\s\]]))(?:NVRM:|nvidia-nvswitch\d*:|nvidia-[a-z]+\b|nvidia:)")
+# The modules' prefixes (nvidia-modeset:, nvidia-uvm:, `nvidia-peermem function:line`...);
+# not the user-space tools' names a saved syslog holds (nvidia-persistenced[PID]:, a unit's
+# name in systemd's lines).
+_DRIVER = re.compile(
+    r"(?:^|(?<=[\s\]]))(?:NVRM:|nvidia-nvswitch\d*:|nvidia:"
+    r"|nvidia-(?!persistenced|smi|fabricmanager|container|ctk|cdi)[a-z]+(?=[:\s]))"
+)
 # The lines after the first of one message, as /dev/kmsg escapes them and dmesg indents them.
 _NEXT_LINE = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 
@@ -88,8 +93,6 @@ def read_driver_line(text: str) -> DriverLine | None:
     if match is not None:
         at = pci_address(match.group(1)) if match.group(1) else ""
         return DriverLine("init_failed", message, at, detail=match.group(2).strip())
-    if _MINOR_FAILED.match(message):
-        return DriverLine("init_failed", message, detail=message.removeprefix("NVRM: "))
     match = _IDENTITY.match(message)
     if match is not None:
         return DriverLine("identity", message, pci_address(match.group(1)), uuid=match.group(2))

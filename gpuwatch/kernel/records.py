@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 MAX_RECORD_BYTES = 8192  # the kernel's own limit on a record it hands to a reader
 _KMSG = re.compile(rb"^(\d{1,10}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)$")
-_DMESG = re.compile(rb"^\[\s*(\d{1,10})\.(\d{1,9})\]\s?(.*)$")
+_DMESG = re.compile(rb"^\[\s*(\d{1,10})\.(\d{1,9})\]\s?(.*)$", re.DOTALL)  # multi-line too
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 

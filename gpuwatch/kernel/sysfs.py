@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import KeysView
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ class SysfsWatcher:
         self._pending: asyncio.Future[list[Sample]] | None = None
         self._last: list[Sample] = []
         self.late = 0  # reads that missed the deadline
+        self._said_missing = False
 
     async def start(self) -> None:
         pass  # the first read scans
@@ -129,6 +131,11 @@ class SysfsWatcher:
         return out
 
     def _scan(self, listed: dict[str, GpuState], known: set[str]) -> _Found:
+        bus = os.path.join(self.root, "bus", "pci", "devices")
+        if not self._said_missing and not os.path.isdir(bus):
+            self._said_missing = True  # once: a container without /sys mounted stays so
+            log.warning("sysfs: %s is not there (sources.host.sysfs_root): no PCI bus or "
+                        "InfiniBand checks", bus)  # fmt: skip
         devices = scan(self.root)
         # A GPU the driver lists, or the node had, was on the bus even if it no longer answers
         # as one now (a GPU that fell off the bus before gpuwatch started reads all ones).

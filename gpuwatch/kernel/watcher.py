@@ -8,7 +8,13 @@ other driver line is journaled as it is. The GPU is found by its PCI address.
 
 At start the kernel's whole buffer is read, and every record after the last one this boot's
 journal holds is taken: the records of this boot on the first start, and on a restart only
-those printed since, so no XID is counted twice.
+those printed since, so no XID is counted twice. A file's records are numbered from its first
+line, so its events also carry which file they came from: a file replaced while gpuwatch was
+stopped (rotated) is read from its start.
+
+The thread hands at most MAX_BATCHES_QUEUED batches to the loop before the loop has taken
+them; while the loop is that far behind, the thread waits and the kernel keeps the records
+(a buffer that overflows meanwhile is counted in gpuwatch_kmsg_overwritten_total).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
@@ -35,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "kernel_log"
 SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
+FILE = "kmsg_file"  # for a plain file, which file (KmsgReader.identity) the number is of
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
 # How long the thread waits for a record before looking again (and at its stop flag): a file
 # is looked at four times a second; /dev/kmsg wakes the thread as a record comes.
@@ -45,6 +53,16 @@ TEXT_LIMIT = 1024  # of a driver line kept in an event
 # a driver that prints a storm of them is counted, not journaled line by line.
 OTHER_PER_MINUTE = 30
 MAX_SXID_SERIES = 1000
+MAX_BATCHES_QUEUED = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Records read at once, with what the reader said of its log when it read them."""
+
+    records: list[Record]
+    restarts: int  # KmsgReader.restarts
+    identity: str  # KmsgReader.identity
 
 
 class KernelLog:
@@ -62,14 +80,23 @@ class KernelLog:
         self._clock = clock
         self._publish = publish
         self._gpus = gpus
-        self._cursor = max((int(s) for e in restored if isinstance(s := e.data.get(SEQ), int)),
-                           default=-1)  # fmt: skip
+        # The last record taken before, by the log it is of; a log not seen before is read
+        # from its first record.
+        self._cursors: dict[str, int] = {}
+        for event in restored:
+            seq, where = event.data.get(SEQ), str(event.data.get(FILE, ""))
+            if isinstance(seq, int) and seq > self._cursors.get(where, -1):
+                self._cursors[where] = seq
+        self._identity: str | None = None  # the log the cursor is of
+        self._cursor = -1
+        self._in_flight = threading.Semaphore(MAX_BATCHES_QUEUED)
         self._sxids: Counter[tuple[str, str, str]] = Counter()
+        self._sxid_last: dict[tuple[str, str, str], float] = {}  # when each was last printed
         for event in restored:
             if event.kind == "sxid":
                 self._count_sxid(str(event.data.get("pci_bus_id", "")),
                                  str(event.data.get("sxid", "")),
-                                 str(event.data.get("severity", "")))  # fmt: skip
+                                 str(event.data.get("severity", "")), event.time)  # fmt: skip
         self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
         self._suppressed = 0
@@ -93,8 +120,8 @@ class KernelLog:
     async def start(self) -> None:
         """Open the log and take its backlog before the first cycle; then follow it."""
         self._loop = asyncio.get_running_loop()
-        records = await asyncio.to_thread(self._open)
-        self.take(records, backlog=True)
+        batch = await asyncio.to_thread(self._open)
+        self.take(batch, backlog=True)
         self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
         self._thread.start()
 
@@ -107,16 +134,20 @@ class KernelLog:
     async def read(self) -> list[Sample]:
         return list(self.collect())
 
-    def _open(self) -> list[Record]:
+    def _read(self) -> Batch:
+        records = self._reader.read()
+        return Batch(records, self._reader.restarts, self._reader.identity)
+
+    def _open(self) -> Batch:
         try:
             self._reader.open()
-            records = self._reader.read()
+            batch = self._read()
         except OSError as exc:
             self._reader.close()
             self._report(_open_problem(self.path, exc))
-            return []
+            return Batch([], self._reader.restarts, "")
         self._report("")
-        return records
+        return batch
 
     def _report(self, problem: str) -> None:
         """Runs in either thread: one assignment, and one log line a change."""
@@ -132,49 +163,74 @@ class KernelLog:
             if not self._reader.is_open:
                 if self._stop.wait(RETRY_S):
                     return
-                records = self._open()
+                batch = self._open()
             else:
                 self._reader.wait(DEVICE_WAIT_S if self._reader.is_device else WAIT_S)
                 try:
-                    records = self._reader.read()
+                    batch = self._read()
                 except OSError as exc:
                     self._reader.close()
                     self._report(f"{self.path}: {exc.strerror or exc}")
                     continue
-            if not records:
+            if not batch.records:
                 # A path that is always ready and never has a record (/dev/null) must not
                 # make this a busy loop.
                 self._stop.wait(WAIT_S)
                 continue
-            if self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self.take, records)
-                except RuntimeError:  # the loop closed while this thread was stopping
-                    return
+            if not self._hand_over(batch):
+                return
+
+    def _hand_over(self, batch: Batch) -> bool:
+        """Queue `batch` for the loop once fewer than MAX_BATCHES_QUEUED wait; False when
+        stopping."""
+        while not self._in_flight.acquire(timeout=DEVICE_WAIT_S):
+            if self._stop.is_set():
+                return False
+        if self._loop is None:
+            return False
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, batch)
+        except RuntimeError:  # the loop closed while this thread was stopping
+            return False
+        return True
+
+    def _deliver(self, batch: Batch) -> None:
+        try:
+            self.take(batch)
+        finally:
+            self._in_flight.release()
 
     # -- records to events ------------------------------------------------------------------
-    def take(self, records: Iterable[Record], backlog: bool = False) -> None:
+    def take(self, batch: Batch, backlog: bool = False) -> None:
         """Turn the driver's records after the cursor into events (on the event loop)."""
-        if self._reader.restarts != self._restarts:
+        if batch.restarts != self._restarts:
             # A log file rotated or truncated holds only what came after: its records are
             # numbered from its start again.
-            self._restarts = self._reader.restarts
-            self._cursor = -1
-        for record in records:
+            self._restarts = batch.restarts
+            self._identity, self._cursor = batch.identity, -1
+        elif batch.identity != self._identity:  # the first read of a log: where it was left
+            self._identity = batch.identity
+            self._cursor = self._cursors.get(batch.identity, -1)
+        for record in batch.records:
             if record.seq <= self._cursor:
                 continue
             self._cursor = record.seq
-            line = read_driver_line(record.message)
-            if line is None:
-                continue
-            self._lines[line.kind] += 1
-            event = self._event(line, record, self._when(record, backlog))
-            if event is None:
-                continue
-            if event.kind in ("xid", "gpu_lost", "gpu_init_failed", "sxid"):
-                log.warning("kernel log: %s", event.message,
-                            extra=log_fields(gpu=event.gpu, uuid=event.uuid))  # fmt: skip
-            self._publish(event)
+            self._record(record, backlog, batch.identity)
+
+    def _record(self, record: Record, backlog: bool, identity: str) -> None:
+        line = read_driver_line(record.message)
+        if line is None:
+            return
+        self._lines[line.kind] += 1
+        event = self._event(line, record, self._when(record, backlog))
+        if event is None:
+            return
+        if identity:
+            event.data[FILE] = identity
+        if event.kind in ("xid", "gpu_lost", "gpu_init_failed", "sxid"):
+            log.warning("kernel log: %s", event.message,
+                        extra=log_fields(gpu=event.gpu, uuid=event.uuid))  # fmt: skip
+        self._publish(event)
 
     def _when(self, record: Record, backlog: bool) -> float:
         """A record read as it is printed happened now; one from the kernel's buffer at start
@@ -220,7 +276,7 @@ class KernelLog:
             data.update(sxid=line.code, severity=line.severity)
             if line.link is not None:
                 data["link"] = line.link
-            self._count_sxid(line.pci_bus_id, str(line.code), line.severity)
+            self._count_sxid(line.pci_bus_id, str(line.code), line.severity, when)
             level = "fatal" if line.severity == "fatal" else "non-fatal"
             message = f"NVSwitch {line.pci_bus_id}: {level} SXid {line.code}: {line.detail[:200]}"
             return Event(when, "sxid", None, None, message, data)
@@ -243,10 +299,11 @@ class KernelLog:
         kind = "nvlink" if line.kind == "nvlink" else "kernel_log"
         return Event(when, kind, gpu, uuid, f"kernel log: {line.text[:TEXT_LIMIT]}", data)
 
-    def _count_sxid(self, address: str, code: str, severity: str) -> None:
+    def _count_sxid(self, address: str, code: str, severity: str, when: float) -> None:
         key = (address, code, severity)
         if key in self._sxids or len(self._sxids) < MAX_SXID_SERIES:
             self._sxids[key] += 1
+            self._sxid_last[key] = max(when, self._sxid_last.get(key, when))
 
     # -- own metrics --------------------------------------------------------------------------
     def collect(self) -> Iterable[Sample]:
@@ -259,6 +316,7 @@ class KernelLog:
         for (address, code, severity), count in sorted(self._sxids.items()):
             labels = (("pci_bus_id", address), ("sxid", code), ("severity", severity))
             yield Sample(m.NVSWITCH_SXID_ERRORS, labels, float(count))
+            yield Sample(m.NVSWITCH_SXID_LAST, labels, self._sxid_last[(address, code, severity)])
 
 
 def _said(text: str) -> str:

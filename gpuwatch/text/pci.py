@@ -2,7 +2,8 @@
 
 NVML says `00000000:3B:00.0` (an 8-digit domain), the driver's kernel log lines
 `PCI:0000:3b:00` (no function) or `0000:3b:00.0`, sysfs `0000:3b:00.0`. They are compared as
-`0000:3b:00.0`: a 4-digit domain, lower case, function 0 where none is given.
+`0000:3b:00.0`: a 4-digit domain, lower case, function 0 where none is given. A domain past
+16 bits (Intel VMD puts the devices behind it in domains from 10000) keeps all its digits.
 """
 
 from __future__ import annotations
@@ -20,5 +21,5 @@ def pci_address(text: str) -> str:
     if match is None:
         return ""
     domain, bus, device, function = match.groups()
-    number = int(domain or "0", 16) & 0xFFFF
+    number = int(domain or "0", 16)
     return f"{number:04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function or '0'}"

@@ -4,15 +4,19 @@ twice across a restart."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.merge import WINDOW_S, EventMerger
-from gpuwatch.kernel.records import Record, parse_record
-from gpuwatch.kernel.watcher import OTHER_PER_MINUTE, KernelLog
+from gpuwatch.kernel.nvrm import read_driver_line
+from gpuwatch.kernel.records import parse_record
+from gpuwatch.kernel.watcher import MAX_BATCHES_QUEUED, OTHER_PER_MINUTE, Batch, KernelLog
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
+from gpuwatch.text.pci import pci_address
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
 
@@ -66,9 +70,10 @@ def test_a_growing_file_is_read_in_whole_records_and_again_after_truncation(
     assert [r.message for r in reader.read()] == ["after rotation"]
 
 
-def records(lines: list[str]) -> list[Record]:
-    """The lines as consecutive kmsg records."""
-    return [r for n, text in enumerate(lines) if (r := parse_record(f"4,{n},0,-;{text}".encode()))]
+def records(lines: list[str]) -> Batch:
+    """The lines as consecutive kmsg records, read at once from /dev/kmsg."""
+    found = [r for n, text in enumerate(lines) if (r := parse_record(f"4,{n},0,-;{text}".encode()))]
+    return Batch(found, 0, "")
 
 
 def kernel_log(
@@ -85,7 +90,7 @@ def test_an_xid_line_is_an_xid_event_for_the_gpu_at_its_address(tmp_path: Path) 
     line = "NVRM: Xid (PCI:0000:3b:00): 31, pid=20044, name=python3, Ch 00000008, MMU Fault"
     record = parse_record(f"4,100,5,-;{line}".encode())
     assert record is not None
-    watcher.take([record])
+    watcher.take(Batch([record], 0, ""))
     [event] = published
     assert (event.kind, event.gpu, event.uuid) == ("xid", 3, "GPU-3")
     assert event.data["xid"] == 31
@@ -118,14 +123,14 @@ def test_other_driver_lines_are_kept_but_a_storm_of_them_is_counted(tmp_path: Pa
     watcher, published, clock = kernel_log(tmp_path, directory())
     records = [parse_record(f"6,{i},0,-;NVRM: something new {i}".encode()) for i in range(50)]
     records.append(parse_record(b"6,99,0,-;usb 1-1: new high-speed USB device"))
-    watcher.take(r for r in records if r is not None)
+    watcher.take(Batch([r for r in records if r is not None], 0, ""))
     assert len(published) == OTHER_PER_MINUTE
     assert published[0].kind == "kernel_log"
     assert published[0].message == "kernel log: NVRM: something new 0"
     samples = {s.name: s.value for s in watcher.collect() if not s.labels}
     assert samples["gpuwatch_kmsg_lines_suppressed_total"] == 50 - OTHER_PER_MINUTE
     clock.advance(61)
-    watcher.take([r for r in [parse_record(b"6,100,0,-;NVRM: later")] if r])
+    watcher.take(Batch([r for r in [parse_record(b"6,100,0,-;NVRM: later")] if r], 0, ""))
     assert published[-1].message == "kernel log: NVRM: later"
 
 
@@ -135,11 +140,10 @@ def test_a_rotated_saved_log_is_read_again_from_its_first_line(tmp_path: Path) -
     watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
     path = tmp_path / "kmsg"
     path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n")
-    reader = watcher._reader
-    reader.open()
-    watcher.take(reader.read())
+    watcher._reader.open()
+    watcher.take(watcher._read())
     path.write_text(f"[ 3.0] {XID_79}\n")  # rotated: shorter, read from its start
-    watcher.take(reader.read())
+    watcher.take(watcher._read())
     assert len([e for e in published if e.kind == "xid"]) == 3
 
 
@@ -147,11 +151,54 @@ def test_a_restart_takes_only_the_records_after_those_journaled(tmp_path: Path) 
     lines = [f"4,{i},0,-;{XID_79}".encode() for i in (5, 6, 7)]
     records = [r for line in lines if (r := parse_record(line))]
     watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
-    watcher.take(records[:2])
+    watcher.take(Batch(records[:2], 0, ""))
     assert len(published) == 2
     again, republished, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), published)
-    again.take(records)
+    again.take(Batch(records, 0, ""))
     assert [e.data["kmsg_seq"] for e in republished] == [7]
+
+
+def test_a_saved_log_replaced_while_stopped_is_read_from_its_start(tmp_path: Path) -> None:
+    """A file numbers its records from its first line: the numbers journaled for one file say
+    nothing of the file that replaced it while gpuwatch was stopped; of the same file, they
+    say where to go on."""
+    path = tmp_path / "kmsg"
+    path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n")
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    watcher._reader.open()
+    watcher.take(watcher._read())
+    assert len(published) == 2
+    with path.open("a") as log_file:  # the same file grows while gpuwatch is stopped
+        log_file.write(f"[ 3.0] {XID_79}\n")
+    same, from_same, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), published)
+    same._reader.open()
+    same.take(same._read())
+    assert [e.data["kmsg_seq"] for e in from_same] == [3]
+    path.unlink()  # rotated: a new file, shorter than the old one
+    path.write_text(f"[ 4.0] {XID_79}\n")
+    rotated, from_rotated, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), published)
+    rotated._reader.open()
+    rotated.take(rotated._read())
+    assert [e.data["kmsg_seq"] for e in from_rotated] == [1]
+
+
+def test_the_reader_waits_while_the_loop_is_behind(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    loop = asyncio.new_event_loop()
+    watcher._loop = loop
+    for _ in range(MAX_BATCHES_QUEUED):
+        assert watcher._hand_over(records([XID_79]))
+    handed: list[bool] = []
+    late = threading.Thread(target=lambda: handed.append(watcher._hand_over(records([XID_79]))))
+    late.start()
+    late.join(0.3)
+    assert late.is_alive() and not published  # waits: the loop has taken none
+    loop.run_until_complete(asyncio.sleep(0))  # the loop takes what was queued
+    late.join(10)
+    assert handed == [True]
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert len(published) == 1  # the same record, taken once
 
 
 def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path: Path) -> None:
@@ -171,6 +218,11 @@ def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path
     assert dict(count.labels) == {"pci_bus_id": "0000:86:00.0", "sxid": "12028",
                                   "severity": "non_fatal"}  # fmt: skip
     assert count.value == 2
+    # When it was last printed survives too: a restart is not a new SXid for the rules.
+    [last] = [
+        s for s in again.collect() if s.name == "gpuwatch_nvswitch_sxid_last_timestamp_seconds"
+    ]
+    assert last.labels == count.labels and last.value == sxids[-1].time
 
 
 async def test_a_missing_kernel_log_says_why_and_is_not_fatal(tmp_path: Path) -> None:
@@ -218,3 +270,18 @@ def test_repeats_pair_one_to_one_and_other_gpus_or_codes_never_pair() -> None:
     clock.advance(WINDOW_S + 1)
     merger.publish(xid("nvml", 31))  # the kernel log's 31 is too long ago to be its twin
     assert out[-1].kind == "xid" and "source" not in out[-1].data
+
+
+def test_addresses_keep_a_vmd_domain_and_daemons_lines_are_not_the_drivers() -> None:
+    assert pci_address("00000000:3B:00.0") == pci_address("PCI:0000:3b:00") == "0000:3b:00.0"
+    # Intel VMD puts the devices behind it in domains from 10000: not domain 0's.
+    assert pci_address("00010000:E1:00.0") == pci_address("10000:e1:00.0") == "10000:e1:00.0"
+    assert read_driver_line("nvidia-persistenced[1742]: Started") is None
+    assert read_driver_line("systemd[1]: Started nvidia-persistenced.service") is None
+    assert read_driver_line("systemd[1]: Starting nvidia-persistenced service") is None
+    line = read_driver_line("nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver")
+    assert line is not None and line.kind == "other"
+    # A saved dmesg line whose message ran over several lines keeps its timestamp.
+    record = parse_record(b"[  12.5] NVRM: first\nsecond", 7)
+    assert record is not None
+    assert (record.uptime_us, record.message) == (12_500_000, "NVRM: first\nsecond")

@@ -14,7 +14,7 @@ from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.nvrm import read_driver_line
 from gpuwatch.kernel.records import parse_record
-from gpuwatch.kernel.watcher import KernelLog
+from gpuwatch.kernel.watcher import Batch, KernelLog
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kmsg"
@@ -90,7 +90,7 @@ def read_capture(name: str) -> list[Event]:
     watcher = KernelLog(str(CAPTURES / name), ManualClock(), published.append, gpus)
     reader = KmsgReader(str(CAPTURES / name))
     reader.open()
-    watcher.take(reader.read())
+    watcher.take(Batch(reader.read(), 0, ""))
     return published
 
 

@@ -62,3 +62,11 @@ def test_the_replayed_counter_counts_every_event_of_the_boot() -> None:
     assert [s.value for s in history[0][1]] == [1.0]  # the event before the window counts
     assert [s.value for s in history[-1][1]] == [2.0]
     assert all(t < NOW for t, _ in history)
+
+
+def test_an_xid_of_a_gpu_without_an_index_is_replayed_on_no_series() -> None:
+    """The kernel log's XID for a GPU the driver did not list knows its UUID but no index."""
+    unlisted = Event(NOW - 60.0, "xid", None, "GPU-9", "XID 79 on GPU at 0000:3b:00.0", {"xid": 79})
+    history = xid_history([xid(NOW - 120.0, 13), unlisted], NOW, NOW - 3600.0)
+    labels = {s.labels for _, samples in history for s in samples}
+    assert labels == {(("gpu", "1"), ("uuid", UUID), ("xid", "13"))}
