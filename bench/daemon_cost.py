@@ -2,8 +2,9 @@
 
 Runs `gpuwatch run --simulate` (the same NVML source code as production, through the real
 pynvml, over the simulated NVML library) for 8, 64 and 256 GPUs, with `--ib-ports`
-InfiniBand ports (default 8) in the simulated sysfs and the simulated kernel log read as
-/dev/kmsg would be, lets it warm up, then measures over a window:
+InfiniBand ports (default 8) and `--nvswitches` NVSwitches (default 0) in the simulated sysfs
+and the simulated kernel log read as /dev/kmsg would be, lets it warm up, then measures over
+a window:
 
   cpu%      CPU time (user+system) of the daemon process / wall time, in % of one core
   sim%      of that, the simulated library's own share: what a real driver's C code costs
@@ -18,6 +19,7 @@ InfiniBand ports (default 8) in the simulated sysfs and the simulated kernel log
   series    series on /metrics
 
 Usage: python bench/daemon_cost.py [--gpus 8 64 256] [--window 60] [--warmup 15]
+       [--ib-ports 8] [--nvswitches 0]
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ SCRAPE_EVERY_S = 5.0
 SIM_CYCLES = 60
 
 
-def _scenario(directory: Path, gpus: int, workload: str, ib_ports: int = 0) -> Path:
+def _scenario(
+    directory: Path, gpus: int, workload: str, ib_ports: int = 0, nvswitches: int = 0
+) -> Path:
     path = directory / f"bench-{gpus}.yaml"
     path.write_text(
         f"name: bench-{gpus}\nnode: {{gpus: {gpus}, model: H100, workload: {workload}, seed: 3, "
-        f"ib_ports: {ib_ports}}}\nfaults: []\n"
+        f"ib_ports: {ib_ports}, nvswitches: {nvswitches}}}\nfaults: []\n"
     )
     return path
 
@@ -58,7 +62,7 @@ def _get(url: str) -> tuple[float, bytes]:
 
 
 def measure(
-    gpus: int, window: float, warmup: float, workload: str, ib_ports: int
+    gpus: int, window: float, warmup: float, workload: str, *, ib_ports: int, nvswitches: int
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -71,7 +75,7 @@ def measure(
                     "gpuwatch",
                     "run",
                     "--simulate",
-                    str(_scenario(directory, gpus, workload, ib_ports)),
+                    str(_scenario(directory, gpus, workload, ib_ports, nvswitches)),
                     "--listen",
                     "127.0.0.1:0",
                     "--state-dir",
@@ -146,14 +150,14 @@ async def _library_share(scenario: Path, cycles: int) -> float:
     return spent / cycles
 
 
-def library_share(gpus: int, workload: str) -> float:
+def library_share(gpus: int, workload: str, nvswitches: int) -> float:
     """The simulated library's CPU, in % of one core at 1 Hz sampling."""
     with tempfile.TemporaryDirectory() as tmp:
-        scenario = _scenario(Path(tmp), gpus, workload)
+        scenario = _scenario(Path(tmp), gpus, workload, nvswitches=nvswitches)
         return 100 * asyncio.run(_library_share(scenario, SIM_CYCLES))
 
 
-def host_share(gpus: int, workload: str, ib_ports: int) -> float:
+def host_share(gpus: int, workload: str, ib_ports: int, nvswitches: int) -> float:
     """The simulated host's CPU, in % of one core."""
     from gpuwatch.clock import ManualClock
     from gpuwatch.sim.host import FILES_EVERY_S, SimHost
@@ -163,13 +167,14 @@ def host_share(gpus: int, workload: str, ib_ports: int) -> float:
     seconds = 60.0
     with tempfile.TemporaryDirectory() as tmp:
         clock = ManualClock()
-        scenario = load_scenario(str(_scenario(Path(tmp), gpus, workload, ib_ports)))
+        scenario = load_scenario(str(_scenario(Path(tmp), gpus, workload, ib_ports, nvswitches)))
         host = SimHost(SimNode(scenario, clock), Path(tmp) / "host")
         start = time.thread_time()
         for _ in range(round(seconds / FILES_EVERY_S)):
             clock.advance(FILES_EVERY_S)
             host.update()
         spent = time.thread_time() - start
+        host.stop()
     return 100 * spent / seconds
 
 
@@ -185,21 +190,30 @@ def main() -> None:
         help="training also runs the simulated job, which reports through the push API",
     )
     parser.add_argument("--ib-ports", type=int, default=8, help="InfiniBand ports on the node")
+    parser.add_argument(
+        "--nvswitches",
+        type=int,
+        default=0,
+        help="NVSwitches on the node (4 on an HGX H100): the GPUs' NVLink fabric is read, and "
+        "Fabric Manager's port asked",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, {platform.processor() or '?'}, "
         f"Python {platform.python_version()}; "
         f"window {args.window:g}s after {args.warmup:g}s warm-up; "
-        f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s; {args.ib_ports} InfiniBand ports"
+        f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s; {args.ib_ports} InfiniBand ports, "
+        f"{args.nvswitches} NVSwitches"
     )
     print(
         f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'host%':>6} {'RSS MiB':>8} "
         f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
     )
     for gpus in args.gpus:
-        r = measure(gpus, args.window, args.warmup, args.workload, args.ib_ports)
-        sim = library_share(gpus, args.workload)
-        host = host_share(gpus, args.workload, args.ib_ports)
+        r = measure(gpus, args.window, args.warmup, args.workload, ib_ports=args.ib_ports,
+                    nvswitches=args.nvswitches)  # fmt: skip
+        sim = library_share(gpus, args.workload, args.nvswitches)
+        host = host_share(gpus, args.workload, args.ib_ports, args.nvswitches)
         print(
             f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {sim:>6.2f} {host:>6.2f} "
             f"{r['rss_mib']:>8.1f} {r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} "

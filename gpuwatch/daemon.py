@@ -125,7 +125,10 @@ class Daemon:
         self.config = config
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, ticks: bool = True) -> None:
+        """Restore, open the source, sample once, start the watchers, and (with `ticks`)
+        sample on every tick; without, whoever started it calls sample_once (a test stepping
+        a manual clock, which a second sampler would race)."""
         self.restore_xids()
         self._take_raised()  # alerts restored from before a restart hold their causes at once
         await self.source.start()
@@ -134,7 +137,8 @@ class Daemon:
         await self.sample_once()
         for watcher in self.watchers:
             await watcher.start()
-        self._task = asyncio.create_task(self._loop(), name="sampling")
+        if ticks:
+            self._task = asyncio.create_task(self._loop(), name="sampling")
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -90,7 +90,7 @@ async def test_an_acknowledged_alert_cause_holds_across_a_restart(
     for run in range(2):
         wired = wire(config, pynvml, clock, state, 10040)
         daemon = wired.daemon
-        await daemon.start()
+        await daemon.start(ticks=False)
         for _ in range(3 if run else 15):
             clock.advance(1.0)
             await daemon.sample_once()
