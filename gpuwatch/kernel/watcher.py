@@ -80,13 +80,15 @@ class KernelLog:
         self._clock = clock
         self._publish = publish
         self._gpus = gpus
-        # The last record taken before, by the log it is of; a log not seen before is read
-        # from its first record.
+        # The last record taken before, by the log it is of (the newest event's: a file
+        # truncated in place numbers its lines from 1 again); a log not seen before is read
+        # from its first record. Events journaled before files were told apart name none.
         self._cursors: dict[str, int] = {}
-        for event in restored:
+        for event in restored:  # oldest first
             seq, where = event.data.get(SEQ), str(event.data.get(FILE, ""))
-            if isinstance(seq, int) and seq > self._cursors.get(where, -1):
+            if isinstance(seq, int):
                 self._cursors[where] = seq
+        self._unnamed = "" in self._cursors and len(self._cursors) == 1
         self._identity: str | None = None  # the log the cursor is of
         self._cursor = -1
         self._in_flight = threading.Semaphore(MAX_BATCHES_QUEUED)
@@ -210,7 +212,8 @@ class KernelLog:
             self._identity, self._cursor = batch.identity, -1
         elif batch.identity != self._identity:  # the first read of a log: where it was left
             self._identity = batch.identity
-            self._cursor = self._cursors.get(batch.identity, -1)
+            fallback = self._cursors.get("", -1) if self._unnamed else -1
+            self._cursor = self._cursors.get(batch.identity, fallback)
         for record in batch.records:
             if record.seq <= self._cursor:
                 continue

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwatch.sim.driver import DriverProfile
+from gpuwatch.sim.models import GpuModel
+
 # Faults the simulated training job shows in its own reports (and, for nccl_hang and
 # idle_with_memory, in its GPUs' signals too).
 JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory")
@@ -109,3 +112,42 @@ class Fault:
         if elapsed < self.at:
             return False
         return self.duration is None or elapsed < self.at + self.duration
+
+
+# Faults of ECC-protected memory: a GPU with ECC off has no such errors, nor events of them.
+ECC_FAULT_KINDS = ("ecc_sbe", "ecc_dbe", "row_remap_pending", "row_remap_failure", "retired_pages")
+
+
+def fault_misfit(
+    fault: Fault, driver: DriverProfile, ecc: bool, model: GpuModel
+) -> tuple[str, str] | None:
+    """(field, why) when a fault cannot happen on this GPU; None when it can."""
+    if fault.action is not None and fault.action > driver.recovery_action_max:
+        highest = driver.recovery_action_max
+        known = f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
+        return "action", f"driver {driver.name} {known}"
+    if fault.kind in ECC_FAULT_KINDS and not ecc:
+        return "kind", f"{fault.kind} needs ECC memory; this node has node.ecc: false"
+    if fault.kind.startswith("row_remap") and not model.has_row_remapping:
+        return "kind", f"{model.name} retires pages instead of remapping rows (retired_pages)"
+    if fault.kind == "retired_pages" and model.has_row_remapping:
+        return "kind", f"{model.name} remaps rows instead of retiring pages (row_remap_*)"
+    if fault.kind in NVLINK_FAULT_KINDS:
+        if not model.nvlinks:
+            return "kind", f"{model.name} has no NVLink"
+        if fault.link >= model.nvlinks:
+            return "link", f"{model.name} has links 0-{model.nvlinks - 1}"
+        if fault.kind == "nvlink_replay" and model.nvlink_generation >= 5:
+            # nvml.h: the DL replay counter is unsupported from Blackwell on.
+            return "kind", f"{model.name} (NVLink5) has no replay counter"
+    if fault.kind in FABRIC_FAULT_KINDS and fault.kind != "fabric_manager_down":
+        if model.nvlink_generation < 4:
+            return "kind", f"{model.name} has no place in an NVLink fabric (Hopper and later)"
+        if "nvmlDeviceGetGpuFabricInfo" not in driver.entry_points:
+            return "kind", f"driver {driver.name} has no fabric call (R525 and later)"
+    if fault.kind == "fabric_degraded":
+        filled = FABRIC_CONDITIONS[: driver.fabric_mask_fields]
+        if fault.condition not in filled:
+            said = ", ".join(filled) if filled else "none"
+            return "condition", f"driver {driver.name} reports these fabric conditions: {said}"
+    return None

@@ -313,7 +313,10 @@ def _switch_address(switch: int) -> str:
 
 def with_sim_host(config: Config, host: SimHost) -> Config:
     """`config` reading the simulated host's sysfs and kernel log instead of the machine's."""
-    fabric_manager = host.fabric_manager.address if host.fabric_manager is not None else None
+    # The simulated Fabric Manager's port, unless the config says not to ask one.
+    fabric_manager = None
+    if host.fabric_manager is not None and config.sources.fabric_manager is not None:
+        fabric_manager = host.fabric_manager.address
     sources = replace(
         config.sources,
         kmsg_path=str(host.kmsg),

@@ -21,6 +21,7 @@ from gpuwatch.sim.faults import (
     IB_FAULT_KINDS,
     NVLINK_FAULT_KINDS,
     Fault,
+    fault_misfit,
 )
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
 from gpuwatch.text.units import parse_duration
@@ -128,7 +129,7 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         raw_faults = []
     for i, raw in enumerate(raw_faults):
         for fault in _fault(c, raw, ("faults", i), gpus, ib_ports=ib_ports, nvswitches=nvswitches):
-            misfit = _misfit(fault, driver, ecc, models[fault.gpu])
+            misfit = fault_misfit(fault, driver, ecc, models[fault.gpu])
             if misfit is not None:
                 c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
                 break
@@ -149,35 +150,6 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         ib_ports=ib_ports,
         nvswitches=nvswitches,
     )
-
-
-# Faults of ECC-protected memory: a GPU with ECC off has no such errors, nor events of them.
-ECC_FAULT_KINDS = ("ecc_sbe", "ecc_dbe", "row_remap_pending", "row_remap_failure", "retired_pages")
-
-
-def _misfit(
-    fault: Fault, driver: DriverProfile, ecc: bool, model: GpuModel
-) -> tuple[str, str] | None:
-    """(field, why) when a fault cannot happen on this GPU; None when it can."""
-    if fault.action is not None and fault.action > driver.recovery_action_max:
-        highest = driver.recovery_action_max
-        known = f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
-        return "action", f"driver {driver.name} {known}"
-    if fault.kind in ECC_FAULT_KINDS and not ecc:
-        return "kind", f"{fault.kind} needs ECC memory; this node has node.ecc: false"
-    if fault.kind.startswith("row_remap") and not model.has_row_remapping:
-        return "kind", f"{model.name} retires pages instead of remapping rows (retired_pages)"
-    if fault.kind == "retired_pages" and model.has_row_remapping:
-        return "kind", f"{model.name} remaps rows instead of retiring pages (row_remap_*)"
-    if fault.kind in NVLINK_FAULT_KINDS:
-        if not model.nvlinks:
-            return "kind", f"{model.name} has no NVLink"
-        if fault.link >= model.nvlinks:
-            return "link", f"{model.name} has links 0-{model.nvlinks - 1}"
-        if fault.kind == "nvlink_replay" and model.nvlink_generation >= 5:
-            # nvml.h: the DL replay counter is unsupported from Blackwell on.
-            return "kind", f"{model.name} (NVLink5) has no replay counter"
-    return None
 
 
 MIG_SLICES = (1, 2, 3, 4, 7)  # the compute slices a GPU instance profile can have
@@ -380,7 +352,8 @@ def _only(
     if key not in data:
         return None
     if kind not in kinds:
-        c.problems.append(c.doc.problem((*path, key), f"only {', '.join(kinds)} take a {key}"))
+        verb = "takes" if len(kinds) == 1 else "take"
+        c.problems.append(c.doc.problem((*path, key), f"only {', '.join(kinds)} {verb} a {key}"))
         return None
     return c.value(data, path, key, parse, None)
 

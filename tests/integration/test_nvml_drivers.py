@@ -464,7 +464,10 @@ async def test_the_nvlink_fabric_comes_through_each_drivers_struct(node: Any, dr
     """R535 has only the unversioned call (no health bits), R550 takes the v2 struct, R580
     the v3 one with the health summary: each read through the struct nvml.h declares (the
     lowest nvidia-ml-py declares v2's UUID 80 bytes long; its fields after it would be 0)."""
-    n = await node(FABRIC.replace("DRIVER", driver))
+    scenario = FABRIC.replace("DRIVER", driver)
+    if driver == "R535":  # no health bits to set: a scenario asking for one is refused
+        scenario = "".join(x for x in scenario.splitlines(True) if "fabric_degraded" not in x)
+    n = await node(scenario)
     samples = await n.sample()
 
     def state(gpu: str) -> set[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.clock import ManualClock
@@ -180,6 +181,33 @@ def test_a_saved_log_replaced_while_stopped_is_read_from_its_start(tmp_path: Pat
     rotated._reader.open()
     rotated.take(rotated._read())
     assert [e.data["kmsg_seq"] for e in from_rotated] == [1]
+
+
+def test_a_log_truncated_in_place_and_an_upgraded_journal_lose_and_repeat_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "kmsg"
+    gpus = directory(gpu_at(3, "3b"))
+    path.write_text("".join(f"[ {n}.0] {XID_79}\n" for n in range(1, 4)))
+    watcher, published, _ = kernel_log(tmp_path, gpus)
+    watcher._reader.open()
+    watcher.take(watcher._read())
+    path.write_text(f"[ 4.0] {XID_79}\n")  # copytruncate: the same inode, from line 1 again
+    watcher.take(watcher._read())
+    assert [e.data["kmsg_seq"] for e in published] == [1, 2, 3, 1]
+    with path.open("a") as log_file:  # two more while gpuwatch is stopped
+        log_file.write(f"[ 5.0] {XID_79}\n[ 6.0] {XID_79}\n")
+    again, taken, _ = kernel_log(tmp_path, gpus, published)
+    again._reader.open()
+    again.take(again._read())
+    assert [e.data["kmsg_seq"] for e in taken] == [2, 3]
+    # A journal written before events named their file: its numbers are this file's.
+    unnamed = [replace(e, data={k: v for k, v in e.data.items() if k != "kmsg_file"})
+               for e in [*published, *taken]]  # fmt: skip
+    upgraded, after_upgrade, _ = kernel_log(tmp_path, gpus, unnamed)
+    upgraded._reader.open()
+    upgraded.take(upgraded._read())
+    assert after_upgrade == []
 
 
 def test_the_reader_waits_while_the_loop_is_behind(tmp_path: Path) -> None:

@@ -88,6 +88,29 @@ def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
     assert f"{path}:5: faults[2]: missing 'gpu'" in text
 
 
+def test_fabric_faults_a_node_cannot_have_are_named(tmp_path: Path) -> None:
+    """Accepted, they would play nothing: no fabric before Hopper or without NVSwitches, no
+    health field the driver branch does not fill."""
+    path = tmp_path / "fabric.yaml"
+    path.write_text(
+        "node: {gpus: 2, model: [A100, H100], driver: R550, nvswitches: 4}\n"
+        "faults:\n"
+        "  - {kind: fabric_degraded, gpu: 0}\n"
+        "  - {kind: fabric_degraded, gpu: 1, condition: incorrect_configuration}\n"
+        "  - {kind: fabric_unregistered, gpu: 1, condition: route_unhealthy}\n"
+    )
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    text = str(caught.value)
+    assert f"{path}:3: faults[0].kind: NVIDIA A100-SXM4-80GB has no place in an NVLink" in text
+    assert (f"{path}:4: faults[1].condition: driver R550 reports these fabric conditions: "
+            "degraded_bandwidth, route_recovery, route_unhealthy") in text  # fmt: skip
+    assert f"{path}:5: faults[2].condition: only fabric_degraded takes a condition" in text
+    path.write_text("node: {gpus: 2}\nfaults: [{kind: fabric_manager_down}]\n")
+    with pytest.raises(FileError, match=r"fabric_manager_down needs node\.nvswitches"):
+        load_scenario(str(path))
+
+
 def test_work_drives_power_and_power_drives_temperature(nvml: Any) -> None:
     nvml, clock = nvml()
     h = nvml.nvmlDeviceGetHandleByIndex(0)
