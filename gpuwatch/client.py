@@ -126,6 +126,9 @@ class JobReporter:
         self._sends = threading.Condition()
         self._started = self._finished = 0
         self._last_ok = False
+        # One connection kept from send to send (the sending thread's own): a new one each
+        # second per rank cost the daemon more than the push itself.
+        self._conn: http.client.HTTPConnection | None = None
         self._thread = threading.Thread(target=self._run, name="gpuwatch-reporter", daemon=True)
         self._thread.start()
 
@@ -152,6 +155,8 @@ class JobReporter:
         self._stop.set()
         self._wake.set()
         self._thread.join(TIMEOUT_S * 2)
+        if not self._thread.is_alive() and self._conn is not None:
+            self._conn.close()
 
     def _usable(self, name: str, pattern: re.Pattern[str], what: str) -> bool:
         if pattern.fullmatch(name):
@@ -214,29 +219,46 @@ class JobReporter:
         if self.url is not None and self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            connection = self._connection()
+            connection = self._conn or self._connection()
         except (OSError, ValueError) as exc:  # a bad URL or CA file: every send fails alike
             self._failed(f"{type(exc).__name__}: {exc}")
             return False
+        self._conn = connection
         try:
-            connection.request("POST", "/api/v1/push", body, headers)
-            response = connection.getresponse()
-            reply = response.read()
+            status, reply = self._post(connection, body, headers)
         except (OSError, http.client.HTTPException) as exc:
             # The daemon is away, or something else answers there: try again later.
+            connection.close()
             self._failed(f"{type(exc).__name__}: {exc}")
             return False
-        finally:
-            connection.close()
-        if response.status == 200:
+        if status == 200:
             self.sent += 1
             if self._failing:
                 log.info("gpuwatch takes this job's reports again (%s)", self._where())
             self._failing = False
             return True
         why = reply[:200].decode("utf-8", "replace")
-        self._failed(f"HTTP {response.status}: {why}")
+        self._failed(f"HTTP {status}: {why}")
         return False
+
+    @staticmethod
+    def _post(
+        connection: http.client.HTTPConnection, body: str, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        """The push over the kept connection; once more on a new one (the connection opens
+        itself again) when the daemon had closed the kept one: idle, or restarted."""
+        reused = connection.sock is not None
+        try:
+            connection.request("POST", "/api/v1/push", body, headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            if not reused:
+                raise
+        connection.request("POST", "/api/v1/push", body, headers)
+        response = connection.getresponse()
+        return response.status, response.read()
 
     def _where(self) -> str:
         return self.url or self.socket_path

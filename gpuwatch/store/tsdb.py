@@ -118,13 +118,16 @@ class Series:
         if index == self.last_index:
             return  # a duplicate within one batch: the first value stands
         self.last_index, self.last_time, self.last_value = index, time, value
-        self.stale = is_stale_marker(value)
-        run = self.runs[-1] if self.runs else None
-        if self.stale or run is None or run.stale or run.end != index:
-            self.runs.append(_Run(index, value, self.stale))
+        # Every series, every cycle: the common case (a number, a run going on with the same
+        # value) is written out here rather than through the helpers it would call.
+        stale = self.stale = value != value and is_stale_marker(value)  # noqa: PLR0124 (NaN)
+        runs = self.runs
+        run = runs[-1] if runs else None
+        if stale or run is None or run.stale or run.start + run.count != index:
+            runs.append(_Run(index, value, stale))
             return
         if run.values is None:
-            if _same(value, run.const):
+            if value == run.const or _same(value, run.const):
                 run.count += 1  # a constant run costs nothing per sample: no cap
                 return
             if run.count >= CONST_RUN_MIN:
@@ -293,7 +296,7 @@ class Store:
         self._timelines: dict[str, Timeline] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[SeriesKey, Series]] = {}
-        self._current: dict[str, set[SeriesKey]] = {}
+        self._current: dict[str, list[Series]] = {}  # by source: its last batch's series
         self._next_trim = -math.inf
         self.generation = 0  # bumps on every ingest; lets readers cache per cycle
         self.layout = 0  # bumps when a series is created or dropped; lets selections cache
@@ -307,7 +310,7 @@ class Store:
         if timeline is None:
             timeline = self._timelines[source] = Timeline()
         index = timeline.append(time)
-        seen: set[SeriesKey] = set()
+        seen: list[Series] = []
         series_map = self._series
         for name, labels, value in samples:
             key = (name, labels)
@@ -317,10 +320,10 @@ class Store:
                 self._by_name.setdefault(name, {})[key] = series
                 self.layout += 1
             series.append(index, time, value)
-            seen.add(key)
-        for key in self._current.get(source, set()) - seen:
-            gone = series_map.get(key)
-            if gone is not None and not gone.stale:
+            seen.append(series)
+        # What the source's last batch had and this one has not: its last index is older.
+        for gone in self._current.get(source, ()):
+            if gone.last_index != index and not gone.stale:
                 gone.append(index, time, STALE_NAN)
         self._current[source] = seen
         self.generation += 1

@@ -153,3 +153,45 @@ def test_a_process_cgroup_names_its_job() -> None:
     docker = GpuProcess(7, "python", "bob", 1e9, "docker", "cd" * 32)
     assert docker.job == "Docker container cdcdcdcdcdcd of bob"
     assert GpuProcess(8, "python", "bob", None).job == ""
+
+
+def test_sends_share_one_connection_and_survive_the_daemon_closing_it(tmp_path: Path) -> None:
+    """A new connection a second per rank cost the daemon more than the push itself."""
+    path = str(tmp_path / "daemon.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    accepted: list[int] = []
+    requests: list[int] = []
+    keep_alive = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+    def answer(conn: socket.socket, count: int) -> None:
+        for _ in range(count):
+            data = b""
+            while b"}" not in data:  # the JSON body's end: one request
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            requests.append(len(accepted))
+            conn.sendall(keep_alive)
+
+    def serve() -> None:
+        with server:
+            for count in (3, 1):  # three sends, then the daemon closes (idle, restarted)
+                conn, _ = server.accept()
+                accepted.append(1)
+                with conn:
+                    answer(conn, count)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    reporter = JobReporter("llama", rank=0, socket_path=path, interval=10.0)
+    reporter.report(step=1)
+    assert [reporter.flush(timeout=5.0) for _ in range(3)] == [True, True, True]
+    assert len(accepted) == 1
+    assert reporter.flush(timeout=5.0)  # the kept connection is gone: one more, at once
+    thread.join(5)
+    assert (len(accepted), requests) == (2, [1, 1, 1, 2])
+    assert (reporter.sent, reporter.failed) == (4, 0)
+    reporter.close()
