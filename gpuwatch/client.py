@@ -155,8 +155,6 @@ class JobReporter:
         self._stop.set()
         self._wake.set()
         self._thread.join(TIMEOUT_S * 2)
-        if not self._thread.is_alive() and self._conn is not None:
-            self._conn.close()
 
     def _usable(self, name: str, pattern: re.Pattern[str], what: str) -> bool:
         if pattern.fullmatch(name):
@@ -194,6 +192,8 @@ class JobReporter:
             with self._sends:
                 self._finished, self._last_ok = number, ok
                 self._sends.notify_all()
+        if self._conn is not None:  # this thread's own, closed by it whenever it ends
+            self._conn.close()
 
     def _connection(self) -> http.client.HTTPConnection:
         if self.url is None:
@@ -246,15 +246,16 @@ class JobReporter:
         connection: http.client.HTTPConnection, body: str, headers: dict[str, str]
     ) -> tuple[int, bytes]:
         """The push over the kept connection; once more on a new one (the connection opens
-        itself again) when the daemon had closed the kept one: idle, or restarted."""
+        itself again) when the daemon had closed the kept one: idle, or restarted. A daemon
+        that does not answer in time is not asked twice."""
         reused = connection.sock is not None
         try:
             connection.request("POST", "/api/v1/push", body, headers)
             response = connection.getresponse()
             return response.status, response.read()
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            if not reused:
+            if not reused or isinstance(exc, TimeoutError):
                 raise
         connection.request("POST", "/api/v1/push", body, headers)
         response = connection.getresponse()

@@ -195,3 +195,36 @@ def test_sends_share_one_connection_and_survive_the_daemon_closing_it(tmp_path: 
     assert (len(accepted), requests) == (2, [1, 1, 1, 2])
     assert (reporter.sent, reporter.failed) == (4, 0)
     reporter.close()
+
+
+def test_a_daemon_that_does_not_answer_is_asked_once(tmp_path: Path) -> None:
+    """A timeout is not a closed connection: the push is not sent again on a new one."""
+    path = str(tmp_path / "daemon.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    accepted: list[socket.socket] = []
+    answered = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        accepted.append(conn)
+        data = b""
+        while b"}" not in data:
+            data += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        answered.set()  # then the daemon hangs: reads on, answers nothing
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    reporter = JobReporter("llama", rank=0, socket_path=path, interval=10.0)
+    reporter.report(step=1)
+    assert reporter.flush(timeout=5.0) and answered.is_set()
+    assert reporter.flush(timeout=10.0) is False  # timed out on the kept connection
+    server.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+        server.accept()  # no second connection came
+    assert len(accepted) == 1 and reporter.failed == 1
+    reporter.close()
+    accepted[0].close()
+    server.close()
