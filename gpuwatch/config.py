@@ -224,6 +224,14 @@ def _path(config_file: str, what: str) -> Callable[[Any], str]:
     return convert
 
 
+def _node_name(value: Any, base_dir: Path) -> str:
+    """A name, or where to find it as a secret is found: `{env: NODE_NAME}` (in a pod, the
+    downward API's spec.nodeName; the pod's own host name is not the node's) or `{file: PATH}`."""
+    if isinstance(value, str):
+        return text(value)
+    return parse_secret(value, base_dir).reveal()
+
+
 def _fabric_manager(value: Any) -> str | None:
     """HOST:PORT or a Unix socket path; false: not asked."""
     if value is False:
@@ -364,7 +372,7 @@ def from_doc(doc: YamlDoc) -> Config:
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", text, base.state_dir),
-        node_name=r.value(top, (), "node_name", text, base.node_name),
+        node_name=r.value(top, (), "node_name", lambda v: _node_name(v, base_dir), base.node_name),
         sampling=sampling,
         store=store,
         log=log,

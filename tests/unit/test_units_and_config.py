@@ -242,3 +242,19 @@ def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
     assert str(caught.value.problems[0]).endswith(
         ':6: mapping key "expr" already defined at line 5'
     )
+
+
+def test_the_node_name_can_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod the host name is the pod's: the downward API puts the node's in a variable."""
+    path = tmp_path / "c.yaml"
+    path.write_text("node_name: {env: NODE_NAME}\n")
+    monkeypatch.setenv("NODE_NAME", "gpu-node-07")
+    assert load_config(path).node_name == "gpu-node-07"
+    monkeypatch.delenv("NODE_NAME")
+    with pytest.raises(FileError, match=r"c\.yaml:1: node_name: environment variable NODE_NAME"):
+        load_config(path)
+    path.write_text("node_name: [a, b]\n")
+    with pytest.raises(FileError, match=r"c\.yaml:1: node_name: expected a string"):
+        load_config(path)
