@@ -225,11 +225,9 @@ def _path(config_file: str, what: str) -> Callable[[Any], str]:
 
 
 def _node_name(value: Any, base_dir: Path) -> str:
-    """A name, or where to find it as a secret is found: `{env: NODE_NAME}` (in a pod, the
-    downward API's spec.nodeName; the pod's own host name is not the node's) or `{file: PATH}`."""
-    if isinstance(value, str):
-        return text(value)
-    return parse_secret(value, base_dir).reveal()
+    """A name, or `{env: VAR}` / `{file: PATH}` as for a secret (in a pod, the downward API's
+    spec.nodeName: the pod's host name is not the node's)."""
+    return text(value) if isinstance(value, str) else parse_secret(value, base_dir).reveal()
 
 
 def _fabric_manager(value: Any) -> str | None:
