@@ -356,7 +356,6 @@ def from_doc(doc: YamlDoc) -> Config:
     kmsg_path = r.value(km, ("sources", "kmsg"), "path", _path(doc.file, "file"), "/dev/kmsg")
     kmsg_on = r.value(km, ("sources", "kmsg"), "enabled", boolean, True)
     ho = r.section(so.get("host"), ("sources", "host"), ("sysfs_root", "fabric_manager"))
-    fm_default: str | None = DEFAULT_FABRIC_MANAGER
     sources = SourcesConfig(
         dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None),
         kmsg_path=kmsg_path if kmsg_on else None,
@@ -364,7 +363,7 @@ def from_doc(doc: YamlDoc) -> Config:
             ho, ("sources", "host"), "sysfs_root", _path(doc.file, "directory"), "/sys"
         ),
         fabric_manager=r.value(
-            ho, ("sources", "host"), "fabric_manager", _fabric_manager, fm_default
+            ho, ("sources", "host"), "fabric_manager", _fabric_manager, base.sources.fabric_manager
         ),
     )
     config = Config(

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import socket
 
-from gpuwatch.sim.faults import Fault
+from gpuwatch.sim.faults import fabric_manager_down
+from gpuwatch.sim.node import SimNode
 
 
 class SimFabricManager:
-    def __init__(self, faults: list[Fault], start: float) -> None:
-        self._faults = [f for f in faults if f.kind == "fabric_manager_down"]
-        self._start = start
+    def __init__(self, node: SimNode) -> None:
+        self._node = node
         self._sock: socket.socket | None = None
         self._listen(0)
         assert self._sock is not None
@@ -34,7 +34,7 @@ class SimFabricManager:
 
     def update(self, now: float) -> None:
         """Up or down as the scenario says at `now`; what connected since is let go."""
-        down = any(f.active(now - self._start) for f in self._faults)
+        down = fabric_manager_down(self._node.scenario.faults, now - self._node.start)
         if down and self._sock is not None:
             self.close()
         elif not down and self._sock is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuwatch.sim.driver import DriverProfile
@@ -112,6 +113,12 @@ class Fault:
         if elapsed < self.at:
             return False
         return self.duration is None or elapsed < self.at + self.duration
+
+
+def fabric_manager_down(faults: Iterable[Fault], elapsed: float) -> bool:
+    """Whether a fabric_manager_down fault holds `elapsed` seconds in: the command port the
+    simulated host plays, and from R615 what the GPUs' driver says of it."""
+    return any(f.kind == "fabric_manager_down" and f.active(elapsed) for f in faults)
 
 
 # Faults of ECC-protected memory: a GPU with ECC off has no such errors, nor events of them.

@@ -75,9 +75,7 @@ class SimHost:
         self._faults = [f for f in scenario.faults if f.kind.startswith(("ib_", "sxid"))]
         self._lines = sorted(self._kernel_lines(salt), key=lambda line: line.time)
         self._next_line = 0
-        self.fabric_manager = (
-            SimFabricManager(list(scenario.faults), node.start) if scenario.nvswitches else None
-        )
+        self.fabric_manager = SimFabricManager(node) if scenario.nvswitches else None
         self._build()
         self.update()
 

@@ -13,6 +13,7 @@ import ctypes
 
 from gpuwatch.sim import cdefs as c
 from gpuwatch.sim.cdefs import ERRORS
+from gpuwatch.sim.faults import fabric_manager_down
 from gpuwatch.sim.node import SimGpu
 from gpuwatch.sim.nvml_core import Answer, LibraryCore
 
@@ -52,9 +53,7 @@ class FabricCalls(LibraryCore):
         """(health mask, summary) as the node's driver branch fills them."""
         now = self.clock.now()
         degraded = gpu.active("fabric_degraded", now)
-        elapsed = now - self.node.start
-        fm_down = any(f.kind == "fabric_manager_down" and f.active(elapsed)
-                      for f in self.scenario.faults)  # fmt: skip
+        fm_down = fabric_manager_down(self.scenario.faults, now - self.node.start)
         mask, summary = 0, HEALTHY
         for name, shift, good in _FIELDS[: self.profile.fabric_mask_fields]:
             value = good

@@ -315,6 +315,9 @@ def _host_fault(
     for key in ("gpu", "error", "action", "link"):
         if key in data:
             c.problems.append(c.doc.problem((*path, key), f"{kind} hits no GPU: no {key}"))
+    if kind != "sxid":
+        c.problems += [c.doc.problem((*path, k), f"only sxid takes a {k}")
+                       for k in ("switch", "fatal", "code") if k in data]  # fmt: skip
     if kind in IB_FAULT_KINDS:
         if not ib_ports:
             c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.ib_ports"))
@@ -323,9 +326,6 @@ def _host_fault(
         rate = _only(c, data, path, "rate", kind=kind, kinds=tuple(DEFAULT_RATE), parse=_positive)
         count = _only(c, data, path, "count", kind=kind, kinds=tuple(DEFAULT_COUNT),
                       parse=whole_number(0, 10**9))  # fmt: skip
-        for key in ("switch", "fatal", "code"):
-            if key in data:
-                c.problems.append(c.doc.problem((*path, key), f"only sxid takes a {key}"))
         if len(c.problems) > before:
             return []
         return [Fault(kind, 0, at, duration, rate=rate, count=count, port=port)]
@@ -333,8 +333,6 @@ def _host_fault(
         c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.nvswitches"))
         return []
     if kind == "fabric_manager_down":
-        c.problems += [c.doc.problem((*path, k), f"only sxid takes a {k}")
-                       for k in ("switch", "fatal", "code") if k in data]  # fmt: skip
         return [] if len(c.problems) > before else [Fault(kind, 0, at, duration)]
     switch = c.value(data, path, "switch", whole_number(0, nvswitches - 1), 0)
     code = c.value(data, path, "code", whole_number(1, 99999), 12028)
