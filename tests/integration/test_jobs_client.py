@@ -212,8 +212,9 @@ def test_a_daemon_that_does_not_answer_is_asked_once(tmp_path: Path) -> None:
         data = b""
         while b"}" not in data:
             data += conn.recv(65536)
+        answered.set()  # before the reply, so the client cannot see it first
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        answered.set()  # then the daemon hangs: reads on, answers nothing
+        # then the daemon hangs: reads on, answers nothing
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
