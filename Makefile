@@ -30,16 +30,20 @@ demo: $(STAMP)
 	$(BIN)/gpuwatch demo
 
 # Integration tests need promtool, prometheus and alertmanager (Debian's `prometheus` and
-# `prometheus-alertmanager`) and systemd-analyze (`systemd`); installed when root.
+# `prometheus-alertmanager`), systemd-analyze (`systemd`) and a Slurm to drain nodes in
+# (`slurmctld`, `slurmd`, `slurm-client`, `munge`); installed when root.
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager systemd slurmctld slurmd slurm-client munge
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null \
 			|| ! command -v prometheus-alertmanager >/dev/null \
-			|| ! command -v systemd-analyze >/dev/null; then \
+			|| ! command -v systemd-analyze >/dev/null || ! command -v scontrol >/dev/null \
+			|| ! test -x /usr/sbin/slurmctld || ! test -x /usr/sbin/slurmd \
+			|| ! test -x /usr/sbin/munged; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-				prometheus prometheus-alertmanager systemd >/dev/null; \
+				$(SYSTEM_PACKAGES) >/dev/null; \
 		else \
-			echo "promtool, prometheus, alertmanager or systemd-analyze missing: install Debian's 'prometheus', 'prometheus-alertmanager' and 'systemd' packages (integration tests need them)" >&2; exit 1; \
+			echo "missing: install Debian's $(SYSTEM_PACKAGES) (integration tests need them)" >&2; exit 1; \
 		fi; \
 	fi
 

@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-import grp
 import os
-import re
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.actions.config import ActionsConfig, parse_actions
 from gpuwatch.kernel.fabric_manager import DEFAULT_ADDRESS as DEFAULT_FABRIC_MANAGER
 from gpuwatch.kernel.fabric_manager import parse_address
 from gpuwatch.notify.config import NotifyConfig, parse_notify
-from gpuwatch.notify.secrets import Secret, parse_secret
-from gpuwatch.push.registry import PushLimits
-from gpuwatch.text.units import parse_duration, parse_listen
+from gpuwatch.notify.secrets import parse_secret
+from gpuwatch.push.config import PushConfig, parse_push
+from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import (
     Checker,
     YamlDoc,
     boolean,
+    file_path,
     http_url,
     load,
     one_of,
+    positive_duration,
+    relative_to,
     text,
     whole_number,
 )
@@ -108,28 +110,6 @@ class SourcesConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class PushConfig:
-    """Job metrics pushed by training processes, or read from a textfile directory."""
-
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_series_per_job: int = 1000
-    max_series: int = 10000
-    stale_after: float = 300.0
-    token: Secret | None = None  # bearer token that opens /api/v1/push on the TCP listener
-    textfile_dir: str | None = None
-    # The push socket: pushes only, for every local user's jobs unless narrowed to a group.
-    socket: str | None = None  # None: push.sock beside the control socket
-    socket_mode: int = 0o666
-    socket_group: int | None = None  # a gid; the config may name the group
-
-    @property
-    def limits(self) -> PushLimits:
-        return PushLimits(
-            self.max_body_bytes, self.max_series_per_job, self.max_series, self.stale_after
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Config:
     listen: str = DEFAULT_LISTEN
     state_dir: str = field(default_factory=default_state_dir)
@@ -140,7 +120,8 @@ class Config:
     rules: RulesConfig = RulesConfig()
     journal: JournalConfig = JournalConfig()
     notify: NotifyConfig = field(default_factory=NotifyConfig)
-    push: PushConfig = PushConfig()
+    push: PushConfig = field(default_factory=PushConfig)
+    actions: ActionsConfig = field(default_factory=ActionsConfig)
     sources: SourcesConfig = SourcesConfig()
     web_config: str | None = None  # exporter-toolkit web-config file: TLS, basic auth
     source: str | None = None  # the file it was read from, None for defaults
@@ -183,22 +164,11 @@ class Config:
         return out
 
 
-def _positive_duration(value: Any) -> float:
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"must be greater than zero, got {value!r}")
-    return seconds
-
-
 def _listen(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected HOST:PORT such as 0.0.0.0:10040, got {value!r}")
     parse_listen(value)
     return value
-
-
-def _relative_to(config_file: str, path: str) -> str:
-    return path if Path(path).is_absolute() else str(Path(config_file).parent / path)
 
 
 def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
@@ -207,19 +177,7 @@ def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
     def convert(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ValueError(f"expected a list of file paths or globs, got {value!r}")
-        return tuple(_relative_to(config_file, v) for v in value)
-
-    return convert
-
-
-def _path(config_file: str, what: str) -> Callable[[Any], str]:
-    """One path (`what`: "directory" or "file"); a relative one is relative to the config
-    file."""
-
-    def convert(value: Any) -> str:
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"expected a {what} path, got {value!r}")
-        return _relative_to(config_file, value)
+        return tuple(relative_to(config_file, v) for v in value)
 
     return convert
 
@@ -238,31 +196,6 @@ def _fabric_manager(value: Any) -> str | None:
         raise ValueError(f"expected HOST:PORT, a Unix socket path or false, got {value!r}")
     parse_address(value)
     return value
-
-
-def _file_mode(value: Any) -> int:
-    """Permission bits as an operator writes them: '0660' (a string, or YAML's 0660, which
-    YAML reads as octal) or 0o660."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 0o777:
-        return value
-    if isinstance(value, str) and re.fullmatch(r"0?o?[0-7]{3}", value):
-        return int(value[-3:], 8)
-    raise ValueError(f"expected file permissions such as '0660', got {value!r}")
-
-
-def _group(value: Any) -> int:
-    """A group name or number, as the gid the socket is given. A number need not have a name
-    (containers often lack /etc/group entries); "1000", quoted, is the number too."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    if isinstance(value, str) and value:
-        try:
-            return grp.getgrnam(value).gr_gid
-        except KeyError:
-            raise ValueError(f"no group named {value!r} on this host") from None
-    raise ValueError(f"expected a group name or number, got {value!r}")
 
 
 def from_doc(doc: YamlDoc) -> Config:
@@ -284,6 +217,7 @@ def from_doc(doc: YamlDoc) -> Config:
             "push",
             "sources",
             "web_config",
+            "actions",
         ),
     )
 
@@ -293,17 +227,17 @@ def from_doc(doc: YamlDoc) -> Config:
         ("interval", "timeout", "max_abandoned_workers", "process_memory_metrics", "slow_interval"),
     )
     sampling = SamplingConfig(
-        interval=r.value(s, ("sampling",), "interval", _positive_duration, 1.0),
-        timeout=r.value(s, ("sampling",), "timeout", _positive_duration, None),
+        interval=r.value(s, ("sampling",), "interval", positive_duration, 1.0),
+        timeout=r.value(s, ("sampling",), "timeout", positive_duration, None),
         max_abandoned_workers=r.value(
             s, ("sampling",), "max_abandoned_workers", whole_number(1, 1024), 16
         ),
         process_memory_metrics=r.value(s, ("sampling",), "process_memory_metrics", boolean, False),
-        slow_interval=r.value(s, ("sampling",), "slow_interval", _positive_duration, 1.0),
+        slow_interval=r.value(s, ("sampling",), "slow_interval", positive_duration, 1.0),
     )
     st = r.section(top.get("store"), ("store",), ("retention",))
     store = StoreConfig(
-        retention=r.value(st, ("store",), "retention", _positive_duration, 3600.0),
+        retention=r.value(st, ("store",), "retention", positive_duration, 3600.0),
     )
     lg = r.section(top.get("log"), ("log",), ("level", "format"))
     log = LogConfig(
@@ -313,59 +247,29 @@ def from_doc(doc: YamlDoc) -> Config:
     ru = r.section(top.get("rules"), ("rules",), ("files", "interval"))
     rules = RulesConfig(
         files=r.value(ru, ("rules",), "files", _paths(doc.file), None),
-        interval=r.value(ru, ("rules",), "interval", _positive_duration, None),
+        interval=r.value(ru, ("rules",), "interval", positive_duration, None),
     )
     jo = r.section(top.get("journal"), ("journal",), ("retention",))
     journal = JournalConfig(
-        retention=r.value(jo, ("journal",), "retention", _positive_duration, 30 * 86400.0),
-    )
-    pu = r.section(
-        top.get("push"),
-        ("push",),
-        (
-            "max_body_bytes",
-            "max_series_per_job",
-            "max_series",
-            "stale_after",
-            "token",
-            "textfile_dir",
-            "socket",
-            "socket_mode",
-            "socket_group",
-        ),
-    )
-    base_dir = Path(doc.file).parent
-    push = PushConfig(
-        max_body_bytes=r.value(
-            pu, ("push",), "max_body_bytes", whole_number(1024, 2**30), 4 * 1024 * 1024
-        ),
-        max_series_per_job=r.value(
-            pu, ("push",), "max_series_per_job", whole_number(1, 10**6), 1000
-        ),
-        max_series=r.value(pu, ("push",), "max_series", whole_number(1, 10**7), 10000),
-        stale_after=r.value(pu, ("push",), "stale_after", _positive_duration, 300.0),
-        token=r.value(pu, ("push",), "token", lambda v: parse_secret(v, base_dir), None),
-        textfile_dir=r.value(pu, ("push",), "textfile_dir", _path(doc.file, "directory"), None),
-        socket=r.value(pu, ("push",), "socket", _path(doc.file, "socket"), None),
-        socket_mode=r.value(pu, ("push",), "socket_mode", _file_mode, 0o666),
-        socket_group=r.value(pu, ("push",), "socket_group", _group, None),
+        retention=r.value(jo, ("journal",), "retention", positive_duration, 30 * 86400.0),
     )
     so = r.section(top.get("sources"), ("sources",), ("dcgm", "kmsg", "host"))
     dcgm = r.section(so.get("dcgm"), ("sources", "dcgm"), ("url",))
     km = r.section(so.get("kmsg"), ("sources", "kmsg"), ("enabled", "path"))
-    kmsg_path = r.value(km, ("sources", "kmsg"), "path", _path(doc.file, "file"), "/dev/kmsg")
+    kmsg_path = r.value(km, ("sources", "kmsg"), "path", file_path(doc.file, "file"), "/dev/kmsg")
     kmsg_on = r.value(km, ("sources", "kmsg"), "enabled", boolean, True)
     ho = r.section(so.get("host"), ("sources", "host"), ("sysfs_root", "fabric_manager"))
     sources = SourcesConfig(
         dcgm_url=r.value(dcgm, ("sources", "dcgm"), "url", http_url, None),
         kmsg_path=kmsg_path if kmsg_on else None,
         sysfs_root=r.value(
-            ho, ("sources", "host"), "sysfs_root", _path(doc.file, "directory"), "/sys"
+            ho, ("sources", "host"), "sysfs_root", file_path(doc.file, "directory"), "/sys"
         ),
         fabric_manager=r.value(
             ho, ("sources", "host"), "fabric_manager", _fabric_manager, base.sources.fabric_manager
         ),
     )
+    base_dir = Path(doc.file).parent
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
         state_dir=r.value(top, (), "state_dir", text, base.state_dir),
@@ -376,9 +280,10 @@ def from_doc(doc: YamlDoc) -> Config:
         rules=rules,
         journal=journal,
         notify=parse_notify(r, doc, top.get("notify")),
-        push=push,
+        push=parse_push(r, doc, top.get("push")),
+        actions=parse_actions(r, doc, top.get("actions")),
         sources=sources,
-        web_config=r.value(top, (), "web_config", _path(doc.file, "file"), None),
+        web_config=r.value(top, (), "web_config", file_path(doc.file, "file"), None),
         source=doc.file,
     )
     if sampling.timeout is not None and sampling.timeout > sampling.interval:

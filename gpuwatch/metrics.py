@@ -95,6 +95,9 @@ FABRIC_STATUS = "gpuwatch_gpu_fabric_status"
 FABRIC_CONDITION = "gpuwatch_gpu_fabric_condition"
 FABRIC_HEALTH = "gpuwatch_gpu_fabric_health"
 FABRIC_MANAGER_UP = "gpuwatch_fabric_manager_up"
+ACTION_NODE_DRAINED = "gpuwatch_action_node_drained"
+ACTIONS_HELD = "gpuwatch_actions_held"
+ACTION_FAILURES = "gpuwatch_action_failures_total"
 
 _DEFS = [
     MetricDef(UP, "gauge", "1 when the GPU backend (NVML) is loaded and answering."),
@@ -259,6 +262,17 @@ _DEFS = [
         "gauge",
         "1 while Fabric Manager accepts connections on its command port (NVSwitch nodes).",
     ),
+    MetricDef(
+        ACTION_NODE_DRAINED,
+        "gauge",
+        "1 while gpuwatch holds the node drained in the scheduler (in a dry run: would).",
+    ),
+    MetricDef(
+        ACTIONS_HELD,
+        "gauge",
+        "1 while a drain is held by the circuit breaker: too much of the partition is out.",
+    ),
+    MetricDef(ACTION_FAILURES, "counter", "Scheduler commands (scontrol, sinfo) that failed."),
 ]
 
 CATALOGUE: dict[str, MetricDef] = {d.name: d for d in _DEFS}

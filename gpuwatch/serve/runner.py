@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.actions.drainer import SlurmDrainer
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, default_rule_interval
 from gpuwatch.daemon import Daemon, EventLog
@@ -226,12 +227,17 @@ def wire(
         journal.close()
         raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
     gpus = GpuDirectory()
+    watchers = make_watchers(config, clock, merger.publish, gpus, journal)
+    drainer = None
+    if config.actions.slurm.enabled:
+        drainer = SlurmDrainer(config.actions.slurm, config.node_name, clock, events.publish)
+        watchers.append(drainer)
     daemon = Daemon(
         config,
         clock,
         source,
         events,
-        watchers=make_watchers(config, clock, merger.publish, gpus, journal),
+        watchers=watchers,
         gpus=gpus,
         store=store,
         rules=rules,
@@ -241,6 +247,9 @@ def wire(
         problems=problems,
         collectors=(notifier, problems),
     )
+    if drainer is not None:
+        observe = drainer.observe  # each cycle's verdict, once it is reached
+        daemon.cycle_listeners.append(lambda now: observe(now, daemon.view.node_verdict))
     return Wired(daemon, rules, journal, notifier, Reloader(daemon, rules, notifier, guard))
 
 

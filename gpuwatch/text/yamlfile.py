@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gpuwatch.text.units import parse_duration
+
 PathKey = tuple[str | int, ...]
 T = TypeVar("T")
 
@@ -199,3 +201,26 @@ def http_url(value: Any) -> str:
     if not text(value).startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
     return str(value)
+
+
+def positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be greater than zero, got {value!r}")
+    return seconds
+
+
+def relative_to(config_file: str, path: str) -> str:
+    return path if Path(path).is_absolute() else str(Path(config_file).parent / path)
+
+
+def file_path(config_file: str, what: str) -> Callable[[Any], str]:
+    """One path (`what`: "directory", "file"...); a relative one is relative to the config
+    file."""
+
+    def convert(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"expected a {what} path, got {value!r}")
+        return relative_to(config_file, value)
+
+    return convert

@@ -34,6 +34,7 @@ EXPECTED = {
     "gpuwatch.yaml": {
         "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",
         "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed", "GpuwatchKernelLogUnreadable",
+        "GpuwatchNodeDrained", "GpuwatchActionsHeld", "GpuwatchActionFailures",
     },
     "host.yaml": {
         "IbPortDown", "IbPortFlapping", "IbPortSymbolErrors", "IbPortReceiveErrors",

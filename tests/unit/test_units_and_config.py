@@ -82,7 +82,7 @@ def test_every_bad_value_is_reported_with_file_line_and_key(tmp_path: Path) -> N
     assert lines == [
         f"{path}:5: stroe: unknown key; expected one of: "
         "listen, state_dir, node_name, sampling, store, log, rules, journal, notify, push, "
-        "sources, web_config",
+        "sources, web_config, actions",
         f"{path}:3: sampling.interval: expected a duration such as 1s, 500ms or 5m, got 'fast'",
         f"{path}:4: sampling.max_abandoned_workers: expected a whole number from 1 to 1024, got 0",
         f"{path}:8: log.level: expected one of debug, info, warning, error, got 'loud'",

@@ -1,0 +1,117 @@
+"""The `actions:` section of the config: what gpuwatch may do to the node on its own.
+
+Off unless enabled. Slurm draining follows the verdict only for the causes named, never for a
+degraded one, and stops when too much of the partition is already out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuwatch.text.yamlfile import (
+    Checker,
+    PathKey,
+    YamlDoc,
+    boolean,
+    positive_duration,
+    text,
+    whole_number,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmActions:
+    enabled: bool = False
+    # Log and journal what would be done; never call scontrol to change anything.
+    dry_run: bool = False
+    # Cause keys (shell-style patterns: xid-*, gpu-missing-*) whose unhealthy verdict drains.
+    drain_on: tuple[str, ...] = ()
+    # Put the node back once nothing has made it unhealthy for `resume_after`, if gpuwatch
+    # drained it (an admin's drain reason is never touched).
+    resume: bool = True
+    resume_after: float = 60.0
+    node: str | None = None  # the node's Slurm name; None: the config's node_name
+    # The partitions the circuit breaker counts; empty: the node's own.
+    partitions: tuple[str, ...] = ()
+    # No drain while this fraction of a partition is already drained or down by gpuwatch...
+    max_drained_fraction: float = 0.1
+    # ...or this many of its nodes were drained by gpuwatch in the last hour (None: no limit).
+    max_drains_per_hour: int | None = 10
+    scontrol: str = "scontrol"
+    sinfo: str = "sinfo"
+    timeout: float = 10.0  # one scontrol or sinfo run
+
+
+@dataclass(frozen=True, slots=True)
+class ActionsConfig:
+    slurm: SlurmActions = SlurmActions()
+
+
+SLURM_KEYS = (
+    "enabled",
+    "dry_run",
+    "drain_on",
+    "resume",
+    "resume_after",
+    "node",
+    "partitions",
+    "max_drained_fraction",
+    "max_drains_per_hour",
+    "scontrol",
+    "sinfo",
+    "timeout",
+)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"expected a list of non-empty strings, got {value!r}")
+    return tuple(value)
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ValueError(f"expected a fraction above 0 and at most 1, got {value!r}")
+    return float(value)
+
+
+def _command(value: Any) -> str:
+    """A program name looked up on PATH, or an absolute path."""
+    name = text(value)
+    if "/" in name and not name.startswith("/"):
+        raise ValueError(f"expected a program name or an absolute path, got {value!r}")
+    return name
+
+
+def parse_actions(r: Checker, doc: YamlDoc, raw: Any) -> ActionsConfig:
+    path: PathKey = ("actions",)
+    data = r.section(raw, path, ("slurm",))
+    sp: PathKey = (*path, "slurm")
+    s = r.section(data.get("slurm"), sp, SLURM_KEYS)
+    base = SlurmActions()
+    slurm = SlurmActions(
+        enabled=r.value(s, sp, "enabled", boolean, False),
+        dry_run=r.value(s, sp, "dry_run", boolean, False),
+        drain_on=r.value(s, sp, "drain_on", _names, ()),
+        resume=r.value(s, sp, "resume", boolean, True),
+        resume_after=r.value(s, sp, "resume_after", positive_duration, base.resume_after),
+        node=r.value(s, sp, "node", text, None),
+        partitions=r.value(s, sp, "partitions", _names, ()),
+        max_drained_fraction=r.value(
+            s, sp, "max_drained_fraction", _fraction, base.max_drained_fraction
+        ),
+        max_drains_per_hour=r.value(
+            s, sp, "max_drains_per_hour", whole_number(1, 1_000_000), base.max_drains_per_hour
+        ),
+        scontrol=r.value(s, sp, "scontrol", _command, base.scontrol),
+        sinfo=r.value(s, sp, "sinfo", _command, base.sinfo),
+        timeout=r.value(s, sp, "timeout", positive_duration, base.timeout),
+    )
+    if slurm.enabled and not slurm.drain_on:
+        r.problems.append(
+            doc.problem(sp, "enabled, but drain_on names no cause: nothing would ever be drained")
+        )
+    if "max_drains_per_hour" in s and s["max_drains_per_hour"] is None:  # null: no limit
+        slurm = replace(slurm, max_drains_per_hour=None)
+    return ActionsConfig(slurm)
