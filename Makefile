@@ -9,13 +9,20 @@ STATE_DIR ?= .state
 PREFIX ?= /opt/gpuwatch
 CONFDIR ?= /etc/gpuwatch
 UNITDIR ?= /etc/systemd/system
+# The Slurm health check and prolog go to LIBEXECDIR, with the daemon's URL, Slurm's commands
+# and (where it is not where they look) slurm.conf.
+LIBEXECDIR ?= $(PREFIX)/libexec
+GPUWATCH_URL ?= http://127.0.0.1:10040
+SCONTROL ?= $(or $(shell command -v scontrol),/usr/bin/scontrol)
+SINFO ?= $(or $(shell command -v sinfo),/usr/bin/sinfo)
+SLURM_CONF_FILE ?=
 
 # The NVML tests run a second time on the lowest nvidia-ml-py pyproject.toml allows.
 PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
 NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
 
-.PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit wheel clean test-lowest-pin
+.PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +62,7 @@ install:
 	$(PREFIX)/bin/pip install --quiet .
 	install -d -m 0755 $(CONFDIR)
 	test -e $(CONFDIR)/gpuwatch.yaml || install -m 0644 systemd/gpuwatch.yaml $(CONFDIR)/gpuwatch.yaml
-	$(MAKE) --no-print-directory systemd-unit
+	$(MAKE) --no-print-directory systemd-unit slurm-files
 	-systemctl daemon-reload
 	@echo "installed; start it with: systemctl enable --now gpuwatch"
 
@@ -66,6 +73,16 @@ systemd-unit:
 		-e 's|$${CONFIGURATION_DIRECTORY}/gpuwatch.yaml|$(CONFDIR)/gpuwatch.yaml|' \
 		systemd/gpuwatch.service > $(UNITDIR)/gpuwatch.service
 	chmod 0644 $(UNITDIR)/gpuwatch.service
+
+# Slurm runs these with no PATH: each names gpuwatch, scontrol and sinfo by absolute path.
+slurm-files:
+	install -d $(LIBEXECDIR)
+	for f in gpuwatch-healthcheck gpuwatch-prolog; do \
+		sed -e 's|^GPUWATCH=.*|GPUWATCH=$(PREFIX)/bin/gpuwatch|' -e 's|^URL=.*|URL=$(GPUWATCH_URL)|' \
+			-e 's|^SCONTROL=.*|SCONTROL=$(SCONTROL)|' -e 's|^SINFO=.*|SINFO=$(SINFO)|' \
+			-e 's|^SLURM_CONF_FILE=.*|SLURM_CONF_FILE=$(SLURM_CONF_FILE)|' \
+			deploy/slurm/$$f > $(LIBEXECDIR)/$$f && chmod 0755 $(LIBEXECDIR)/$$f || exit 1; \
+	done
 
 # A wheel for hosts without PyPI: pip wheel fetches the dependencies' wheels too, into dist/.
 wheel: $(STAMP)

@@ -137,8 +137,9 @@ def _conf(d: Path, health_check: str) -> str:
 
 
 def start_slurm(directory: Path, health_check: str = "") -> Slurm:
-    """munged, slurmctld and slurmd in `directory`; returns once gw1 is idle. `health_check`
-    is a line or two of slurm.conf (HealthCheckProgram=...)."""
+    """munged, slurmctld and slurmd in `directory`; returns once gw1 has registered (idle, or
+    drained by a health check). `health_check` is a line or two of slurm.conf
+    (HealthCheckProgram=...)."""
     d = directory
     (d / "state").mkdir(parents=True)
     (d / "spool").mkdir()
@@ -161,14 +162,14 @@ def start_slurm(directory: Path, health_check: str = "") -> Slurm:
                 subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
             time.sleep(0.3)  # munged's socket, then slurmctld's port, before the next starts
-        _wait_idle(slurm)
+        _wait_registered(slurm)
     except BaseException:
         slurm.stop()
         raise
     return slurm
 
 
-def _wait_idle(slurm: Slurm, timeout: float = 30.0) -> None:
+def _wait_registered(slurm: Slurm, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -177,8 +178,8 @@ def _wait_idle(slurm: Slurm, timeout: float = 30.0) -> None:
             timeout=10, check=False, env={**os.environ, **slurm.env},
         )  # fmt: skip
         state = done.stdout.strip()
-        if done.returncode == 0 and state == "idle":
+        if done.returncode == 0 and state in ("idle", "drained"):
             return
         time.sleep(0.2)
-    raise AssertionError(f"slurm node {NODE} not idle in {timeout}s (state {state!r})\n"
+    raise AssertionError(f"slurm node {NODE} not registered in {timeout}s (state {state!r})\n"
                          f"{slurm.log()}")  # fmt: skip

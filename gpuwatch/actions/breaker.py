@@ -44,7 +44,7 @@ def hold(
         members = [n for n in listed if partition in n.partitions]
         if not members:
             continue
-        out = [n for n in members if n.ours and n.out_of_service]
+        out = [n for n in members if n.by_gpuwatch and n.out_of_service]
         if len(out) / len(members) >= max_fraction:
             return Hold(
                 "fraction",

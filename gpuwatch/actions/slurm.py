@@ -53,8 +53,14 @@ class SlurmNode:
 
     @property
     def ours(self) -> bool:
-        """Whether gpuwatch set the node's current reason."""
+        """Whether the daemon's actions set the node's current reason."""
         return self.reason.startswith(OWN_REASON_PREFIX)
+
+    @property
+    def by_gpuwatch(self) -> bool:
+        """Whether any part of gpuwatch set it: the daemon, or the shipped health check
+        ("gpuwatch health: ..."). The circuit breaker counts both."""
+        return self.reason.startswith("gpuwatch")
 
 
 def _states(text: str) -> frozenset[str]:

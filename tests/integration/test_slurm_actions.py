@@ -37,7 +37,11 @@ COMES_BACK = STAYS_LOST.replace("at: 2s}", "at: 2s, duration: 5s}")
 
 
 def run_daemon(
-    tmp_path: Path, slurm: Slurm, scenario: str = STAYS_LOST, **slurm_actions: Any
+    tmp_path: Path,
+    slurm: Slurm,
+    scenario: str = STAYS_LOST,
+    speed: float = 1.0,
+    **slurm_actions: Any,
 ) -> DaemonProcess:
     settings = {"enabled": True, "node": NODE, "drain_on": ["gpu-lost", "xid-*"],
                 "resume_after": "2s", **slurm_actions}  # fmt: skip
@@ -47,8 +51,9 @@ def run_daemon(
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(scenario)
     return start_daemon(
-        tmp_path, "--config", str(config), "--simulate", str(scenario_file), env=slurm.env
-    )
+        tmp_path, "--config", str(config), "--simulate", str(scenario_file),
+        "--speed", str(speed), env=slurm.env,
+    )  # fmt: skip
 
 
 def actions(daemon: DaemonProcess) -> list[str]:
@@ -99,12 +104,12 @@ def test_a_node_an_admin_drained_stays_drained_when_the_gpu_comes_back(
     tmp_path: Path, slurm: Slurm
 ) -> None:
     slurm.drain(NODE, "admin: replacing a fan, OPS-12")
-    daemon = run_daemon(tmp_path, slurm, COMES_BACK)
+    daemon = run_daemon(tmp_path, slurm, COMES_BACK, speed=4)
     try:
         lost_at(daemon)
         wait_for(lambda: daemon.json("/api/v1/events?kind=gpu_recovered")["data"]["events"])
         wait_for(lambda: daemon.json("/api/v1/node")["data"]["verdict"] == "healthy")
-        time.sleep(4)  # twice resume_after
+        time.sleep(2)  # 8 s played: four times resume_after
         node = slurm.node()
         assert "DRAIN" in node["State"] and node["Reason"] == "admin: replacing a fan, OPS-12"
         assert actions(daemon) == []
@@ -114,7 +119,7 @@ def test_a_node_an_admin_drained_stays_drained_when_the_gpu_comes_back(
 
 
 def test_a_gpu_back_on_the_bus_resumes_the_node_it_drained(tmp_path: Path, slurm: Slurm) -> None:
-    daemon = run_daemon(tmp_path, slurm, COMES_BACK)
+    daemon = run_daemon(tmp_path, slurm, COMES_BACK, speed=4)
     try:
         wait_for(lambda: "DRAIN" in slurm.node()["State"], timeout=30)
         wait_for(lambda: "DRAIN" not in slurm.node()["State"], timeout=30)

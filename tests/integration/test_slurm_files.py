@@ -1,0 +1,76 @@
+"""The Slurm files gpuwatch ships, installed by `make slurm-files` as on a GPU host and run by
+a real slurmd, which gives them no PATH: the health check drains a node gpuwatch cannot be
+asked about, resumes it once gpuwatch answers healthy, and drains it when a GPU is lost; the
+prolog refuses a job on an unhealthy node."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import start_daemon, stop_daemon, wait_for
+from tests.prometheus_server import free_port
+from tests.slurm_server import NODE, needs_slurm, start_slurm
+
+pytestmark = needs_slurm
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = """\
+name: fall-off
+node: {gpus: 2, model: H100, workload: training, seed: 1}
+faults:
+  - {kind: fall_off_bus, gpu: 1, at: 5s}
+"""
+
+
+def install(libexec: Path, url: str, conf: Path) -> None:
+    """`make slurm-files` with this checkout's gpuwatch (the virtualenv's) as the install, and
+    the test cluster's slurm.conf."""
+    prefix = Path(sys.executable).parent.parent
+    subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "slurm-files", f"PREFIX={prefix}",
+         f"LIBEXECDIR={libexec}", f"GPUWATCH_URL={url}", f"SLURM_CONF_FILE={conf}"],
+        check=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: Path) -> None:
+    port = free_port()
+    libexec = tmp_path / "libexec"
+    install(libexec, f"http://127.0.0.1:{port}", tmp_path / "slurm" / "slurm.conf")
+
+    def run(name: str) -> subprocess.CompletedProcess[str]:
+        """The file as slurmd runs it: as root, its environment the node's name (and the
+        job's id for a prolog) and nothing else, no PATH."""
+        env = {"SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "4242"}
+        return subprocess.run([str(libexec / name)], env=env, capture_output=True, text=True,
+                              timeout=30, check=False)  # fmt: skip
+
+    check = f"HealthCheckProgram={libexec}/gpuwatch-healthcheck\nHealthCheckInterval=1"
+    slurm = start_slurm(tmp_path / "slurm", check)
+    try:
+        # Nothing listens yet: slurmd's first check drains the node, gpuwatch cannot be asked.
+        wait_for(lambda: "DRAIN" in slurm.node()["State"])
+        unreachable = f"gpuwatch health: unreachable: http://127.0.0.1:{port}"
+        assert slurm.node()["Reason"].startswith(unreachable)
+        assert run("gpuwatch-prolog").returncode == 0  # the job runs: the check deals with it
+        scenario = tmp_path / "scenario.yaml"
+        scenario.write_text(SCENARIO)
+        daemon = start_daemon(tmp_path / "d", "--simulate", str(scenario), "--listen",
+                              f"127.0.0.1:{port}")  # fmt: skip
+        try:
+            # Healthy: the check takes back its own drain; the prolog lets jobs start.
+            assert run("gpuwatch-healthcheck").returncode == 0
+            assert "DRAIN" not in slurm.node()["State"]
+            assert run("gpuwatch-prolog").returncode == 0
+            # GPU 1 falls off the bus: the prolog refuses jobs, slurmd's next check drains.
+            refused = wait_for(lambda: (r := run("gpuwatch-prolog")).returncode == 1 and r)
+            assert refused.stderr.startswith(f"gpuwatch: not starting job 4242 on {NODE}: "
+                                             "unhealthy: GPU 1 is lost")  # fmt: skip
+            wait_for(lambda: "DRAIN" in slurm.node()["State"], timeout=30)
+            reason = slurm.node()["Reason"]
+            assert reason.startswith("gpuwatch health: unhealthy: GPU 1 is lost"), reason
+        finally:
+            assert stop_daemon(daemon) == 0, daemon.log()
+    finally:
+        slurm.stop()
