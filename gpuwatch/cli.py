@@ -99,6 +99,19 @@ def _parser() -> argparse.ArgumentParser:
         "3 unknown (no daemon answered, or it has no verdict yet)",
     )
     health.add_argument("url", nargs="?", default=DEFAULT_URL)
+    health.add_argument(
+        "--alive",
+        action="store_true",
+        help="ask the control socket instead whether the daemon itself works (samples keep "
+        "coming): 0 yes, 1 stale, 3 unreachable; a liveness probe past TLS and passwords",
+    )
+    health.add_argument("--state-dir", help="the daemon's state directory, for --alive")
+    health.add_argument(
+        "--npd",
+        action="store_true",
+        help="exit as node-problem-detector's custom plugins do: 0 healthy or degraded, "
+        "1 unhealthy, 2 unknown",
+    )
     _ca_argument(health)
 
     events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")

@@ -11,6 +11,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.clients.control import ControlError, default_socket, request
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.text.printable import printable, printable_json
 
@@ -87,13 +88,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 HEALTH_EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+# node-problem-detector's custom plugins: 0 OK, 1 NonOK, 2 Unknown. A degraded node is OK:
+# its condition would otherwise mark it for every warning-class XID.
+NPD_EXIT = {0: 0, 1: 0, 2: 1, EXIT_UNREACHABLE: 2}
 
 
 def cmd_health(args: argparse.Namespace) -> int:
     """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
-    base = args.url.rstrip("/")
+    if args.alive:
+        return _alive(args.state_dir)
+    status = _health(args.url.rstrip("/"), args.ca_file)
+    return NPD_EXIT[status] if args.npd else status
+
+
+def _health(base: str, ca_file: str | None) -> int:
     try:
-        node = _fetch_json(f"{base}/api/v1/node", args.ca_file).get("data", {})
+        node = _fetch_json(f"{base}/api/v1/node", ca_file).get("data", {})
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"unreachable: {redact(base)}: {_why(exc)}")
         return EXIT_UNREACHABLE
@@ -111,6 +121,21 @@ def cmd_health(args: argparse.Namespace) -> int:
         why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
     print(f"{verdict}: {why}")
     return HEALTH_EXIT[verdict]
+
+
+def _alive(state_dir: str | None) -> int:
+    """Whether the daemon samples, over its control socket (a pod's exec probe)."""
+    path = default_socket(state_dir)
+    try:
+        status, reply = request(path, "GET", "/healthz")
+    except ControlError as exc:
+        print(f"unreachable: {exc}")
+        return EXIT_UNREACHABLE
+    if status == 200:
+        print("alive: sampling is current")
+        return 0
+    print(f"stale: {reply.get('problem') or f'HTTP {status}'}")
+    return 1
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -146,13 +146,7 @@ class Api:
         return response
 
     async def healthz(self, request: web.Request) -> web.Response:
-        problem = self.daemon.sampling_problem()
-        body = {
-            "status": "stale" if problem else "ok",
-            "problem": problem,
-            "last_sample_time": self.daemon.last_cycle_end,
-        }
-        return web.json_response(body, status=503 if problem else 200)
+        return healthz_response(self.daemon)
 
     async def node(self, request: web.Request) -> web.Response:
         """`?gpus=summary` trims each GPU to what a fleet view shows (a tenth of the bytes)."""
@@ -307,3 +301,16 @@ async def start_http(
         await web.SockSite(runner, sock, ssl_context=tls, backlog=ACCEPT_PER_TURN).start()
     widen_backlog(sockets)
     return runner
+
+
+def healthz_response(daemon: Daemon) -> web.Response:
+    """200 while samples keep coming, 503 once they stop: whether the daemon works, not
+    whether the GPUs do (a liveness probe that failed on a sick GPU would restart the daemon
+    in a loop instead of reporting it). Served on the listener and on the control socket."""
+    problem = daemon.sampling_problem()
+    body = {
+        "status": "stale" if problem else "ok",
+        "problem": problem,
+        "last_sample_time": daemon.last_cycle_end,
+    }
+    return web.json_response(body, status=503 if problem else 200)

@@ -19,6 +19,7 @@ from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
 from gpuwatch.push.http import handle_push
 from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.serve.api import healthz_response
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class ControlApi:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/-/reload", self.reload)
+        app.router.add_get("/healthz", self.healthz)
         app.router.add_post("/api/v1/ack", self.ack)
         app.router.add_post("/api/v1/push", self.push)
         app.router.add_get("/api/v1/silences", self.list_silences)
@@ -73,6 +75,10 @@ class ControlApi:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/api/v1/push", self.push)
         return app
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """As the listener's, for a probe that cannot pass the listener's TLS or password."""
+        return healthz_response(self.daemon)
 
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics; the socket's file permissions are the access control."""

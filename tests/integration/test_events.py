@@ -115,9 +115,9 @@ def test_gpuwatch_xid_explains_a_code() -> None:
     assert "XID 999: Unknown to gpuwatch's XID catalog" in unknown.stdout
 
 
-def health(url: str) -> tuple[int, str]:
+def health(url: str, *flags: str) -> tuple[int, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "health", url],
+        [sys.executable, "-m", "gpuwatch", "health", *flags, url],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
     return done.returncode, done.stdout.strip()
@@ -130,8 +130,18 @@ def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None
         assert health(healthy.url) == (0, "healthy: 8 GPUs, nothing wrong")
         _, line = wait_for(lambda: (r := health(lost.url))[0] == 2 and r)
         assert line.startswith("unhealthy: GPU 1 is lost: NVML: GPU is lost")
+        # node-problem-detector's terms: 0 OK, 1 NonOK, 2 Unknown; the same line.
+        assert health(healthy.url, "--npd") == (0, "healthy: 8 GPUs, nothing wrong")
+        assert health(lost.url, "--npd") == (1, line)
+        # Whether the daemon itself works, on its control socket: a sick GPU does not count.
+        assert health("", "--alive", "--state-dir", str(tmp_path / "lost" / "state")) == (
+            0, "alive: sampling is current"
+        )  # fmt: skip
     finally:
         assert stop_daemon(healthy) == 0
         assert stop_daemon(lost) == 0
     code, line = health(healthy.url)  # stopped: nobody answers
     assert code == 3 and line.startswith(f"unreachable: {healthy.url}")
+    assert health(healthy.url, "--npd")[0] == 2
+    code, line = health("", "--alive", "--state-dir", str(tmp_path / "lost" / "state"))
+    assert code == 3 and line.startswith("unreachable: cannot reach the daemon on")

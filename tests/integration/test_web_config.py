@@ -95,6 +95,11 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert "basic auth refused for user 'prometheus'" in daemon.log()
         assert PASSWORD not in daemon.log()
 
+        # A pod's liveness probe: /healthz wants the password; the control socket does not.
+        assert get(https(daemon) + "/healthz", ca)[0] == 401
+        code, out, _ = gpuwatch("health", "--alive", "--state-dir", str(tmp_path / "d" / "state"))
+        assert (code, out) == (0, "alive: sampling is current\n")
+
         # The command-line clients and the dashboard: the fleet's CA, the password in the URL.
         with_password = https(daemon).replace("://", f"://prometheus:{quote(PASSWORD)}@")
         ca_file = str(tmp_path / "ca.crt")
