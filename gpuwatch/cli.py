@@ -20,6 +20,7 @@ from gpuwatch.clients.commands import (
     cmd_ack,
     cmd_events,
     cmd_health,
+    cmd_job_report,
     cmd_silence,
     cmd_status,
     fail,
@@ -113,6 +114,16 @@ def _parser() -> argparse.ArgumentParser:
         "1 unhealthy, 2 unknown",
     )
     _ca_argument(health)
+
+    report = sub.add_parser(
+        "job-report",
+        help="what happened to each GPU while a job ran on it: XIDs, ECC and remap changes, "
+        "throttling, alerts (for Slurm's Epilog)",
+    )
+    report.add_argument("job", help="the job's id: Slurm's job id, a pod's UID")
+    report.add_argument("url", nargs="?", default=DEFAULT_URL)
+    report.add_argument("--json", action="store_true", help="print the report's JSON")
+    _ca_argument(report)
 
     events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")
     events.add_argument("url", nargs="?", default=DEFAULT_URL)
@@ -350,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status": cmd_status,
         "tui": cmd_tui,
         "health": cmd_health,
+        "job-report": cmd_job_report,
         "events": cmd_events,
         "ack": cmd_ack,
         "silence": cmd_silence,

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuwatch.clients.control import ControlError, default_socket, request
 from gpuwatch.clients.tls import open_url, redact
+from gpuwatch.reports.report import text as report_text
 from gpuwatch.text.printable import printable, printable_json
 
 EXIT_CONFIG = 2
@@ -136,6 +137,24 @@ def _alive(state_dir: str | None) -> int:
         return 0
     print(f"stale: {reply.get('problem') or f'HTTP {status}'}")
     return 1
+
+
+def cmd_job_report(args: argparse.Namespace) -> int:
+    """The job's report as a few lines (for the job's output: Slurm's Epilog), or its JSON."""
+    base = args.url.rstrip("/")
+    url = f"{base}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/report"
+    try:
+        made = _fetch_json(url, args.ca_file).get("data", {})
+    except urllib.error.HTTPError as exc:
+        try:
+            why = json.load(exc).get("error", exc.reason)
+        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
+            why = f"HTTP {exc.code} {exc.reason}"
+        return fail(f"{redact(base)}: {why}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return fail(f"{redact(base)}: {_why(exc)}")
+    print(json.dumps(made, indent=1) if args.json else report_text(made))
+    return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from gpuwatch.metrics import CATALOGUE, MetricDef, pushed
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
+from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.serve.connlimit import (
     ACCEPT_PER_TURN,
@@ -67,8 +68,11 @@ def _bad_request(message: str) -> web.Response:
 
 
 class Api:
-    def __init__(self, daemon: Daemon, cap: ConnectionCap | None = None) -> None:
+    def __init__(
+        self, daemon: Daemon, cap: ConnectionCap | None = None, reports: JobReports | None = None
+    ) -> None:
         self.daemon = daemon
+        self.reports = reports
         self.renderer = MetricsRenderer(daemon.store, daemon.clock, self._describe)
         self.cap = cap if cap is not None else ConnectionCap()
 
@@ -97,6 +101,7 @@ class Api:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/api/v1/node", self.node)
         app.router.add_get("/api/v1/gpus", self.gpus)
+        app.router.add_get("/api/v1/jobs/{job}/report", self.job_report)
         app.router.add_get("/api/v1/history", self.history)
         app.router.add_get("/api/v1/alerts", self.alerts)
         app.router.add_get("/api/v1/events", self.events)
@@ -154,6 +159,18 @@ class Api:
         if request.query.get("gpus") == "summary":
             payload["gpus"] = summarize_gpus(payload["gpus"])
         return _success(payload)
+
+    async def job_report(self, request: web.Request) -> web.Response:
+        """A job's report: per GPU, what happened while it ran there (404: not seen here)."""
+        job = request.match_info["job"]
+        made = self.reports.report(job) if self.reports is not None else None
+        if made is None:
+            return web.json_response(
+                {"status": "error", "errorType": "not_found",
+                 "error": f"no job {job!r} ran on this node's GPUs while gpuwatch watched"},
+                status=404,
+            )  # fmt: skip
+        return _success(made)
 
     async def gpus(self, request: web.Request) -> web.Response:
         return _success(gpus_payload(self.daemon))

@@ -26,6 +26,7 @@ from gpuwatch.kernel.merge import EventMerger
 from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
+from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
 from gpuwatch.serve.control import (
@@ -78,6 +79,7 @@ class Wired:
     journal: Journal
     notifier: Notifier
     reloader: Reloader
+    reports: JobReports | None = None
 
     async def close(self) -> None:
         """Stop the notifier's senders and close what wiring opened: the outbox, the journal."""
@@ -250,7 +252,11 @@ def wire(
     if drainer is not None:
         observe = drainer.observe  # each cycle's verdict, once it is reached
         daemon.cycle_listeners.append(lambda now: observe(now, daemon.view.node_verdict))
-    return Wired(daemon, rules, journal, notifier, Reloader(daemon, rules, notifier, guard))
+    reports = JobReports(state_dir, clock, events.publish)
+    daemon.cycle_listeners.append(lambda now: reports.observe(now, daemon.view.batch))
+    events.listeners.append(reports.on_event)
+    reloader = Reloader(daemon, rules, notifier, guard)
+    return Wired(daemon, rules, journal, notifier, reloader, reports)
 
 
 async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
@@ -273,7 +279,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
             sock.close()
         raise
     daemon, notifier = wired.daemon, wired.notifier
-    runner = await start_http(Api(daemon), listening, guard)
+    runner = await start_http(Api(daemon, reports=wired.reports), listening, guard)
     await notifier.start()
     control_path = socket_path(config.state_dir)
     push = config.push

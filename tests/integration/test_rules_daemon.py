@@ -76,6 +76,7 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
         "gpuwatch-training": 5.0,
         "gpuwatch-training-trends": 15.0,
         "gpuwatch-self": 5.0,
+        "gpuwatch-actions": 5.0,
         "gpuwatch-host": 5.0,
         "gpuwatch-host-trends": 15.0,
     }  # fmt: skip (the default interval is the sampling interval, 5 s in this test)

@@ -86,7 +86,7 @@ def test_nan_loss_fires_within_two_minutes_and_the_gpus_show_the_job(tmp_path: P
             assert process["name"].startswith("python") and process["gpu_memory_bytes"] > 1e9
             assert gpu["jobs"].startswith("Slurm job 81234 of ")
         metrics = daemon.metrics()
-        assert 'train_loss{job="llama",rank="1"} NaN' in metrics
+        assert 'train_loss{gpu="1",job="llama",rank="1"} NaN' in metrics  # rank 1 runs on GPU 1
         assert 'gpuwatch_gpu_processes{gpu="1",' in metrics
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -1,0 +1,1 @@
+"""The job-end report: what happened to each GPU while a job ran on it."""

@@ -1,0 +1,95 @@
+"""A job's report: per GPU, its XIDs, ECC and row-remap changes, throttled seconds by reason and
+the alerts of its time on the GPU; as JSON (into `state_dir/reports/`, and from the API) and
+as a few lines for the job's output."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.host.processes import JOB_NOUNS
+from gpuwatch.reports.tracker import GpuRecord, JobRecord
+from gpuwatch.state.atomicfile import write_json
+from gpuwatch.text.timefmt import rfc3339
+
+log = logging.getLogger(__name__)
+
+REPORTS_DIR = "reports"
+MAX_REPORT_FILES = 1000  # the oldest go first
+UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _gpu(entry: GpuRecord) -> dict[str, Any]:
+    changes = {k: entry.last[k] - v for k, v in sorted(entry.first.items())
+               if entry.last.get(k, v) != v}  # fmt: skip
+    xids, alerts, other = [], [], []
+    for e in entry.events:
+        at = rfc3339(e.time)
+        if e.kind == "xid":
+            xids.append({"time": at, "xid": e.data.get("xid"), "message": e.message})
+        elif e.kind == "alert":
+            name, severity = e.data.get("alertname", ""), e.data.get("severity", "")
+            alerts.append({"time": at, "alertname": name, "severity": severity,
+                           "message": e.message})  # fmt: skip
+        else:
+            other.append({"time": at, "kind": e.kind, "message": e.message})
+    return {
+        "index": entry.index,
+        "uuid": entry.uuid,
+        "xids": xids,
+        "alerts": alerts,
+        "events": other,
+        "counter_changes": changes,
+        "throttled_seconds": {k: round(v, 1) for k, v in sorted(entry.throttled.items())},
+        "events_dropped": entry.dropped,
+    }
+
+
+def build(record: JobRecord, now: float) -> dict[str, Any]:
+    return {
+        "job_kind": record.kind,
+        "job_id": record.job_id,
+        "user": record.user,
+        "start": rfc3339(record.start),
+        "end": rfc3339(record.last_seen) if record.ended else None,
+        "running": not record.ended,
+        "reported_at": rfc3339(now),
+        "gpus": [_gpu(g) for g in sorted(record.gpus.values(), key=lambda g: g.index)],
+    }
+
+
+def text(report: dict[str, Any]) -> str:
+    """A few lines a person reads at the end of the job's output."""
+    end = report["end"] or "still running"
+    noun = JOB_NOUNS.get(report["job_kind"], f"{report['job_kind']} job")
+    lines = [f"gpuwatch: {noun} {report['job_id']} of {report['user']}, "
+             f"{report['start']} to {end}, on {len(report['gpus'])} GPUs"]  # fmt: skip
+    for gpu in report["gpus"]:
+        said = [f"XID {x['xid']} at {x['time']}" for x in gpu["xids"]]
+        said += [f"{a['alertname']} at {a['time']}" for a in gpu["alerts"]]
+        said += [f"{k} +{v:g}" for k, v in gpu["counter_changes"].items()]
+        said += [f"clocks held by {k} {v:g}s" for k, v in gpu["throttled_seconds"].items()]
+        said += [e["message"] for e in gpu["events"]]
+        lines.append(f"  GPU {gpu['index']}: {'; '.join(said) if said else 'nothing wrong'}")
+    return "\n".join(lines)
+
+
+def write(state_dir: Path, report: dict[str, Any]) -> Path | None:
+    """The report as `reports/<kind>-<id>-<start>.json`; None when it could not be written
+    (logged: a full disk must not cost the daemon more than the report)."""
+    directory = state_dir / REPORTS_DIR
+    name = UNSAFE.sub("_", f"{report['job_kind']}-{report['job_id']}-{report['start']}") + ".json"
+    try:
+        directory.mkdir(mode=0o750, exist_ok=True)
+        path = directory / name
+        write_json(path, report)
+        for old in sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime)[
+            :-MAX_REPORT_FILES
+        ]:
+            old.unlink(missing_ok=True)
+    except OSError as exc:
+        log.error("job report %s: cannot write it: %s", name, exc)
+        return None
+    return path

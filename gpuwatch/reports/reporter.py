@@ -1,0 +1,50 @@
+"""The daemon's side of job reports: the tracker fed each cycle and each event, a report
+written as each job ends (and announced in the journal), and one on request."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.clock import Clock
+from gpuwatch.model import Batch, Event
+from gpuwatch.reports import report
+from gpuwatch.reports.tracker import JobRecord, JobTracker
+
+log = logging.getLogger(__name__)
+
+
+class JobReports:
+    def __init__(self, state_dir: Path, clock: Clock, publish: Callable[[Event], None]) -> None:
+        self.state_dir = state_dir
+        self.clock = clock
+        self.publish = publish
+        self.tracker = JobTracker(self._ended)
+
+    def observe(self, now: float, batch: Batch | None) -> None:
+        self.tracker.observe(now, batch)
+
+    def on_event(self, event: Event) -> None:
+        self.tracker.on_event(event)
+
+    def report(self, job_id: str) -> dict[str, Any] | None:
+        """The job's report now (written to the reports directory too), or None when no job
+        of that id ran here while the daemon watched."""
+        record = self.tracker.find(job_id)
+        if record is None:
+            return None
+        made = report.build(record, self.clock.now())
+        report.write(self.state_dir, made)
+        return made
+
+    def _ended(self, record: JobRecord) -> None:
+        made = report.build(record, self.clock.now())
+        path = report.write(self.state_dir, made)
+        summary = report.text(made)
+        log.info("%s", summary.replace("\n", ";"))
+        self.publish(
+            Event(self.clock.now(), "job_report", None, None, summary.splitlines()[0],
+                  {"job": record.job_id, "file": str(path) if path else ""})
+        )  # fmt: skip

@@ -1,0 +1,155 @@
+"""Which jobs ran on which GPUs, and what happened to those GPUs meanwhile: the job-end report.
+
+Each cycle the tracker sees every GPU's processes and the jobs they belong to (their cgroup:
+Slurm job, pod, container). For each job and each of its GPUs it keeps the counters at the
+job's first sight and at its last (ECC errors, remapped rows, retired pages), the seconds each
+clock-event reason held the clocks down, and the events that came while the job was on the
+GPU: XIDs, ECC and memory-retirement events, a lost GPU, and alerts (an alert a job's own
+metrics raise, TrainingLossNaN say, names its GPU when the job reports with a `gpu` label).
+A job whose processes have left every GPU for `ENDED_AFTER_S` has ended: its report is
+written then; `report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gpuwatch import metrics as m
+from gpuwatch.model import Batch, Event, GpuState, Sample
+
+log = logging.getLogger(__name__)
+
+ENDED_AFTER_S = 10.0  # processes gone this long: the job has ended (not a restart of a rank)
+MAX_ACTIVE_JOBS = 1024
+MAX_ENDED_JOBS = 128  # kept for `gpuwatch job-report` after the end
+MAX_EVENTS_PER_GPU = 100
+MAX_GAP_S = 5.0  # a longer gap between cycles is not counted as throttled time
+COUNTERS = (m.ECC_ERRORS, m.REMAPPED_ROWS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAILED,
+            m.RETIRED_PAGES)  # fmt: skip
+EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recovery_action"})
+
+
+@dataclass
+class GpuRecord:
+    index: int
+    uuid: str
+    first: dict[str, float] = field(default_factory=dict)  # counter key -> value at start
+    last: dict[str, float] = field(default_factory=dict)
+    throttled: dict[str, float] = field(default_factory=dict)  # reason -> seconds
+    events: list[Event] = field(default_factory=list)
+    dropped: int = 0  # events past MAX_EVENTS_PER_GPU
+
+
+@dataclass
+class JobRecord:
+    kind: str
+    job_id: str
+    user: str
+    start: float
+    last_seen: float
+    gpus: dict[str, GpuRecord] = field(default_factory=dict)  # uuid ->
+    ended: bool = False
+
+
+def _counter_key(sample: Sample) -> str:
+    rest = ",".join(f"{k}={v}" for k, v in sample.labels if k not in ("gpu", "uuid"))
+    return f"{sample.name}{{{rest}}}" if rest else sample.name
+
+
+class JobTracker:
+    def __init__(self, on_end: Callable[[JobRecord], None]) -> None:
+        self.on_end = on_end  # writes the report of a job that has ended
+        self.active: dict[str, JobRecord] = {}
+        self.ended: OrderedDict[str, JobRecord] = OrderedDict()
+        self._on_gpu: dict[str, list[JobRecord]] = {}  # uuid -> the jobs on it last cycle
+        self._index: dict[int, str] = {}  # GPU index -> uuid, last cycle
+        self._last_cycle: float | None = None
+
+    def observe(self, now: float, batch: Batch | None) -> None:
+        """One cycle: which jobs are where, their GPUs' counters and clock reasons."""
+        if batch is None:
+            return
+        per_gpu = self._samples_by_gpu([*batch.samples, *batch.slow])
+        gap = 0.0 if self._last_cycle is None else min(now - self._last_cycle, MAX_GAP_S)
+        self._last_cycle = now
+        self._index = {g.info.index: g.info.uuid for g in batch.gpus}
+        self._on_gpu = {}
+        for gpu in batch.gpus:
+            for record in self._jobs_on(gpu, now):
+                self._update(record, gpu, per_gpu.get(gpu.info.uuid, []), gap)
+                self._on_gpu.setdefault(gpu.info.uuid, []).append(record)
+        for key, record in list(self.active.items()):
+            if now - record.last_seen >= ENDED_AFTER_S:
+                del self.active[key]
+                record.ended = True
+                self.ended[key] = record
+                while len(self.ended) > MAX_ENDED_JOBS:
+                    self.ended.popitem(last=False)
+                self.on_end(record)
+
+    def on_event(self, event: Event) -> None:
+        """An event for the jobs on its GPU (an alert, only as it fires)."""
+        if event.kind not in EVENT_KINDS and not (
+            event.kind == "alert" and event.data.get("state") == "firing"
+        ):
+            return
+        uuid = event.uuid or (self._index.get(event.gpu) if event.gpu is not None else None)
+        for record in self._on_gpu.get(uuid or "", []):
+            gpu = record.gpus[uuid or ""]
+            if len(gpu.events) < MAX_EVENTS_PER_GPU:
+                gpu.events.append(event)
+            else:
+                gpu.dropped += 1
+
+    def find(self, job_id: str) -> JobRecord | None:
+        """The running job, else the most recent ended one, with this id."""
+        for records in (self.active.values(), reversed(self.ended.values())):
+            for record in records:
+                if record.job_id == job_id:
+                    return record
+        return None
+
+    def _jobs_on(self, gpu: GpuState, now: float) -> Iterable[JobRecord]:
+        seen: set[str] = set()
+        for process in gpu.processes:
+            if not process.job_id or process.job_id in seen:
+                continue
+            seen.add(process.job_id)
+            key = f"{process.job_kind}:{process.job_id}"
+            record = self.active.get(key)
+            if record is None:
+                if len(self.active) >= MAX_ACTIVE_JOBS:
+                    continue
+                record = self.active[key] = JobRecord(
+                    process.job_kind, process.job_id, process.user, now, now
+                )
+            record.last_seen = now
+            yield record
+
+    @staticmethod
+    def _update(record: JobRecord, gpu: GpuState, samples: list[Sample], gap: float) -> None:
+        uuid = gpu.info.uuid
+        entry = record.gpus.get(uuid)
+        if entry is None:
+            entry = record.gpus[uuid] = GpuRecord(gpu.info.index, uuid)
+            gap = 0.0  # its first cycle on this GPU: nothing to count yet
+        for sample in samples:
+            if sample.name in COUNTERS:
+                key = _counter_key(sample)
+                entry.first.setdefault(key, sample.value)
+                entry.last[key] = sample.value
+            elif sample.name == m.CLOCK_EVENT and sample.value == 1.0 and gap > 0:
+                reason = dict(sample.labels).get("reason", "")
+                entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
+
+    @staticmethod
+    def _samples_by_gpu(samples: list[Sample]) -> dict[str, list[Sample]]:
+        out: dict[str, list[Sample]] = {}
+        for sample in samples:
+            if sample.name in COUNTERS or sample.name == m.CLOCK_EVENT:
+                uuid = dict(sample.labels).get("uuid", "")
+                out.setdefault(uuid, []).append(sample)
+        return out

@@ -1,0 +1,92 @@
+"""The job tracker on hand-made cycles: a job seen on two GPUs, counters that move, clocks
+held down, events on its GPUs and beside them, the report written once its processes leave."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import ManualClock
+from gpuwatch.host.processes import GpuProcess
+from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.reports.report import text
+from gpuwatch.reports.reporter import JobReports
+from gpuwatch.reports.tracker import ENDED_AFTER_S
+
+T0 = 1_800_000_000.0
+
+
+def gpu(index: int, job: str | None) -> GpuState:
+    info = GpuInfo(index, f"GPU-{index}", "H100", f"0000:{index:02x}:00.0", "s", "v", 18)
+    procs = (GpuProcess(100 + index, "python3", "alice", 1e9, "slurm", job),) if job else ()
+    return GpuState(info, GpuStatus.OK, processes=procs)
+
+
+def batch(t: float, jobs: dict[int, str | None], dbe: float = 0.0, slowdown: bool = False,
+          ) -> Batch:  # fmt: skip
+    gpus = [gpu(i, j) for i, j in jobs.items()]
+    samples = []
+    for g in gpus:
+        labels = (("gpu", str(g.info.index)), ("uuid", g.info.uuid))
+        ecc = (*labels, ("type", "uncorrected"), ("scope", "volatile"))
+        samples.append(Sample(m.ECC_ERRORS, ecc, dbe if g.info.index == 1 else 0.0))
+        samples.append(Sample(m.CLOCK_EVENT, (*labels, ("reason", "hw_slowdown")),
+                              1.0 if slowdown and g.info.index == 1 else 0.0))  # fmt: skip
+    return Batch("nvml", t, samples, BackendState(True, "nvml"), gpus)
+
+
+def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_end(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock(T0)
+    published: list[Event] = []
+    reports = JobReports(tmp_path, clock, published.append)
+    on = {0: "7", 1: "7", 2: "8"}
+    reports.observe(T0, batch(T0, on))
+    reports.observe(T0 + 1, batch(T0 + 1, on, slowdown=True))
+    reports.observe(T0 + 2, batch(T0 + 2, on, dbe=2.0, slowdown=True))
+    reports.on_event(Event(T0 + 2, "xid", 1, "GPU-1", "XID 79 on GPU 1", {"xid": 79}))
+    reports.on_event(Event(T0 + 2, "xid", 2, "GPU-2", "XID 13 on GPU 2", {"xid": 13}))
+    reports.on_event(Event(T0 + 2, "alert", 1, None, "TrainingLossNaN firing",
+                           {"alertname": "TrainingLossNaN", "state": "firing"}))  # fmt: skip
+    reports.on_event(Event(T0 + 2, "alert", 1, None, "TrainingLossNaN resolved",
+                           {"alertname": "TrainingLossNaN", "state": "resolved"}))  # fmt: skip
+    running = reports.report("7")
+    assert running is not None and running["running"] and running["end"] is None
+    gone = {0: None, 1: None, 2: "8"}
+    reports.observe(T0 + 3, batch(T0 + 3, gone))
+    assert not published  # not over yet: a rank restarting leaves its GPU for a moment
+    clock.advance(ENDED_AFTER_S)
+    reports.observe(T0 + 2 + ENDED_AFTER_S, batch(T0 + 2 + ENDED_AFTER_S, gone))
+    [announced] = published
+    assert announced.kind == "job_report" and announced.data["job"] == "7"
+    [written] = (tmp_path / "reports").glob("slurm-7-*.json")
+    report = json.loads(written.read_text())
+    assert report["running"] is False and report["user"] == "alice"
+    gpu0, gpu1 = report["gpus"]
+    assert (gpu0["xids"], gpu0["alerts"], gpu0["throttled_seconds"]) == ([], [], {})
+    assert gpu0["counter_changes"] == {}
+    assert [x["xid"] for x in gpu1["xids"]] == [79]  # GPU 2's XID 13 is job 8's
+    assert [a["alertname"] for a in gpu1["alerts"]] == ["TrainingLossNaN"]  # firing only
+    key = "gpuwatch_gpu_ecc_errors_total{type=uncorrected,scope=volatile}"
+    assert gpu1["counter_changes"] == {key: 2.0}
+    assert gpu1["throttled_seconds"] == {"hw_slowdown": 2.0}
+    lines = text(report).splitlines()
+    assert lines[0].startswith("gpuwatch: Slurm job 7 of alice, ")
+    assert lines[1] == "  GPU 0: nothing wrong"
+    assert lines[2].startswith("  GPU 1: XID 79 at ") and "TrainingLossNaN at" in lines[2]
+    assert f"{key} +2" in lines[2] and "clocks held by hw_slowdown 2s" in lines[2]
+    assert reports.report("7") is not None  # ended, still there for the Epilog's late ask
+    assert reports.report("nope") is None
+
+
+def test_an_unwritable_reports_directory_costs_the_report_only(tmp_path: Path) -> None:
+    blocked = tmp_path / "state"
+    blocked.mkdir()
+    (blocked / "reports").write_text("a file where the directory would be")
+    clock = ManualClock(T0)
+    reports = JobReports(blocked, clock, lambda _: None)
+    reports.observe(T0, batch(T0, {0: "9"}))
+    made = reports.report("9")
+    assert made is not None and made["job_id"] == "9"
