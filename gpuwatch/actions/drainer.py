@@ -99,7 +99,8 @@ class SlurmDrainer:
         self._wanted = wanted
         if not wanted:
             self._held = None  # nothing left to drain for: nothing held
-        if new or self._resume_due(now):
+        # A resume that failed is retried on the backoff's schedule, not every cycle.
+        if new or (self._resume_due(now) and not self._failed_in_a_row):
             self._wake.set()
 
     def _opted_in(self, key: str) -> bool:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.actions.breaker import hold
-from gpuwatch.actions.drainer import drain_reason, reason_causes
+from gpuwatch.actions.config import SlurmActions
+from gpuwatch.actions.drainer import SlurmDrainer, drain_reason, reason_causes
 from gpuwatch.actions.slurm import (
     MAX_REASON_CHARS,
     SlurmCli,
@@ -21,8 +23,10 @@ from gpuwatch.actions.slurm import (
     own_reason,
     parse_sinfo,
 )
+from gpuwatch.clock import ManualClock
 from gpuwatch.config import load_config
-from gpuwatch.health.verdict import Cause, Health
+from gpuwatch.health.verdict import Cause, Health, Verdict
+from gpuwatch.model import Sample
 from gpuwatch.text.yamlfile import FileError
 
 CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slurm" / "sinfo-22.05.8.txt"
@@ -171,3 +175,44 @@ def test_the_config_takes_no_rate_limit_and_defaults_the_rest(tmp_path: Path) ->
     slurm = load_config(write(tmp_path, text)).actions.slurm
     assert slurm.drain_on == ("gpu-lost", "xid-*") and slurm.max_drains_per_hour is None
     assert (slurm.resume_after, slurm.max_drained_fraction, slurm.dry_run) == (300.0, 0.1, False)
+
+
+async def test_a_failing_resume_is_retried_on_the_backoff_not_every_cycle(tmp_path: Path) -> None:
+    # sinfo replays the capture (gw2: drained by gpuwatch); scontrol fails, as without root.
+    sinfo = script(tmp_path, f"cat {CAPTURE}")
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "scontrol-fails"
+    scontrol.write_text(
+        f"#!/bin/sh\necho x >> {calls}\necho 'Access/permission denied' >&2\nexit 1\n"
+    )
+    scontrol.chmod(0o755)
+    clock = ManualClock(NOW)
+    config = SlurmActions(enabled=True, drain_on=("gpu-lost",), resume_after=60.0)
+    drainer = SlurmDrainer(config, "gw2", clock, lambda _: None,
+                           SlurmCli(str(scontrol), sinfo, timeout=5))  # fmt: skip
+    await drainer.start()
+    try:
+        healthy = Verdict(Health.HEALTHY)
+        for _ in range(3):  # healthy for 90 s: past resume_after
+            drainer.observe(clock.now(), healthy)
+            clock.advance(30.0)
+        drainer.observe(clock.now(), healthy)
+        await wait_until(lambda: calls.exists() and len(calls.read_text().split()) == 1)
+        for _ in range(20):  # cycles within the 5 s backoff: no new try
+            clock.advance(0.2)
+            drainer.observe(clock.now(), healthy)
+            await asyncio.sleep(0.005)
+        clock.advance(1.5)
+        await wait_until(lambda: len(calls.read_text().split()) == 2)
+        assert drainer.samples()[0] == Sample("gpuwatch_action_failures_total",
+                                              (("scheduler", "slurm"),), 2.0)  # fmt: skip
+    finally:
+        await drainer.stop()
+
+
+async def wait_until(check: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not met")
