@@ -9,10 +9,10 @@ STATE_DIR ?= .state
 PREFIX ?= /opt/gpuwatch
 CONFDIR ?= /etc/gpuwatch
 UNITDIR ?= /etc/systemd/system
-# The Slurm health check and prolog go to LIBEXECDIR, with the daemon's URL, Slurm's commands
-# and (where it is not where they look) slurm.conf.
+# The Slurm health check and prolog go to LIBEXECDIR, with Slurm's commands and, where they are
+# not where gpuwatch and scontrol look, the daemon's state directory and slurm.conf.
 LIBEXECDIR ?= $(PREFIX)/libexec
-GPUWATCH_URL ?= http://127.0.0.1:10040
+GPUWATCH_STATE_DIR ?=
 SCONTROL ?= $(or $(shell command -v scontrol),/usr/bin/scontrol)
 SINFO ?= $(or $(shell command -v sinfo),/usr/bin/sinfo)
 SLURM_CONF_FILE ?=
@@ -78,7 +78,8 @@ systemd-unit:
 slurm-files:
 	install -d $(LIBEXECDIR)
 	for f in gpuwatch-healthcheck gpuwatch-prolog; do \
-		sed -e 's|^GPUWATCH=.*|GPUWATCH=$(PREFIX)/bin/gpuwatch|' -e 's|^URL=.*|URL=$(GPUWATCH_URL)|' \
+		sed -e 's|^GPUWATCH=.*|GPUWATCH=$(PREFIX)/bin/gpuwatch|' \
+			-e 's|^STATE_DIR=.*|STATE_DIR=$(GPUWATCH_STATE_DIR)|' \
 			-e 's|^SCONTROL=.*|SCONTROL=$(SCONTROL)|' -e 's|^SINFO=.*|SINFO=$(SINFO)|' \
 			-e 's|^SLURM_CONF_FILE=.*|SLURM_CONF_FILE=$(SLURM_CONF_FILE)|' \
 			deploy/slurm/$$f > $(LIBEXECDIR)/$$f && chmod 0755 $(LIBEXECDIR)/$$f || exit 1; \

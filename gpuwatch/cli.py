@@ -106,7 +106,13 @@ def _parser() -> argparse.ArgumentParser:
         help="ask the control socket instead whether the daemon itself works (samples keep "
         "coming): 0 yes, 1 stale, 3 unreachable; a liveness probe past TLS and passwords",
     )
-    health.add_argument("--state-dir", help="the daemon's state directory, for --alive")
+    health.add_argument(
+        "--local",
+        action="store_true",
+        help="ask the daemon on this host through its control socket, not its listener "
+        "(whatever TLS or passwords the listener has): Slurm's health check and prolog",
+    )
+    health.add_argument("--state-dir", help="the daemon's state directory, for --alive and --local")
     health.add_argument(
         "--npd",
         action="store_true",
@@ -118,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "job-report",
         help="what happened to each GPU while a job ran on it: XIDs, ECC and remap changes, "
-        "throttling, alerts (for Slurm's Epilog)",
+        "throttling, alerts (at the end of a batch script, or from Slurm's Epilog)",
     )
     report.add_argument("job", help="the job's id: Slurm's job id, a pod's UID")
     report.add_argument("url", nargs="?", default=DEFAULT_URL)

@@ -9,6 +9,7 @@ every node look broken then takes out a few nodes, not the fleet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -59,5 +60,47 @@ def hold(
                 partition,
                 f"gpuwatch took {len(recent)} nodes of partition {partition} out in the last "
                 f"hour (max_drains_per_hour {max_per_hour})",
+            )
+    return None
+
+
+def raced(
+    nodes: Iterable[SlurmNode],
+    partitions: Iterable[str],
+    me: str,
+    now: float,
+    *,
+    max_fraction: float,
+    max_per_hour: int | None,
+) -> Hold | None:
+    """After draining `me`: whether drains that raced it took the room first. Nodes all over a
+    fleet may check the breaker in the same second (a bad rule reloaded everywhere) and each see
+    room. So each looks again after its drain: of the nodes gpuwatch has out, the breaker lets
+    them stay in the order they went out (the reason's time, then the name, which every node
+    sees alike) up to the limits; `me` past them is one too many and must be undone."""
+    listed = list(nodes)
+    for partition in partitions:
+        members = [n for n in listed if partition in n.partitions]
+        out = sorted((n for n in members if n.by_gpuwatch and n.out_of_service),
+                     key=lambda n: (n.reason_time or 0.0, n.name))  # fmt: skip
+        names = [n.name for n in out]
+        if me not in names:
+            continue
+        room = max(1, math.ceil(max_fraction * len(members) - 1e-9))
+        if names.index(me) >= room:
+            return Hold(
+                "fraction",
+                partition,
+                f"{len(out)} of {len(members)} nodes of partition {partition} went out at once; "
+                f"{room} may (max_drained_fraction {max_fraction:g})",
+            )
+        recent = [n.name for n in out if n.reason_time is not None
+                  and n.reason_time > now - HOUR_S]  # fmt: skip
+        if max_per_hour is not None and me in recent and recent.index(me) >= max_per_hour:
+            return Hold(
+                "rate",
+                partition,
+                f"{len(recent)} nodes of partition {partition} went out in the last hour; "
+                f"{max_per_hour} may (max_drains_per_hour {max_per_hour})",
             )
     return None

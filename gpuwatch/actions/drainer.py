@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuwatch import metrics as m
-from gpuwatch.actions.breaker import Hold, hold
+from gpuwatch.actions.breaker import Hold, hold, raced
 from gpuwatch.actions.config import SlurmActions
 from gpuwatch.actions.slurm import OWN_REASON_PREFIX, SlurmCli, SlurmError, SlurmNode, own_reason
 from gpuwatch.clock import Clock, wait_event
@@ -198,9 +198,28 @@ class SlurmDrainer:
             self._event("would_drain", causes, f"would drain node {self.node}: {reason}", reason)
         else:
             await self.cli.drain(self.node, reason)
+            if await self._undone_after_race(now, partitions, causes):
+                return
             log.warning("drained node %s in Slurm: %s", self.node, reason)
             self._event("drain", causes, f"drained node {self.node} in Slurm: {reason}", reason)
         self._drained = _Drained(reason_causes(reason), self.config.dry_run)
+
+    async def _undone_after_race(
+        self, now: float, partitions: tuple[str, ...], causes: tuple[Cause, ...]
+    ) -> bool:
+        """Look again after the drain: when drains elsewhere raced this one past the limits,
+        undo it and hold, as the breaker would have had it seen them."""
+        fleet = await self.cli.nodes(partitions=partitions)
+        held = raced(fleet, partitions, self.node, now,
+                     max_fraction=self.config.max_drained_fraction,
+                     max_per_hour=self.config.max_drains_per_hour)  # fmt: skip
+        if held is None:
+            return False
+        await self.cli.resume(self.node)
+        log.warning("drained node %s, then undid it: %s", self.node, held.message)
+        self._event("held", causes, f"drain of node {self.node} undone: {held.message}")
+        self._held = held
+        return True
 
     def _saw(self, node: SlurmNode) -> None:
         """The node is out already: ours to keep track of, or someone else's to leave be."""
@@ -220,6 +239,8 @@ class SlurmDrainer:
             self._drained, self._maybe_ours = None, False
             return
         node = await self.cli.node(self.node)
+        if not self._resume_due(self.clock.now()):  # a cause came while sinfo answered
+            return
         if node.drained and node.ours:
             await self.cli.resume(self.node)
             log.warning("resumed node %s in Slurm (was: %s)", self.node, node.reason)

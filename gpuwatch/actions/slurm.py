@@ -127,7 +127,9 @@ class SlurmCli:
         if names := list(names):
             args += ["-n", ",".join(names)]
         if partitions := list(partitions):
-            args += ["-p", ",".join(partitions)]
+            args += ["-p", ",".join(partitions)]  # named, a hidden one is listed too
+        else:
+            args.append("--all")  # hidden partitions too (sinfo refuses it beside -p)
         return parse_sinfo(await self._run(self.sinfo, args))
 
     async def node(self, name: str) -> SlurmNode:

@@ -8,6 +8,7 @@ import json
 import sys
 import urllib.error
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,20 +99,39 @@ def cmd_health(args: argparse.Namespace) -> int:
     """One line and an exit status, for Slurm's HealthCheckProgram, NHC or a cron job."""
     if args.alive:
         return _alive(args.state_dir)
-    status = _health(args.url.rstrip("/"), args.ca_file)
+    base = args.url.rstrip("/")
+    if args.local:
+        path = default_socket(args.state_dir)
+        where = str(path)
+
+        def fetch() -> Any:
+            status, reply = request(path, "GET", "/api/v1/node")
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
+            return reply
+    else:
+        where = redact(base)
+
+        def fetch() -> Any:
+            return _fetch_json(f"{base}/api/v1/node", args.ca_file)
+
+    status = _health(where, fetch)
     return NPD_EXIT[status] if args.npd else status
 
 
-def _health(base: str, ca_file: str | None) -> int:
+def _health(base: str, fetch: Callable[[], Any]) -> int:
     try:
-        node = _fetch_json(f"{base}/api/v1/node", ca_file).get("data", {})
+        node = fetch().get("data", {})
+    except ControlError as exc:
+        print(f"unreachable: {exc}")
+        return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"unreachable: {redact(base)}: {_why(exc)}")
+        print(f"unreachable: {base}: {_why(exc)}")
         return EXIT_UNREACHABLE
     verdict = str(node.get("verdict", "unknown"))
     reasons = [str(r) for r in node.get("reasons", []) if r]
     if verdict not in HEALTH_EXIT:
-        print(f"unknown: {redact(base)}: {'; '.join(reasons) or 'no verdict yet'}")
+        print(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
         return EXIT_UNREACHABLE
     actions = [str(a) for a in node.get("actions", [])]
     if reasons:

@@ -30,14 +30,13 @@ class JobReports:
         self.tracker.on_event(event)
 
     def report(self, job_id: str) -> dict[str, Any] | None:
-        """The job's report now (written to the reports directory too), or None when no job
-        of that id ran here while the daemon watched."""
+        """The job's report now, or None when no job of that id ran here while the daemon
+        watched. Not written: anyone who reaches the listener may ask; the file is written
+        once, as the job ends."""
         record = self.tracker.find(job_id)
         if record is None:
             return None
-        made = report.build(record, self.clock.now())
-        report.write(self.state_dir, made)
-        return made
+        return report.build(record, self.clock.now())
 
     def _ended(self, record: JobRecord) -> None:
         made = report.build(record, self.clock.now())

@@ -7,7 +7,8 @@ clock-event reason held the clocks down, and the events that came while the job 
 GPU: XIDs, ECC and memory-retirement events, a lost GPU, and alerts (an alert a job's own
 metrics raise, TrainingLossNaN say, names its GPU when the job reports with a `gpu` label).
 A job whose processes have left every GPU for `ENDED_AFTER_S` has ended: its report is
-written then; `report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).
+written then (again, whole, if the job comes back: a new step, a restarted rank);
+`report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class JobTracker:
             if now - record.last_seen >= ENDED_AFTER_S:
                 del self.active[key]
                 record.ended = True
-                self.ended[key] = record
+                self.ended.pop(key, None)
+                self.ended[key] = record  # the newest last: the oldest go first
                 while len(self.ended) > MAX_ENDED_JOBS:
                     self.ended.popitem(last=False)
                 self.on_end(record)
@@ -120,6 +122,9 @@ class JobTracker:
             seen.add(process.job_id)
             key = f"{process.job_kind}:{process.job_id}"
             record = self.active.get(key)
+            if record is None and key in self.ended:  # back (a new step, a restarted rank)
+                record = self.active[key] = self.ended.pop(key)
+                record.ended = False
             if record is None:
                 if len(self.active) >= MAX_ACTIVE_JOBS:
                     continue

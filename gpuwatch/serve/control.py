@@ -20,6 +20,7 @@ from gpuwatch.notify.silences import Silences, silence_json, silence_request
 from gpuwatch.push.http import handle_push
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import healthz_response
+from gpuwatch.serve.payloads import node_payload
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class ControlApi:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/-/reload", self.reload)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/api/v1/node", self.node)
         app.router.add_post("/api/v1/ack", self.ack)
         app.router.add_post("/api/v1/push", self.push)
         app.router.add_get("/api/v1/silences", self.list_silences)
@@ -79,6 +81,10 @@ class ControlApi:
     async def healthz(self, request: web.Request) -> web.Response:
         """As the listener's, for a probe that cannot pass the listener's TLS or password."""
         return healthz_response(self.daemon)
+
+    async def node(self, request: web.Request) -> web.Response:
+        """The verdict, as the listener's, for the node's own health check (Slurm's)."""
+        return web.json_response({"status": "success", "data": node_payload(self.daemon)})
 
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics; the socket's file permissions are the access control."""

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 # What a reload cannot change under a running daemon: listeners, files held open, the loop.
 RESTART_ONLY = (
-    "listen", "state_dir", "node_name", "sampling", "store", "journal", "web_config", "sources"
+    "listen", "state_dir", "node_name", "sampling", "store", "journal", "web_config", "sources",
+    "actions",
 )  # fmt: skip
 RESTART_ONLY_PUSH = (
     "max_body_bytes", "max_series_per_job", "max_series", "stale_after", "textfile_dir",

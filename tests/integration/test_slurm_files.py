@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bcrypt
+
 from tests.conftest import start_daemon, stop_daemon, wait_for
-from tests.prometheus_server import free_port
 from tests.slurm_server import NODE, needs_slurm, start_slurm
 
 pytestmark = needs_slurm
@@ -23,21 +24,29 @@ faults:
 """
 
 
-def install(libexec: Path, url: str, conf: Path) -> None:
+def install(libexec: Path, state_dir: Path, conf: Path) -> None:
     """`make slurm-files` with this checkout's gpuwatch (the virtualenv's) as the install, and
     the test cluster's slurm.conf."""
     prefix = Path(sys.executable).parent.parent
     subprocess.run(
         ["make", "-s", "-C", str(ROOT), "slurm-files", f"PREFIX={prefix}",
-         f"LIBEXECDIR={libexec}", f"GPUWATCH_URL={url}", f"SLURM_CONF_FILE={conf}"],
+         f"LIBEXECDIR={libexec}", f"GPUWATCH_STATE_DIR={state_dir}", f"SLURM_CONF_FILE={conf}"],
         check=True, timeout=30,
     )  # fmt: skip
 
 
+def basic_auth(tmp_path: Path) -> Path:
+    """A web config asking every reader of the listener for a password."""
+    hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yaml"
+    web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    return web
+
+
 def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: Path) -> None:
-    port = free_port()
     libexec = tmp_path / "libexec"
-    install(libexec, f"http://127.0.0.1:{port}", tmp_path / "slurm" / "slurm.conf")
+    install(libexec, tmp_path / "d" / "state", tmp_path / "slurm" / "slurm.conf")
+    Path(f"/run/gpuwatch-healthcheck-missed-{NODE}").unlink(missing_ok=True)  # a past run's
 
     def run(name: str) -> subprocess.CompletedProcess[str]:
         """The file as slurmd runs it: as root, its environment the node's name (and the
@@ -49,15 +58,16 @@ def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: P
     check = f"HealthCheckProgram={libexec}/gpuwatch-healthcheck\nHealthCheckInterval=1"
     slurm = start_slurm(tmp_path / "slurm", check)
     try:
-        # Nothing listens yet: slurmd's first check drains the node, gpuwatch cannot be asked.
-        wait_for(lambda: "DRAIN" in slurm.node()["State"])
-        unreachable = f"gpuwatch health: unreachable: http://127.0.0.1:{port}"
-        assert slurm.node()["Reason"].startswith(unreachable)
+        # No daemon yet: gpuwatch cannot be asked twice running, and the node is drained.
+        wait_for(lambda: "DRAIN" in slurm.node()["State"], timeout=30)
+        unreachable = "gpuwatch health: unreachable: cannot reach the daemon on "
+        assert slurm.node()["Reason"].startswith(unreachable), slurm.node()["Reason"]
         assert run("gpuwatch-prolog").returncode == 0  # the job runs: the check deals with it
         scenario = tmp_path / "scenario.yaml"
         scenario.write_text(SCENARIO)
-        daemon = start_daemon(tmp_path / "d", "--simulate", str(scenario), "--listen",
-                              f"127.0.0.1:{port}")  # fmt: skip
+        # Behind a password: the scripts ask the control socket, not the listener.
+        daemon = start_daemon(tmp_path / "d", "--simulate", str(scenario), "--web-config",
+                              str(basic_auth(tmp_path)))  # fmt: skip
         try:
             # Healthy: the check takes back its own drain; the prolog lets jobs start.
             assert run("gpuwatch-healthcheck").returncode == 0

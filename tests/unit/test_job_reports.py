@@ -79,14 +79,22 @@ def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_
     assert f"{key} +2" in lines[2] and "clocks held by hw_slowdown 2s" in lines[2]
     assert reports.report("7") is not None  # ended, still there for the Epilog's late ask
     assert reports.report("nope") is None
+    # The job comes back (its next step): the same record goes on, its XID kept.
+    reports.observe(T0 + 20, batch(T0 + 20, on))
+    back = reports.report("7")
+    assert back is not None and back["running"] and back["gpus"][1]["xids"]
 
 
-def test_an_unwritable_reports_directory_costs_the_report_only(tmp_path: Path) -> None:
+def test_an_unwritable_reports_directory_costs_the_file_only(tmp_path: Path) -> None:
     blocked = tmp_path / "state"
     blocked.mkdir()
     (blocked / "reports").write_text("a file where the directory would be")
     clock = ManualClock(T0)
-    reports = JobReports(blocked, clock, lambda _: None)
+    published: list[Event] = []
+    reports = JobReports(blocked, clock, published.append)
     reports.observe(T0, batch(T0, {0: "9"}))
+    reports.observe(T0 + ENDED_AFTER_S, batch(T0 + ENDED_AFTER_S, {0: None}))
+    [announced] = published  # the job's end is still told, without a file to name
+    assert announced.data == {"job": "9", "file": ""}
     made = reports.report("9")
-    assert made is not None and made["job_id"] == "9"
+    assert made is not None and made["job_id"] == "9" and made["running"] is False

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.actions.breaker import hold
+from gpuwatch.actions.breaker import Hold, hold, raced
 from gpuwatch.actions.config import SlurmActions
 from gpuwatch.actions.drainer import SlurmDrainer, drain_reason, reason_causes
 from gpuwatch.actions.slurm import (
@@ -204,8 +204,8 @@ async def test_a_failing_resume_is_retried_on_the_backoff_not_every_cycle(tmp_pa
             await asyncio.sleep(0.005)
         clock.advance(1.5)
         await wait_until(lambda: len(calls.read_text().split()) == 2)
-        assert drainer.samples()[0] == Sample("gpuwatch_action_failures_total",
-                                              (("scheduler", "slurm"),), 2.0)  # fmt: skip
+        failures = Sample("gpuwatch_action_failures_total", (("scheduler", "slurm"),), 2.0)
+        await wait_until(lambda: drainer.samples()[0] == failures)
     finally:
         await drainer.stop()
 
@@ -216,3 +216,26 @@ async def wait_until(check: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("condition not met")
+
+
+def test_drains_that_raced_stay_in_the_order_they_went_out() -> None:
+    def check(nodes: list[SlurmNode], me: str, fraction: float, per_hour: int) -> Hold | None:
+        return raced(nodes, ["gpu"], me, NOW, max_fraction=fraction, max_per_hour=per_hour)
+
+    # Five nodes of eight drained in the same second: with 0.25, two may stay out.
+    out = [node(f"n{i}", {"idle", "drain"}, OURS, NOW) for i in range(5)]
+    fleet = out + [node(f"n{i}", {"idle"}) for i in range(5, 8)]
+    assert check(fleet, "n0", 0.25, 10) is None
+    assert check(fleet, "n1", 0.25, 10) is None
+    undone = check(fleet, "n2", 0.25, 10)
+    assert undone is not None and undone.why == "fraction"
+    assert "5 of 8 nodes of partition gpu went out at once; 2 may" in undone.message
+    # One out since half an hour comes first: nine nodes, room for three (n9, n0, n1).
+    older = [node("n9", {"down", "drain"}, OURS, NOW - 1800), *fleet]
+    assert check(older, "n1", 0.25, 10) is None
+    assert check(older, "n2", 0.25, 10) is not None
+    # The rate: three may go out an hour, whatever the fraction.
+    assert check(fleet, "n2", 1.0, 3) is None
+    rate = check(fleet, "n3", 1.0, 3)
+    assert rate is not None and rate.why == "rate"
+    assert check(fleet, "n7", 0.25, 10) is None  # not out: nothing to undo
