@@ -125,7 +125,9 @@ def health(url: str, *flags: str) -> tuple[int, str]:
 
 def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None:
     healthy = start_daemon(tmp_path / "healthy", "--simulate", "healthy")
-    lost = start_daemon(tmp_path / "lost", "--simulate", "fall_off_bus")  # GPU 1 at 10 s
+    lost = start_daemon(
+        tmp_path / "lost", "--simulate", "fall_off_bus", "--speed", "5"
+    )  # GPU 1 at 2 s
     try:
         assert health(healthy.url) == (0, "healthy: 8 GPUs, nothing wrong")
         _, line = wait_for(lambda: (r := health(lost.url))[0] == 2 and r)

@@ -31,7 +31,7 @@ def job_report(url: str, job: str, *flags: str) -> tuple[int, str, str]:
 def test_the_report_lists_the_xid_and_the_nan_for_the_right_gpu(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO)
-    daemon = start_daemon(tmp_path, "--simulate", str(scenario))
+    daemon = start_daemon(tmp_path, "--simulate", str(scenario), "--speed", "2")
     try:
 
         def both() -> dict[str, Any] | None:
