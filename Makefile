@@ -112,9 +112,17 @@ unit: $(STAMP)
 integration: $(STAMP) system-deps
 	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests/integration
 
-test: $(STAMP) system-deps lint
-	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests
-	$(MAKE) test-lowest-pin
+# The integration tests spend most of their time waiting on real daemons and servers, so the
+# other tests (and the lowest pin's) run beside them; their report follows the others'.
+test: $(STAMP) system-deps lint $(LOWEST_PIN)
+	@GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q -p no:cacheprovider tests/integration \
+		> .integration.log 2>&1 & \
+	integration=$$!; \
+	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests --ignore=tests/integration; rest=$$?; \
+	$(MAKE) --no-print-directory test-lowest-pin; pin=$$?; \
+	wait $$integration; status=$$?; \
+	echo "== tests/integration"; cat .integration.log; \
+	test $$rest = 0 && test $$pin = 0 && test $$status = 0
 
 $(LOWEST_PIN): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --target $@ nvidia-ml-py==$(PYNVML_LOWEST)

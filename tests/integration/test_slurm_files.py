@@ -1,7 +1,8 @@
-"""The Slurm files gpuwatch ships, installed by `make slurm-files` as on a GPU host and run by
-a real slurmd, which gives them no PATH: the health check drains a node gpuwatch cannot be
-asked about, resumes it once gpuwatch answers healthy, and drains it when a GPU is lost; the
-prolog refuses a job on an unhealthy node."""
+"""The Slurm files gpuwatch ships, installed by `make slurm-files` as on a GPU host: run by a
+real slurmd, which gives them no PATH, the health check drains a node gpuwatch cannot be asked
+about; run as slurmd runs them (root, SLURMD_NODENAME alone), it resumes the node once
+gpuwatch answers healthy and drains it when a GPU is lost, and the prolog refuses a job only
+on an unhealthy node."""
 
 from __future__ import annotations
 
@@ -73,11 +74,13 @@ def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: P
             assert run("gpuwatch-healthcheck").returncode == 0
             assert "DRAIN" not in slurm.node()["State"]
             assert run("gpuwatch-prolog").returncode == 0
-            # GPU 1 falls off the bus: the prolog refuses jobs, slurmd's next check drains.
+            # GPU 1 falls off the bus: the prolog refuses jobs, the check drains (run as
+            # slurmd runs it: slurmd's own runs start only some 12 s after it does).
             refused = wait_for(lambda: (r := run("gpuwatch-prolog")).returncode == 1 and r)
             assert refused.stderr.startswith(f"gpuwatch: not starting job 4242 on {NODE}: "
                                              "unhealthy: GPU 1 is lost")  # fmt: skip
-            wait_for(lambda: "DRAIN" in slurm.node()["State"], timeout=30)
+            assert run("gpuwatch-healthcheck").returncode == 0
+            assert "DRAIN" in slurm.node()["State"]
             reason = slurm.node()["Reason"]
             assert reason.startswith("gpuwatch health: unhealthy: GPU 1 is lost"), reason
         finally:
