@@ -159,6 +159,14 @@ def _alive(state_dir: str | None) -> int:
     return 1
 
 
+def _refusal(exc: urllib.error.HTTPError) -> str:
+    """Why the daemon refused: the API's own error, else the HTTP status."""
+    try:
+        return str(json.load(exc).get("error", exc.reason))
+    except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
+        return f"HTTP {exc.code} {exc.reason}"
+
+
 def cmd_job_report(args: argparse.Namespace) -> int:
     """The job's report as a few lines (for the job's output: Slurm's Epilog), or its JSON."""
     base = args.url.rstrip("/")
@@ -166,11 +174,7 @@ def cmd_job_report(args: argparse.Namespace) -> int:
     try:
         made = _fetch_json(url, args.ca_file).get("data", {})
     except urllib.error.HTTPError as exc:
-        try:
-            why = json.load(exc).get("error", exc.reason)
-        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
-            why = f"HTTP {exc.code} {exc.reason}"
-        return fail(f"{redact(base)}: {why}")
+        return fail(f"{redact(base)}: {_refusal(exc)}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return fail(f"{redact(base)}: {_why(exc)}")
     print(json.dumps(made, indent=1) if args.json else report_text(made))
@@ -183,11 +187,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     try:
         payload = _fetch_json(f"{base}/api/v1/events?{query}", args.ca_file)
     except urllib.error.HTTPError as exc:
-        try:
-            why = json.load(exc).get("error", exc.reason)
-        except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
-            why = f"HTTP {exc.code} {exc.reason}"
-        return fail(f"{redact(base)}: {why}")
+        return fail(f"{redact(base)}: {_refusal(exc)}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return fail(f"{redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
     events = payload.get("data", {}).get("events", [])

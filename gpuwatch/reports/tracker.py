@@ -17,6 +17,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 
 from gpuwatch import metrics as m
 from gpuwatch.model import Batch, Event, GpuState, Sample
@@ -73,7 +74,9 @@ class JobTracker:
         """One cycle: which jobs are where, their GPUs' counters and clock reasons."""
         if batch is None:
             return
-        per_gpu = self._samples_by_gpu([*batch.samples, *batch.slow])
+        # Only a node running jobs needs its samples looked through (and without copying).
+        busy = any(p.job_id for g in batch.gpus for p in g.processes)
+        per_gpu = self._samples_by_gpu(chain(batch.samples, batch.slow)) if busy else {}
         gap = 0.0 if self._last_cycle is None else min(now - self._last_cycle, MAX_GAP_S)
         self._last_cycle = now
         self._index = {g.info.index: g.info.uuid for g in batch.gpus}
@@ -151,7 +154,7 @@ class JobTracker:
                 entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
 
     @staticmethod
-    def _samples_by_gpu(samples: list[Sample]) -> dict[str, list[Sample]]:
+    def _samples_by_gpu(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
         out: dict[str, list[Sample]] = {}
         for sample in samples:
             if sample.name in COUNTERS or sample.name == m.CLOCK_EVENT:

@@ -62,8 +62,12 @@ def _success(data: Any) -> web.Response:
 
 
 def _bad_request(message: str) -> web.Response:
+    return _error(message, 400, "bad_data")
+
+
+def _error(message: str, status: int, error_type: str) -> web.Response:
     return web.json_response(
-        {"status": "error", "errorType": "bad_data", "error": message}, status=400
+        {"status": "error", "errorType": error_type, "error": message}, status=status
     )
 
 
@@ -165,11 +169,8 @@ class Api:
         job = request.match_info["job"]
         made = self.reports.report(job) if self.reports is not None else None
         if made is None:
-            return web.json_response(
-                {"status": "error", "errorType": "not_found",
-                 "error": f"no job {job!r} ran on this node's GPUs while gpuwatch watched"},
-                status=404,
-            )  # fmt: skip
+            message = f"no job {job!r} ran on this node's GPUs while gpuwatch watched"
+            return _error(message, 404, "not_found")
         return _success(made)
 
     async def gpus(self, request: web.Request) -> web.Response:

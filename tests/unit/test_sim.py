@@ -68,18 +68,24 @@ def test_builtin_scenarios_cover_the_sampling_faults() -> None:
             assert fault.switch == 1 if name == "sxid" else fault.port == 1
 
 
+def scenario_problems(path: Path, text: str) -> str:
+    """What loading a scenario file with this text reports; it must be refused."""
+    path.write_text(text)
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(path))
+    return str(caught.value)
+
+
 def test_scenario_errors_name_the_file_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(
+    text = scenario_problems(
+        path,
         "node: {gpus: 2, model: B300}\n"
         "faults:\n"
         "  - {kind: xid, gpu: 5, at: soon}\n"
         "  - {kind: nan_loss_soon, gpu: 0}\n"
-        "  - {kind: hw_slowdown}\n"
+        "  - {kind: hw_slowdown}\n",
     )
-    with pytest.raises(FileError) as caught:
-        load_scenario(str(path))
-    text = str(caught.value)
     assert f"{path}:1: node.model: unknown GPU model 'B300'" in text
     assert f"{path}:3: faults[0].gpu: expected a GPU index from 0 to 1 or all, got 5" in text
     assert f"{path}:3: faults[0].at: expected a duration" in text
@@ -92,16 +98,14 @@ def test_fabric_faults_a_node_cannot_have_are_named(tmp_path: Path) -> None:
     """Accepted, they would play nothing: no fabric before Hopper or without NVSwitches, no
     health field the driver branch does not fill."""
     path = tmp_path / "fabric.yaml"
-    path.write_text(
+    text = scenario_problems(
+        path,
         "node: {gpus: 2, model: [A100, H100], driver: R550, nvswitches: 4}\n"
         "faults:\n"
         "  - {kind: fabric_degraded, gpu: 0}\n"
         "  - {kind: fabric_degraded, gpu: 1, condition: incorrect_configuration}\n"
-        "  - {kind: fabric_unregistered, gpu: 1, condition: route_unhealthy}\n"
+        "  - {kind: fabric_unregistered, gpu: 1, condition: route_unhealthy}\n",
     )
-    with pytest.raises(FileError) as caught:
-        load_scenario(str(path))
-    text = str(caught.value)
     assert f"{path}:3: faults[0].kind: NVIDIA A100-SXM4-80GB has no place in an NVLink" in text
     assert (f"{path}:4: faults[1].condition: driver R550 reports these fabric conditions: "
             "degraded_bandwidth, route_recovery, route_unhealthy") in text  # fmt: skip

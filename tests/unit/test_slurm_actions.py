@@ -121,8 +121,8 @@ def test_a_reason_is_one_line_and_bounded() -> None:
     assert len(reason) == MAX_REASON_CHARS and reason.endswith("...")
 
 
-def script(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "scontrol"
+def script(tmp_path: Path, body: str, name: str = "scontrol") -> str:
+    path = tmp_path / name
     path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(path)
@@ -179,17 +179,14 @@ def test_the_config_takes_no_rate_limit_and_defaults_the_rest(tmp_path: Path) ->
 
 async def test_a_failing_resume_is_retried_on_the_backoff_not_every_cycle(tmp_path: Path) -> None:
     # sinfo replays the capture (gw2: drained by gpuwatch); scontrol fails, as without root.
-    sinfo = script(tmp_path, f"cat {CAPTURE}")
+    sinfo = script(tmp_path, f"cat {CAPTURE}", "sinfo")
     calls = tmp_path / "calls"
-    scontrol = tmp_path / "scontrol-fails"
-    scontrol.write_text(
-        f"#!/bin/sh\necho x >> {calls}\necho 'Access/permission denied' >&2\nexit 1\n"
-    )
-    scontrol.chmod(0o755)
+    body = f"echo x >> {calls}\necho 'Access/permission denied' >&2\nexit 1"
+    scontrol = script(tmp_path, body)
     clock = ManualClock(NOW)
     config = SlurmActions(enabled=True, drain_on=("gpu-lost",), resume_after=60.0)
     drainer = SlurmDrainer(config, "gw2", clock, lambda _: None,
-                           SlurmCli(str(scontrol), sinfo, timeout=5))  # fmt: skip
+                           SlurmCli(scontrol, sinfo, timeout=5))  # fmt: skip
     await drainer.start()
     try:
         healthy = Verdict(Health.HEALTHY)
