@@ -192,10 +192,12 @@ class UnixSocket:
     group: int | None = None
     recreating: asyncio.Task[None] | None = None
     inode: int | None = None  # of the file made, so close() never removes another's
+    closed: bool = False  # once closing: its file is gone on purpose, not to be made again
 
     async def close(self) -> None:
         """Stop serving and remove the socket file, if it is still the one made here: a
         stopped daemon leaves no socket behind for a client to find and fail on."""
+        self.closed = True
         await self.runner.cleanup()
         try:
             if self.path.is_socket() and os.stat(self.path).st_ino == self.inode:

@@ -172,7 +172,7 @@ def _keep_state_dir(running: Running, state_dir: Path) -> None:
     except (OSError, sqlite3.Error, StartupError) as exc:
         log.error("state directory %s: %s", state_dir, exc)
     for served in running.sockets:
-        if not served.path.exists() and served.recreating is None:
+        if not served.closed and not served.path.exists() and served.recreating is None:
             served.recreating = asyncio.create_task(_recreate_socket(served))
 
 
