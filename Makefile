@@ -115,8 +115,11 @@ integration: $(STAMP) system-deps
 # The integration tests spend most of their time waiting on real daemons and servers, so the
 # other tests (and the lowest pin's) run beside them; their report follows the others'.
 test: $(STAMP) system-deps lint $(LOWEST_PIN)
-	@GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q -p no:cacheprovider tests/integration \
-		> .integration.log 2>&1 & \
+	@# Its own temporary root: each pytest run keeps only the newest three of a root's
+	@# directories, and would delete the other's under its running daemons.
+	@root=$$(mktemp -d /tmp/gwi.XXXXXX); \
+	PYTEST_DEBUG_TEMPROOT=$$root GPUWATCH_REQUIRE_TOOLS=1 \
+		$(BIN)/pytest -q -p no:cacheprovider tests/integration > .integration.log 2>&1 & \
 	integration=$$!; \
 	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests --ignore=tests/integration; rest=$$?; \
 	$(MAKE) --no-print-directory test-lowest-pin; pin=$$?; \
