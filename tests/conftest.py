@@ -12,15 +12,18 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, load_config
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario
+from gpuwatch.text.units import parse_duration
 
 SERVING = re.compile(r"gpuwatch serving on ([\d.]+):(\d+)")
 
@@ -73,6 +76,21 @@ def wait_for(check: Any, timeout: float = 30.0) -> Any:
             return result
         time.sleep(0.1)
     raise AssertionError("condition not met in time")
+
+
+def delayed_scenario(tmp_path: Path, name: str, seconds: float = 10.0) -> str:
+    """The built-in scenario `name` with its faults `seconds` later, as a file to run. At ten
+    times real time a fault at 10 s comes 1 s of wall time after launch, and a busy machine
+    can take longer than that to start the daemon; the simulated driver, as a real one, hands
+    out no event for what happened before the daemon registered for events."""
+    builtin = resources.files("gpuwatch.sim") / "scenarios" / f"{name}.yaml"
+    doc = yaml.safe_load(builtin.read_text(encoding="utf-8"))
+    for fault in doc["faults"]:
+        at = parse_duration(str(fault["at"]))
+        fault["at"] = f"{at + seconds if at > 0 else at:g}s"
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return str(path)
 
 
 def start_daemon(
