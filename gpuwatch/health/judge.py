@@ -45,7 +45,6 @@ RAISED_ACK_GRACE_S = 300.0
 class _GpuMemory:
     xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
     volatile_ecc: list[float | None] = field(default_factory=lambda: [None, None])  # last read
-    status: GpuStatus = GpuStatus.OK
 
 
 def missing_cause(gpu: MissingGpu) -> Cause:
@@ -75,6 +74,9 @@ class HealthJudge:
     def __init__(self, acks: AckStore) -> None:
         self.acks = acks
         self._gpus: dict[str, _GpuMemory] = {}
+        # Each GPU's last status, by index: one lost when the daemon came has no UUID until it
+        # is back on the bus, and its coming back clears the XIDs the kernel log had for it.
+        self._status: dict[int, GpuStatus] = {}
         self._raised_at: dict[tuple[str, str], float] = {}  # (uuid, key) -> last raised
         self.node_causes: tuple[Cause, ...] = ()  # the node's own that count now
 
@@ -122,8 +124,9 @@ class HealthJudge:
     ) -> Verdict:
         uuid = gpu.info.uuid
         memory = self._gpus.setdefault(uuid, _GpuMemory())
-        came_back = memory.status == GpuStatus.LOST and gpu.status == GpuStatus.OK
-        memory.status = gpu.status
+        before = self._status.get(gpu.info.index, GpuStatus.OK)
+        came_back = before == GpuStatus.LOST and gpu.status == GpuStatus.OK
+        self._status[gpu.info.index] = gpu.status
         lost = status_cause(gpu)
         if lost is not None:
             # What alerts say of its readings adds nothing to a GPU that cannot be read, but

@@ -165,7 +165,10 @@ class NvmlSource:
         except nvml.NVMLError as exc:
             gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: NVML: {exc}"
         else:
-            gpu.info, gpu.status, gpu.reason = gpu.reader.info, GpuStatus.OK, ""
+            gpu.info = gpu.reader.info
+            if gpu.status == GpuStatus.LOST:  # lost when the daemon came: back on the bus now
+                self._transition(gpu, GpuStatus.OK, "")
+            gpu.status, gpu.reason = GpuStatus.OK, ""
             return
         log.warning(
             "GPU %d cannot be opened: %s", gpu.index, gpu.reason, extra=log_fields(gpu=gpu.index)
@@ -185,6 +188,8 @@ class NvmlSource:
     def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
+        if gpu is not None:  # its error counters and states as the fault left them, at once
+            gpu.slow_now = True
         kind, message, details = describe(index, event_type, data)
         message, details = with_jobs(message, details, gpu.processes if gpu else ())
         log.warning(message, extra=log_fields(gpu=index, uuid=uuid, xid=details.get("xid")))
@@ -256,13 +261,18 @@ class NvmlSource:
     def _slow_due(self, gpu: WatchedGpu, now: float) -> bool:
         """Whether this cycle reads the GPU's slow tier. GPU i of n first reads it i/n of the
         way into the slow interval, and then once an interval: at 64 GPUs and 10 Hz, reading
-        all of them in one cycle took longer than the cycle."""
+        all of them in one cycle took longer than the cycle. A GPU a fault event came from
+        reads it in the next cycle as well, so that the alerts on its counters and states
+        (an uncorrectable ECC error, a link down) are not a slow interval late."""
         interval = self._sampling.interval
         period = self._sampling.slow_interval
         if period <= interval:
             return True
         if gpu.next_slow == 0.0:
             gpu.next_slow = now + period * gpu.index / len(self._gpus)
+        if gpu.slow_now:
+            gpu.slow_now = False
+            return True
         if now < gpu.next_slow - interval / 2:  # half an interval early: ticks jitter
             return False
         gpu.next_slow += period

@@ -20,7 +20,7 @@ from gpuwatch.model import Event, GpuInfo, GpuStatus, MissingGpu, Sample
 from gpuwatch.nvml.device import DeviceReader
 from gpuwatch.nvml.fields import FieldRequest, FieldValues
 from gpuwatch.nvml.opening import open_device
-from gpuwatch.nvml.source import NvmlSource
+from gpuwatch.nvml.source import RETRY_S, NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
@@ -65,6 +65,29 @@ async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on(
     assert len(_values(batch, m.TEMPERATURE)) == 7
     kinds = [(e.kind, e.gpu) for e in events]
     assert ("gpu_lost", 1) in kinds and ("xid", 1) in kinds
+
+
+async def test_a_gpu_lost_before_the_daemon_came_is_recovered_once_it_opens(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: fall_off_bus, gpu: 1, at: 0s, duration: 5s}]\n"
+    )
+    clock = ScaledClock(SPEED)
+    simulate(load_scenario(str(path)), clock)
+    events: list[Event] = []
+    source = NvmlSource(pynvml, clock, SamplingConfig(interval=20.0), events.append)
+    await source.start()
+    first = await source.collect()
+    assert [g.status for g in first.gpus] == [GpuStatus.OK, GpuStatus.LOST]
+    await asyncio.sleep((RETRY_S + 1) / SPEED)  # back on the bus; opened at the next try
+    after = await source.collect()
+    await source.stop()
+    assert [g.status for g in after.gpus] == [GpuStatus.OK, GpuStatus.OK]
+    assert after.gpus[1].info.uuid
+    assert [(e.kind, e.gpu) for e in events] == [("gpu_recovered", 1)]
 
 
 async def _events_of(simulate: Simulate, scenario: str) -> list[Event]:
@@ -343,6 +366,40 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
     per_gpu = collections.Counter(part for parts in reads for part in parts)
     assert per_gpu == {f"slow/gpu{i}": 3 for i in range(8)}  # once a second each, for 3 s
     assert max(len(parts) for parts in reads) <= 2  # never all 8 in one cycle
+
+
+async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
+    simulate: Simulate,
+) -> None:
+    """Error counters read once every ten minutes still show an ECC error in the cycle after
+    its event: the alerts on them are not a slow interval late."""
+    clock = ScaledClock(SPEED)
+    simulate(load_scenario("ecc_dbe"), clock)  # GPU 1, at 10 s
+    ecc = asyncio.Event()  # the event comes on the loop, from the event thread
+
+    def on_event(event: Event) -> None:
+        if event.kind == "ecc":
+            ecc.set()
+
+    sampling = SamplingConfig(interval=20.0, slow_interval=600.0)
+    source = NvmlSource(pynvml, clock, sampling, on_event)
+    await source.start()
+    first = await source.collect()
+    assert [part for part, _ in first.slow_read] == ["slow/gpu0"]  # GPU 1's turn is later
+    await asyncio.wait_for(ecc.wait(), 10.0)
+    after = await source.collect()
+    again = await source.collect()
+    await source.stop()
+    assert [part for part, _ in after.slow_read] == ["slow/gpu1"]
+    dbe = {
+        dict(s.labels)["gpu"]: s.value
+        for s in after.slow
+        if s.name == m.ECC_ERRORS
+        and ("type", "uncorrected") in s.labels
+        and ("scope", "volatile") in s.labels
+    }
+    assert dbe["1"] == 1.0
+    assert again.slow_read == []  # then back on its turn
 
 
 async def test_at_the_default_interval_every_cycle_reads_both_tiers(simulate: Simulate) -> None:

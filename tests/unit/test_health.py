@@ -90,6 +90,17 @@ def test_a_lost_gpu_that_comes_back_was_reset() -> None:
     assert judge_at(judge, 60.0).state == Health.HEALTHY
 
 
+def test_a_gpu_lost_before_the_daemon_came_was_reset_when_it_is_back() -> None:
+    """Lost when the daemon started, the GPU could not be opened and has no UUID yet; the
+    kernel log's XID 79 is under its UUID (from its PCI address). Opened later, it is back."""
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 1.0, 79)
+    unopened = GpuInfo(3, "", "", "", "", "", 0)
+    v = judge_at(judge, 2.0, gpu=GpuState(unopened, GpuStatus.LOST, "NVML: GPU is lost"))
+    assert [c.key for c in v.causes] == ["gpu-lost"]
+    assert judge_at(judge, 60.0).state == Health.HEALTHY
+
+
 def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> None:
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
