@@ -11,12 +11,14 @@ from typing import Any
 
 from tests.conftest import start_daemon, stop_daemon, wait_for
 
+# The faults 5 s of wall time in (at twice real time): the simulated job, started once the
+# daemon serves, has its processes on the GPUs by then however busy the machine.
 SCENARIO = """\
 name: xid-and-nan
 node: {gpus: 4, model: H100, workload: training, seed: 1}
 faults:
-  - {kind: xid, gpu: 1, at: 2s, code: 13}
-  - {kind: nan_loss, gpu: 1, at: 3s}
+  - {kind: xid, gpu: 1, at: 10s, code: 13}
+  - {kind: nan_loss, gpu: 1, at: 11s}
 """
 
 

@@ -17,11 +17,13 @@ from tests.slurm_server import NODE, needs_slurm, start_slurm
 
 pytestmark = needs_slurm
 ROOT = Path(__file__).resolve().parents[2]
+# Healthy for 12 s: time for the daemon to start and the check and the prolog to run once
+# each (a Python process apiece) before the fault, however busy the machine.
 SCENARIO = """\
 name: fall-off
 node: {gpus: 2, model: H100, workload: training, seed: 1}
 faults:
-  - {kind: fall_off_bus, gpu: 1, at: 5s}
+  - {kind: fall_off_bus, gpu: 1, at: 12s}
 """
 
 
