@@ -18,7 +18,7 @@ import yaml
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import Config
+from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import Event, GpuStatus, Sample
 from gpuwatch.nvml.device import RECHECK_S
@@ -69,7 +69,11 @@ async def node(simulate: Simulate, tmp_path: Path) -> AsyncIterator[Any]:
         clock = ManualClock()
         library = simulate(load_scenario(str(path)), clock, kind)
         library.node.pids.extend(PIDS)
-        config = Config(state_dir=str(tmp_path / f"state{len(started)}"))
+        # Every cycle reads every field: these tests look at what each driver answers.
+        config = Config(
+            state_dir=str(tmp_path / f"state{len(started)}"),
+            sampling=SamplingConfig(slow_interval=1.0),
+        )
         log = EventLog()
         source = NvmlSource(pynvml, clock, config.sampling, log.publish)
         daemon = Daemon(config, clock, source, log)
