@@ -259,17 +259,20 @@ class NvmlSource:
         )
 
     def _slow_due(self, gpu: WatchedGpu, now: float) -> bool:
-        """Whether this cycle reads the GPU's slow tier. GPU i of n first reads it i/n of the
-        way into the slow interval, and then once an interval: at 64 GPUs and 10 Hz, reading
-        all of them in one cycle took longer than the cycle. A GPU a fault event came from
-        reads it in the next cycle as well, so that the alerts on its counters and states
-        (an uncorrectable ECC error, a link down) are not a slow interval late."""
+        """Whether this cycle reads the GPU's slow tier. Every GPU reads it in its first
+        cycle (the whole node's state at start, its alerts in one burst); GPU i of n next
+        reads it (i+1)/n of the way into the slow interval, and then once an interval: at 64
+        GPUs and 10 Hz, reading all of them in one cycle took longer than the cycle. A GPU a
+        fault event came from reads it in the next cycle as well, so that the alerts on its
+        counters and states (an uncorrectable ECC error, a link down) are not a slow interval
+        late."""
         interval = self._sampling.interval
         period = self._sampling.slow_interval
         if period <= interval:
             return True
         if gpu.next_slow == 0.0:
-            gpu.next_slow = now + period * gpu.index / len(self._gpus)
+            gpu.next_slow = now + period * (gpu.index + 1) / len(self._gpus)
+            return True
         if gpu.slow_now:
             gpu.slow_now = False
             return True
