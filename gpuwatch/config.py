@@ -49,7 +49,7 @@ class SamplingConfig:
     max_abandoned_workers: int = 16
     # gpuwatch_process_gpu_memory_bytes per process: opt-in, its pid label is unbounded.
     process_memory_metrics: bool = False
-    # How often the slow tier of fields (error counters, link states, limits, processes) is
+    # How often the slow tier of fields (error counters, link states, limits, MIG) is
     # read; never more often than `interval`. Rules judge those over minutes, and a fault
     # event reads its GPU's at once: every second cost a third more CPU at 8 GPUs.
     slow_interval: float = 5.0

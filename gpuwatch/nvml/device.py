@@ -1,9 +1,9 @@
 """Reading one GPU: opened once, then sampled every cycle in an NVML thread (nvml/caller.py).
 
 Fields come in two tiers. The fast tier (temperatures, power, utilization, memory used, clocks,
-throttle reasons, energy) is read every cycle. The slow tier (ECC, retired pages, row
-remapping, PCIe and NVLink counters and states, limits, processes, MIG instances) moves slowly
-or is judged over minutes, and is read only when the caller asks.
+throttle reasons, energy, processes) is read every cycle. The slow tier (ECC, retired pages, row
+remapping, PCIe and NVLink counters and states, limits, MIG instances) moves slowly or is
+judged over minutes, and is read only when the caller asks.
 
 Drivers and pynvml releases differ in which calls they have. A value with a newer and an older
 call (clock event reasons and throttle reasons, memory v2 and v1, ...) is read through the
@@ -52,6 +52,9 @@ from gpuwatch.nvml.mig import InstanceHandle, find_instances
 log = logging.getLogger(__name__)
 
 RECHECK_S = 300.0  # how often values a GPU did not answer are asked for again
+# A GPU's processes: with the fast tier, at most this often (every cycle at 1 s). An XID names
+# the jobs on its GPU, and a job that fails as it starts is there for seconds.
+PROCESSES_EVERY_S = 0.5
 
 
 class DeviceReader:
@@ -91,6 +94,7 @@ class DeviceReader:
         self._slow_fields = FieldSet(nvml, [f for f in plans if f.slow])
         self._lookup = lookup if lookup is not None else ProcessLookup()
         self.processes: tuple[GpuProcess, ...] = ()
+        self._processes_read, self._next_processes = False, 0.0  # see _read_processes
         self.instances: tuple[MigInstance, ...] = ()
         self._mig_handles: list[InstanceHandle] = []
         self._mig_mode: int | None = None
@@ -115,12 +119,8 @@ class DeviceReader:
     def _process_calls(self) -> tuple[Callable[[Any], Any], ...]:
         """The calls listing compute processes, newest first: drivers before R510 lack _v3,
         which pynvml's unversioned name calls."""
-        nvml = self.nvml
-        calls = [nvml.nvmlDeviceGetComputeRunningProcesses]
-        v2 = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
-        if v2 is not None:
-            calls.append(v2)
-        return tuple(calls)
+        v2 = getattr(self.nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+        return (self.nvml.nvmlDeviceGetComputeRunningProcesses, *([v2] if v2 else []))
 
     # -- helpers -------------------------------------------------------------------------
     def _retire(self, what: str) -> None:
@@ -217,6 +217,7 @@ class DeviceReader:
         )
         self._read_clock_events(out)
         self._read_fields(self._fast_fields, out)
+        self._read_processes(out)
         if slow_out is not None:
             self._read_slow(slow_out)
         if self._newly_unsupported:
@@ -274,7 +275,6 @@ class DeviceReader:
         fabric = self._try("fabric", *self._fabric_calls)
         if fabric is not None:
             out.extend(fabric_samples(fabric, base))
-        self._read_processes(out)
         self._read_instances(out)
 
     def _list_processes(self, what: str, handle: Any) -> list[Any] | None:
@@ -283,12 +283,16 @@ class DeviceReader:
         return found
 
     def _read_processes(self, out: list[Sample]) -> None:
-        found = self._list_processes("processes", self.handle)
-        if found is None:
-            return
-        described = (self._lookup.describe(int(p.pid), p.usedGpuMemory) for p in found)
-        self.processes = tuple(p for p in described if p is not None)
-        out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
+        """Between reads the last list stands, and its count goes out every cycle."""
+        if self._now() >= self._next_processes:
+            self._next_processes = self._now() + PROCESSES_EVERY_S
+            found = self._list_processes("processes", self.handle)
+            if found is not None:
+                described = (self._lookup.describe(int(p.pid), p.usedGpuMemory) for p in found)
+                self.processes = tuple(p for p in described if p is not None)
+                self._processes_read = True
+        if self._processes_read:
+            out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
 
     def _read_instances(self, out: list[Sample]) -> None:
         """MIG: each GPU instance's memory and processes, through its own handle. The mode

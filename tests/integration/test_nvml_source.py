@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ctypes
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -359,7 +360,6 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
                 m.NVLINK_ERRORS,
                 m.POWER_LIMIT,
                 m.PCIE_LINK_WIDTH,
-                m.GPU_PROCESSES,
             }
         clock.advance(0.1)
     await source.stop()
@@ -406,15 +406,20 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
 async def test_at_the_defaults_each_gpu_reads_its_slow_tier_every_5s_in_turn(
     simulate: Simulate,
 ) -> None:
+    """Each GPU's processes, though, every cycle: a job that starts shows at once."""
     clock = ManualClock()
-    simulate(load_scenario("healthy"), clock)
+    library = simulate(load_scenario("healthy"), clock)
     source = NvmlSource(pynvml, clock, SamplingConfig(), lambda _: None)
     await source.start()
     reads: list[list[str]] = []
-    for _ in range(11):
+    for cycle in range(11):
+        if cycle == 3:
+            library.node.pids.append(os.getpid())  # a job starts on every GPU
         batch = await source.collect()
         reads.append([part for part, _ in batch.slow_read])
         assert len(_values(batch, m.TEMPERATURE)) == 8  # fast: every GPU, every cycle
+        processes = set(_values(batch, m.GPU_PROCESSES).values())
+        assert processes == ({1.0} if cycle >= 3 else {0.0}), cycle
         clock.advance(1.0)
     await source.stop()
     assert len(reads[0]) == 8  # the whole node's at start
