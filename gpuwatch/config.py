@@ -51,7 +51,7 @@ class SamplingConfig:
     process_memory_metrics: bool = False
     # How often the slow tier of fields (error counters, link states, limits, MIG) is
     # read; never more often than `interval`. Rules judge those over minutes, and a fault
-    # event reads its GPU's at once: every second cost a third more CPU at 8 GPUs.
+    # event reads its GPU's at once: every second cost a quarter more CPU at 8 GPUs.
     slow_interval: float = 5.0
 
     @property

@@ -74,9 +74,10 @@ class HealthJudge:
     def __init__(self, acks: AckStore) -> None:
         self.acks = acks
         self._gpus: dict[str, _GpuMemory] = {}
-        # Each GPU's last status, by index: one lost when the daemon came has no UUID until it
-        # is back on the bus, and its coming back clears the XIDs the kernel log had for it.
-        self._status: dict[int, GpuStatus] = {}
+        # Each GPU's last (UUID, status), by index: one lost when the daemon came has no UUID
+        # until it is back on the bus, and its coming back clears the XIDs the kernel log had
+        # for it; another GPU at the index (after a re-enumeration) clears nothing.
+        self._status: dict[int, tuple[str, GpuStatus]] = {}
         self._raised_at: dict[tuple[str, str], float] = {}  # (uuid, key) -> last raised
         self.node_causes: tuple[Cause, ...] = ()  # the node's own that count now
 
@@ -124,9 +125,9 @@ class HealthJudge:
     ) -> Verdict:
         uuid = gpu.info.uuid
         memory = self._gpus.setdefault(uuid, _GpuMemory())
-        before = self._status.get(gpu.info.index, GpuStatus.OK)
-        came_back = before == GpuStatus.LOST and gpu.status == GpuStatus.OK
-        self._status[gpu.info.index] = gpu.status
+        was, before = self._status.get(gpu.info.index, (uuid, GpuStatus.OK))
+        came_back = before == GpuStatus.LOST and gpu.status == GpuStatus.OK and was in ("", uuid)
+        self._status[gpu.info.index] = (uuid, gpu.status)
         lost = status_cause(gpu)
         if lost is not None:
             # What alerts say of its readings adds nothing to a GPU that cannot be read, but

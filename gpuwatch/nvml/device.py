@@ -284,13 +284,13 @@ class DeviceReader:
 
     def _read_processes(self, out: list[Sample]) -> None:
         """Between reads the last list stands, and its count goes out every cycle."""
-        if self._now() >= self._next_processes:
+        if self._now() >= self._next_processes - 0.05:  # ticks jitter
             self._next_processes = self._now() + PROCESSES_EVERY_S
             found = self._list_processes("processes", self.handle)
+            self._processes_read = found is not None  # a failed read sends no count
             if found is not None:
                 described = (self._lookup.describe(int(p.pid), p.usedGpuMemory) for p in found)
                 self.processes = tuple(p for p in described if p is not None)
-                self._processes_read = True
         if self._processes_read:
             out.append(Sample(m.GPU_PROCESSES, self._labels, float(len(self.processes))))
 

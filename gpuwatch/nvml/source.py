@@ -158,8 +158,8 @@ class NvmlSource:
                 gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index, self._lookup,
                 self._clock.now,
             )  # fmt: skip
-        except nvml.NVMLError_GpuIsLost:
-            gpu.status, gpu.reason = GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)"
+        except nvml.NVMLError_GpuIsLost:  # at start too: a gpu_lost event, as for any loss
+            self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
         except (NvmlTimeoutError, LaneStuckError) as exc:
             gpu.status, gpu.reason = GpuStatus.UNRESPONSIVE, f"opening the GPU: {exc}"
         except nvml.NVMLError as exc:
@@ -259,28 +259,30 @@ class NvmlSource:
         )
 
     def _slow_due(self, gpu: WatchedGpu, now: float) -> bool:
-        """Whether this cycle reads the GPU's slow tier. Every GPU reads it in its first
-        cycle (the whole node's state at start, its alerts in one burst); GPU i of n next
-        reads it (i+1)/n of the way into the slow interval, and then once an interval: at 64
-        GPUs and 10 Hz, reading all of them in one cycle took longer than the cycle. A GPU a
-        fault event came from reads it in the next cycle as well, so that the alerts on its
-        counters and states (an uncorrectable ECC error, a link down) are not a slow interval
-        late."""
+        """Whether this cycle reads the GPU's slow tier. First, the whole node's state at
+        start: every GPU's in the first cycle at a 1 s interval or slower; faster, spread over
+        the first second (64 GPUs' in one 100 ms cycle took longer than the cycle). Then GPU
+        i of n reads it (i+1)/n of the way into each slow interval. A GPU a fault event came
+        from, or that failed, reads it in every cycle until it comes back, so that the alerts
+        on its counters and states (an uncorrectable ECC error, a pending remap) are not a
+        slow interval late."""
         interval = self._sampling.interval
         period = self._sampling.slow_interval
         if period <= interval:
             return True
+        n = len(self._gpus)
         if gpu.next_slow == 0.0:
-            gpu.next_slow = now + period * (gpu.index + 1) / len(self._gpus)
-            return True
+            gpu.next_slow = now + max(0.0, 1.0 - interval) * gpu.index / n
         if gpu.slow_now:
-            gpu.slow_now = False
-            return True
+            return True  # cleared when a slow tier comes back (_sampled)
         if now < gpu.next_slow - interval / 2:  # half an interval early: ticks jitter
             return False
-        gpu.next_slow += period
-        if gpu.next_slow < now:  # after a stall: start again from now
-            gpu.next_slow = now + period
+        if gpu.slow is None:  # its first read: its turns begin
+            gpu.next_slow = now + period * (gpu.index + 1) / n
+        else:
+            gpu.next_slow += period
+            if gpu.next_slow < now:  # after a stall: start again from now
+                gpu.next_slow = now + period
         return True
 
     def _open_due(self, gpu: WatchedGpu) -> bool:
@@ -311,9 +313,10 @@ class NvmlSource:
             self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {result}")
         else:
             fast, slow = cast(tuple[list[Sample], list[Sample] | None], result)
+            fast += self._process_samples(gpu)
             gpu.late_since, gpu.last_samples = None, fast
             if slow is not None:
-                gpu.slow = slow + self._process_samples(gpu)
+                gpu.slow, gpu.slow_now = slow, False
                 self._slow_read.append((gpu.part, gpu.slow))
             self._transition(gpu, GpuStatus.OK, "")
             return fast
@@ -322,7 +325,9 @@ class NvmlSource:
         return [Sample(m.GPU_UP, gpu.info.labels, 0.0)]
 
     def _drop_slow(self, gpu: WatchedGpu) -> None:
-        """Forget a failed GPU's slow tier; its series go stale at once."""
+        """Forget a failed GPU's slow tier; its series go stale at once. It is read again as
+        soon as the GPU answers."""
+        gpu.slow_now = True
         if gpu.slow is not None:
             gpu.slow = None
             self._slow_read.append((gpu.part, []))
@@ -363,7 +368,7 @@ class NvmlSource:
         return out
 
     def _process_samples(self, gpu: WatchedGpu) -> list[Sample]:
-        """gpuwatch_process_gpu_memory_bytes (opt-in), part of the slow tier that reads them."""
+        """gpuwatch_process_gpu_memory_bytes (opt-in), with the fast tier that reads them."""
         if not self._sampling.process_memory_metrics:
             return []
         out = []

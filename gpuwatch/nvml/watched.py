@@ -42,7 +42,7 @@ class WatchedGpu:
     last_samples: list[Sample] | None = None  # the last cycle's fast tier, kept while late
     slow: list[Sample] | None = None  # the last slow tier read; None once the GPU failed
     next_slow: float = 0.0  # when its slow tier is next due
-    slow_now: bool = False  # a fault event came: the next cycle reads its slow tier, off turn
+    slow_now: bool = False  # a fault event came, or it failed: read its slow tier, off turn
 
     @property
     def part(self) -> str:

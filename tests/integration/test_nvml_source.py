@@ -88,7 +88,7 @@ async def test_a_gpu_lost_before_the_daemon_came_is_recovered_once_it_opens(
     await source.stop()
     assert [g.status for g in after.gpus] == [GpuStatus.OK, GpuStatus.OK]
     assert after.gpus[1].info.uuid
-    assert [(e.kind, e.gpu) for e in events] == [("gpu_recovered", 1)]
+    assert [(e.kind, e.gpu) for e in events] == [("gpu_lost", 1), ("gpu_recovered", 1)]
 
 
 async def _events_of(simulate: Simulate, scenario: str) -> list[Event]:
@@ -337,8 +337,8 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
     simulate: Simulate,
 ) -> None:
     """At 10 Hz the fast fields come every cycle; the slow ones (error counters, link states,
-    limits) all in the first cycle, then once a second per GPU, the GPUs spread over the
-    second, and each GPU's last ones stand in every batch between its reads."""
+    limits) once a second per GPU, the GPUs spread over the second (the first second too),
+    and each GPU's last ones stand in every batch between its reads."""
     clock = ManualClock()
     simulate(load_scenario("healthy"), clock)
     sampling = SamplingConfig(interval=0.1, slow_interval=1.0)
@@ -363,10 +363,11 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
             }
         clock.advance(0.1)
     await source.stop()
-    assert len(reads[0]) == 8
-    per_gpu = collections.Counter(part for parts in reads[1:] for part in parts)
-    assert per_gpu == {f"slow/gpu{i}": 3 for i in range(8)}  # once a second each, for 3 s
-    assert max(len(parts) for parts in reads[1:]) <= 2  # after the first, never all 8 at once
+    first_second = {part for parts in reads[:10] for part in parts}
+    assert first_second == {f"slow/gpu{i}" for i in range(8)}  # the whole node's, at start
+    per_gpu = collections.Counter(part for parts in reads[11:] for part in parts)
+    assert per_gpu == {f"slow/gpu{i}": 2 for i in range(8)}  # then once a second each
+    assert max(len(parts) for parts in reads) <= 2  # never all 8 in one cycle
 
 
 async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
@@ -401,6 +402,35 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
     }
     assert dbe["1"] == 1.0
     assert again.slow_read == []  # then back on its turn
+
+
+async def test_a_gpu_that_answers_again_reads_its_slow_fields_at_once(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """Its counters went stale when it failed; they are back in the cycle it answers again,
+    not on its turn, which is minutes away here."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        "node: {gpus: 2, model: H100}\n"
+        "faults: [{kind: nvml_error, gpu: 1, at: 2s, duration: 10s, error: UNKNOWN}]\n"
+    )
+    clock = ScaledClock(SPEED)
+    simulate(load_scenario(str(path)), clock)
+    sampling = SamplingConfig(interval=20.0, slow_interval=600.0)
+    source = NvmlSource(pynvml, clock, sampling, lambda _: None)
+    await source.start()
+    first = await source.collect()
+    await asyncio.sleep(4 / SPEED)
+    failing = await source.collect()
+    await asyncio.sleep(10 / SPEED)
+    back = await source.collect()
+    again = await source.collect()
+    await source.stop()
+    assert len(first.slow_read) == 2
+    assert (failing.gpus[1].status, failing.slow_read) == (GpuStatus.FAILING, [("slow/gpu1", [])])
+    assert back.gpus[1].status == GpuStatus.OK
+    assert [part for part, samples in back.slow_read if samples] == ["slow/gpu1"]
+    assert again.slow_read == []
 
 
 async def test_at_the_defaults_each_gpu_reads_its_slow_tier_every_5s_in_turn(

@@ -101,6 +101,16 @@ def test_a_gpu_lost_before_the_daemon_came_was_reset_when_it_is_back() -> None:
     assert judge_at(judge, 60.0).state == Health.HEALTHY
 
 
+def test_another_gpu_at_a_lost_gpus_index_keeps_its_xids() -> None:
+    """After a re-enumeration index 3 is another GPU: the lost one's coming back is not its."""
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-9", 1.0, 48)
+    judge_at(judge, 2.0, gpu=GpuState(INFO, GpuStatus.LOST, "NVML: GPU is lost"))
+    other = GpuState(GpuInfo(3, "GPU-9", INFO.model, "0000:9b:00.0", "1654", "96.00", 18),
+                     GpuStatus.OK, "")  # fmt: skip
+    assert [c.key for c in judge_at(judge, 3.0, gpu=other).causes] == ["xid-48"]
+
+
 def test_warning_xids_degrade_for_an_hour_and_application_xids_not_at_all() -> None:
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-3", 0.0, 13)  # an application's own fault
