@@ -171,6 +171,17 @@ class SlurmDrainer:
             self._next_check = now + RECHECK_S  # an admin may resume it while still unhealthy
         elif self._resume_due(now):
             await self._resume()
+        elif self._drained is not None and not self.config.resume and not self.config.dry_run:
+            await self._follow(now)
+
+    async def _follow(self, now: float) -> None:
+        """With `resume: false` an admin resumes the node: see when, so that the drained
+        metric (and GpuwatchNodeDrained) ends with our drain, not with the daemon."""
+        node = await self.cli.node(self.node)
+        if node.drained and node.ours:
+            self._next_check = now + RECHECK_S
+        else:
+            self._drained = None
 
     async def _drain(self, now: float, causes: tuple[Cause, ...]) -> None:
         if self.config.dry_run and self._drained is not None:

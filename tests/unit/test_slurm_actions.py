@@ -14,7 +14,7 @@ import pytest
 
 from gpuwatch.actions.breaker import Hold, hold, raced
 from gpuwatch.actions.config import SlurmActions
-from gpuwatch.actions.drainer import SlurmDrainer, drain_reason, reason_causes
+from gpuwatch.actions.drainer import RECHECK_S, SlurmDrainer, drain_reason, reason_causes
 from gpuwatch.actions.slurm import (
     MAX_REASON_CHARS,
     SlurmCli,
@@ -203,6 +203,38 @@ async def test_a_failing_resume_is_retried_on_the_backoff_not_every_cycle(tmp_pa
         await wait_until(lambda: len(calls.read_text().split()) == 2)
         failures = Sample("gpuwatch_action_failures_total", (("scheduler", "slurm"),), 2.0)
         await wait_until(lambda: drainer.samples()[0] == failures)
+    finally:
+        await drainer.stop()
+
+
+async def test_without_resume_the_drained_metric_ends_when_an_admin_resumes(
+    tmp_path: Path,
+) -> None:
+    answer = tmp_path / "sinfo.txt"
+    answer.write_text(CAPTURE.read_text())  # gw2: drained by gpuwatch
+    sinfo = script(tmp_path, f"cat {answer}", "sinfo")
+    clock = ManualClock(NOW)
+    config = SlurmActions(enabled=True, drain_on=("gpu-lost",), resume=False)
+    drainer = SlurmDrainer(config, "gw2", clock, lambda _: None,
+                           SlurmCli(script(tmp_path, "exit 1"), sinfo, timeout=5))  # fmt: skip
+    lost = Cause("gpu-lost", Health.UNHEALTHY, "GPU 1 is lost", "drain the node")
+
+    def drained() -> bool:
+        return any(s.name == "gpuwatch_action_node_drained" for s in drainer.samples())
+
+    await drainer.start()
+    try:
+        drainer.observe(clock.now(), Verdict(Health.UNHEALTHY, (lost,)))
+        await wait_until(drained)  # out already, by gpuwatch: kept track of
+        drainer.observe(clock.now(), Verdict(Health.HEALTHY))
+        clock.advance(RECHECK_S)
+        await asyncio.sleep(0.05)
+        assert drained()  # healthy, but nobody has resumed it
+        lines = CAPTURE.read_text().splitlines()
+        lines[1] = "\x1f".join(["gw2", "gpu*", "idle", "Unknown", "none"])
+        answer.write_text("\n".join(lines) + "\n")  # the admin resumed it
+        clock.advance(RECHECK_S)
+        await wait_until(lambda: not drained())
     finally:
         await drainer.stop()
 
