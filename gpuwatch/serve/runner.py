@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -362,10 +363,14 @@ async def serve(
         for task in [*waiters, *background]:
             task.cancel()
         log.info("gpuwatch stopping")
+        # Should the event loop itself be stuck (the timeout below needs it), every thread's
+        # stack goes to stderr and the process exits, rather than waiting for SIGKILL.
+        faulthandler.dump_traceback_later(STOP_WITHIN_S + 1.5, exit=True)
         try:
             await asyncio.wait_for(running.stop(), STOP_WITHIN_S)
         except TimeoutError:
             log.error("not stopped cleanly within %.0f s; exiting anyway", STOP_WITHIN_S)
+        faulthandler.cancel_dump_traceback_later()
         log.info("gpuwatch stopped")
 
 
