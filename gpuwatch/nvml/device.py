@@ -284,8 +284,8 @@ class DeviceReader:
 
     def _read_processes(self, out: list[Sample]) -> None:
         """Between reads the last list stands, and its count goes out every cycle."""
-        if self._now() >= self._next_processes - 0.05:  # ticks jitter
-            self._next_processes = self._now() + PROCESSES_EVERY_S
+        if (now := self._now()) >= self._next_processes - 0.05:  # ticks jitter
+            self._next_processes = now + PROCESSES_EVERY_S
             found = self._list_processes("processes", self.handle)
             self._processes_read = found is not None  # a failed read sends no count
             if found is not None:

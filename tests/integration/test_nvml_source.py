@@ -32,16 +32,25 @@ SPEED = 20.0
 
 
 def _source(
-    simulate: Simulate | None, scenario: str, nvml: Any = None
+    simulate: Simulate | None, scenario: str, nvml: Any = None, slow_interval: float = 5.0
 ) -> tuple[NvmlSource, list[Event], ScaledClock]:
+    """`scenario`: a built-in one's name, or a file's path."""
     clock = ScaledClock(SPEED)
     if simulate is not None:
         simulate(load_scenario(scenario), clock)
     events: list[Event] = []
     # A 20 s interval gives each GPU's calls a 20 s deadline: a second of real time at this
     # speed, so a loaded machine does not make a healthy GPU look unresponsive.
-    source = NvmlSource(nvml or pynvml, clock, SamplingConfig(interval=20.0), events.append)
+    sampling = SamplingConfig(interval=20.0, slow_interval=slow_interval)
+    source = NvmlSource(nvml or pynvml, clock, sampling, events.append)
     return source, events, clock
+
+
+def _two_gpus(tmp_path: Path, fault: str) -> str:
+    """A file for a scenario of two H100s with one fault."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(f"node: {{gpus: 2, model: H100}}\nfaults: [{fault}]\n")
+    return str(path)
 
 
 def _values(batch: Any, name: str) -> dict[str, float]:
@@ -71,15 +80,8 @@ async def test_a_gpu_that_falls_off_the_bus_is_lost_and_the_others_carry_on(
 async def test_a_gpu_lost_before_the_daemon_came_is_recovered_once_it_opens(
     tmp_path: Path, simulate: Simulate
 ) -> None:
-    path = tmp_path / "scenario.yaml"
-    path.write_text(
-        "node: {gpus: 2, model: H100}\n"
-        "faults: [{kind: fall_off_bus, gpu: 1, at: 0s, duration: 5s}]\n"
-    )
-    clock = ScaledClock(SPEED)
-    simulate(load_scenario(str(path)), clock)
-    events: list[Event] = []
-    source = NvmlSource(pynvml, clock, SamplingConfig(interval=20.0), events.append)
+    fault = "{kind: fall_off_bus, gpu: 1, at: 0s, duration: 5s}"
+    source, events, _ = _source(simulate, _two_gpus(tmp_path, fault))
     await source.start()
     first = await source.collect()
     assert [g.status for g in first.gpus] == [GpuStatus.OK, GpuStatus.LOST]
@@ -409,15 +411,8 @@ async def test_a_gpu_that_answers_again_reads_its_slow_fields_at_once(
 ) -> None:
     """Its counters went stale when it failed; they are back in the cycle it answers again,
     not on its turn, which is minutes away here."""
-    path = tmp_path / "scenario.yaml"
-    path.write_text(
-        "node: {gpus: 2, model: H100}\n"
-        "faults: [{kind: nvml_error, gpu: 1, at: 2s, duration: 10s, error: UNKNOWN}]\n"
-    )
-    clock = ScaledClock(SPEED)
-    simulate(load_scenario(str(path)), clock)
-    sampling = SamplingConfig(interval=20.0, slow_interval=600.0)
-    source = NvmlSource(pynvml, clock, sampling, lambda _: None)
+    fault = "{kind: nvml_error, gpu: 1, at: 2s, duration: 10s, error: UNKNOWN}"
+    source, _, _ = _source(simulate, _two_gpus(tmp_path, fault), slow_interval=600.0)
     await source.start()
     first = await source.collect()
     await asyncio.sleep(4 / SPEED)
