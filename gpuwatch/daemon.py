@@ -214,7 +214,8 @@ class Daemon:
             ended,
             self.source.backend,
             batch.gpus,
-            chain(batch.samples, batch.slow),
+            batch.samples,
+            slow=batch.slow,
             own=state_causes(self.problems),
             raised=self._raised,
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from itertools import chain
+from typing import Generic, NamedTuple, TypeVar
 
 from gpuwatch.host.processes import GpuProcess, jobs_text
 
@@ -131,6 +133,35 @@ class Batch:
     backend: BackendState
     gpus: list[GpuState]
     # The slow tier: fields a source reads less often than every cycle, the last reading of
-    # each part (a GPU). `slow_read` has the parts read, or emptied, this cycle, by name.
-    slow: list[Sample] = field(default_factory=list)
+    # each part (a GPU), one list per part. A part read again is a new list, never the old
+    # one changed, so what a reader derives from a list holds until the list is replaced
+    # (PerPart). `slow_read` has the parts read, or emptied, this cycle, by name.
+    slow: list[list[Sample]] = field(default_factory=list)
     slow_read: list[tuple[str, list[Sample]]] = field(default_factory=list)
+
+    @property
+    def slow_samples(self) -> Iterator[Sample]:
+        return chain.from_iterable(self.slow)
+
+
+T = TypeVar("T")
+
+
+class PerPart(Generic[T]):
+    """What `derive` makes of each part of a batch's slow tier, made again only for a part
+    read again. Most of a batch is slow samples read seconds ago: looking through them all
+    every cycle cost more than anything else done with them."""
+
+    def __init__(self, derive: Callable[[list[Sample]], T]) -> None:
+        self._derive = derive
+        self._made: dict[int, tuple[list[Sample], T]] = {}  # by id(part); the part kept alive
+
+    def __call__(self, parts: list[list[Sample]]) -> list[T]:
+        made: dict[int, tuple[list[Sample], T]] = {}
+        for part in parts:
+            hit = self._made.get(id(part))
+            if hit is None or hit[0] is not part:
+                hit = (part, self._derive(part))
+            made[id(part)] = hit
+        self._made = made  # parts gone are forgotten
+        return [hit for _, hit in made.values()]

@@ -23,6 +23,7 @@ from gpuwatch.health.verdict import (
     GpuFacts,
     Health,
     Verdict,
+    all_facts,
     as_action,
     gpu_facts,
     node_verdict,
@@ -31,7 +32,7 @@ from gpuwatch.health.verdict import (
     verdict_of,
 )
 from gpuwatch.health.xid_catalog import lookup
-from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, Sample
+from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, PerPart, Sample
 from gpuwatch.text.timefmt import rfc3339
 
 WARNING_XID_HOLD_S = 3600.0
@@ -80,6 +81,7 @@ class HealthJudge:
         self._status: dict[int, tuple[str, GpuStatus]] = {}
         self._raised_at: dict[tuple[str, str], float] = {}  # (uuid, key) -> last raised
         self.node_causes: tuple[Cause, ...] = ()  # the node's own that count now
+        self._slow_facts = PerPart(gpu_facts)
 
     def record_xid(self, uuid: str, time: float, code: int) -> None:
         self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
@@ -91,12 +93,14 @@ class HealthJudge:
         gpus: list[GpuState],
         samples: Iterable[Sample],
         *,
+        slow: list[list[Sample]] | None = None,
         own: Iterable[Cause] = (),
         raised: Iterable[RaisedCause] = (),
     ) -> tuple[dict[int, Verdict], Verdict]:
-        """Verdicts per GPU and for the node; `own` are the node's causes that are not about a
-        GPU (the daemon's state files), `raised` the causes firing alerts raise."""
-        facts = gpu_facts(samples)
+        """Verdicts per GPU and for the node from this cycle's samples and the slow tier's
+        last (Batch.slow); `own` are the node's causes that are not about a GPU (the daemon's
+        state files), `raised` the causes firing alerts raise."""
+        facts = all_facts(gpu_facts(samples), *self._slow_facts(slow or []))
         by_gpu: dict[str, list[Cause]] = {}
         listed = {g.info.uuid for g in gpus}
         for r in raised:

@@ -128,6 +128,29 @@ class GpuFacts:
     recovery_action: str = ""
     links_down: list[str] = field(default_factory=list)
 
+    def add(self, other: GpuFacts) -> None:
+        """Take in what another sample of the same GPU says (its slow tier, read apart)."""
+        self.clock_reasons |= other.clock_reasons
+        if other.sbe_volatile is not None:
+            self.sbe_volatile = other.sbe_volatile
+        if other.dbe_volatile is not None:
+            self.dbe_volatile = other.dbe_volatile
+        self.remap_pending = self.remap_pending or other.remap_pending
+        self.remap_failed = self.remap_failed or other.remap_failed
+        self.retired_pending = self.retired_pending or other.retired_pending
+        self.recovery_action = self.recovery_action or other.recovery_action
+        self.links_down = [*self.links_down, *other.links_down]
+
+
+def all_facts(*found: dict[str, GpuFacts]) -> dict[str, GpuFacts]:
+    """The facts of each GPU, from several `gpu_facts` (this cycle's samples, and the facts
+    each slow part gave when it was read); those are left as they were."""
+    out: dict[str, GpuFacts] = {}
+    for facts in found:
+        for uuid, one in facts.items():
+            out.setdefault(uuid, GpuFacts()).add(one)
+    return out
+
 
 def gpu_facts(samples: Iterable[Sample]) -> dict[str, GpuFacts]:
     """uuid -> the fault facts of this batch."""

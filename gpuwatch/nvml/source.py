@@ -241,12 +241,12 @@ class NvmlSource:
         outcome = dict(zip((g.index for g in readable), results, strict=True))
         per_gpu = [self._sampled(g, outcome.get(g.index)) for g in self._gpus]
         samples = [Sample(m.UP, (), 1.0), *missing_samples(self._backend.missing)]
-        slow: list[Sample] = []
+        slow: list[list[Sample]] = []
         for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
             samples.extend(gpu_samples)
             samples.extend(self._bookkeeping(gpu))
             if gpu.slow is not None:
-                slow.extend(gpu.slow)
+                slow.append(gpu.slow)
         samples.append(
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )

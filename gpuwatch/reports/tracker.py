@@ -17,10 +17,9 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import chain
 
 from gpuwatch import metrics as m
-from gpuwatch.model import Batch, Event, GpuState, Sample
+from gpuwatch.model import Batch, Event, GpuState, PerPart, Sample
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,7 @@ class JobTracker:
         self._on_gpu: dict[str, list[JobRecord]] = {}  # uuid -> the jobs on it last cycle
         self._index: dict[int, str] = {}  # GPU index -> uuid, last cycle
         self._last_cycle: float | None = None
+        self._slow_by_gpu = PerPart(self._samples_by_gpu)
 
     def observe(self, now: float, batch: Batch | None) -> None:
         """One cycle: which jobs are where, their GPUs' counters and clock reasons."""
@@ -76,7 +76,10 @@ class JobTracker:
             return
         # Only a node running jobs needs its samples looked through (and without copying).
         busy = any(p.job_id for g in batch.gpus for p in g.processes)
-        per_gpu = self._samples_by_gpu(chain(batch.samples, batch.slow)) if busy else {}
+        per_gpu = self._samples_by_gpu(batch.samples) if busy else {}
+        for part in self._slow_by_gpu(batch.slow) if busy else ():
+            for uuid, samples in part.items():
+                per_gpu[uuid] = [*per_gpu.get(uuid, ()), *samples]
         gap = 0.0 if self._last_cycle is None else min(now - self._last_cycle, MAX_GAP_S)
         self._last_cycle = now
         self._index = {g.info.index: g.info.uuid for g in batch.gpus}

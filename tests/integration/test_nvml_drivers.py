@@ -53,7 +53,7 @@ class Node:
         await self.daemon.sample_once()
         batch = self.daemon.view.batch
         assert batch is not None
-        return [*batch.samples, *batch.slow]
+        return [*batch.samples, *batch.slow_samples]
 
     def node(self) -> dict[str, Any]:
         return node_payload(self.daemon)

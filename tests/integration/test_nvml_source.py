@@ -355,10 +355,10 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
         if cycle >= 10:  # after the first second, every GPU's slow fields are in every batch
             dbe = {
                 dict(s.labels)["gpu"]
-                for s in batch.slow
+                for s in batch.slow_samples
                 if s.name == m.ECC_ERRORS and ("type", "uncorrected") in s.labels
             }
-            assert len(dbe) == 8 and {s.name for s in batch.slow} >= {
+            assert len(dbe) == 8 and {s.name for s in batch.slow_samples} >= {
                 m.NVLINK_ERRORS,
                 m.POWER_LIMIT,
                 m.PCIE_LINK_WIDTH,
@@ -397,7 +397,7 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
     assert [part for part, _ in after.slow_read] == ["slow/gpu1"]
     dbe = {
         dict(s.labels)["gpu"]: s.value
-        for s in after.slow
+        for s in after.slow_samples
         if s.name == m.ECC_ERRORS
         and ("type", "uncorrected") in s.labels
         and ("scope", "volatile") in s.labels

@@ -10,7 +10,15 @@ from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
-from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, MissingGpu, Sample
+from gpuwatch.model import (
+    BackendState,
+    GpuInfo,
+    GpuState,
+    GpuStatus,
+    MissingGpu,
+    PerPart,
+    Sample,
+)
 
 INFO = GpuInfo(3, "GPU-3", "NVIDIA H100 80GB HBM3", "0000:1b:00.0", "1653", "96.00", 18)
 GPU = GpuState(INFO, GpuStatus.OK, "")
@@ -50,6 +58,36 @@ def test_after_a_reset_the_volatile_counts_are_zero_and_the_gpu_is_healthy_again
         (m.ECC_ERRORS, (("type", "uncorrected"), ("scope", "aggregate")), 7.0),  # history only
     )
     assert cleared.state == Health.HEALTHY
+
+
+def test_the_slow_tier_counts_as_read_until_read_again() -> None:
+    judge = HealthJudge(AckStore(None))
+    fast = [Sample(m.CLOCK_EVENT, (*BASE, ("reason", "hw_slowdown")), 1.0)]
+    dbe = [Sample(m.ECC_ERRORS, (*BASE, *DBE_VOLATILE), 1.0)]
+    for now in (0.0, 1.0):  # the same reading of the slow tier, cycle after cycle
+        v = judge.judge(now, UP, [GPU], fast, slow=[dbe])[0][3]
+        assert [c.key for c in v.causes] == ["ecc-dbe", "clocks-hw_slowdown"]
+    reset = [Sample(m.ECC_ERRORS, (*BASE, *DBE_VOLATILE), 0.0)]
+    assert judge.judge(2.0, UP, [GPU], fast, slow=[reset])[0][3].reasons == [
+        "GPU 3: HW slowdown is holding the clocks down"
+    ]
+
+
+def test_what_each_slow_part_gives_is_made_again_only_when_the_part_is_read_again() -> None:
+    made: list[list[Sample]] = []
+
+    def derive(part: list[Sample]) -> float:
+        made.append(part)
+        return sum(s.value for s in part)
+
+    per_part = PerPart(derive)
+    a, b = [Sample("x", (), 1.0)], [Sample("x", (), 2.0)]
+    assert per_part([a, b]) == [1.0, 2.0]
+    assert per_part([a, b]) == [1.0, 2.0] and made == [a, b]
+    b2 = [Sample("x", (), 5.0)]  # b read again: a new list, with the same contents or not
+    assert per_part([a, b2]) == [1.0, 5.0] and made == [a, b, b2]
+    assert per_part([b2]) == [5.0]  # a part gone is forgotten
+    assert per_part([a]) == [1.0] and made[-1] is a
 
 
 def test_the_recovery_action_and_a_link_down() -> None:
