@@ -127,8 +127,9 @@ class Bus:
         counters read again when `counters`, else as last read."""
         for device in present:
             self.seen[device.address] = device
+        up = {address: answers(device) for address, device in self.seen.items()}  # one read each
         out: list[Sample] = []
-        gpus = [d for d in present if d.kind == "gpu" and answers(d)]
+        gpus = [d for d in present if d.kind == "gpu" and up[d.address]]
         out.append(Sample(m.PCI_GPUS, (), float(len(gpus))))
         # More GPUs on the bus than the driver counts: those it lists by address are fine; an
         # unopened one has no address yet, so nothing is unlisted while the counts agree.
@@ -139,12 +140,12 @@ class Bus:
             out.append(Sample(m.PCI_GPU_UNLISTED, (("pci_bus_id", device.address),),
                               1.0 if unlisted else 0.0))  # fmt: skip
         for device in self.seen.values():
-            up = answers(device)
+            answered = up[device.address]
             labels = _labels(device, listed)
-            out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(up)))
-            if up and (counters or device.address not in self.aer):
+            out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(answered)))
+            if answered and (counters or device.address not in self.aer):
                 self.aer[device.address] = aer_counts(device)
-            if up:
+            if answered:
                 for severity, total in self.aer[device.address].items():
                     out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
         return out

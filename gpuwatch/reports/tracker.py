@@ -68,7 +68,7 @@ class JobTracker:
         self._on_gpu: dict[str, list[JobRecord]] = {}  # uuid -> the jobs on it last cycle
         self._index: dict[int, str] = {}  # GPU index -> uuid, last cycle
         self._last_cycle: float | None = None
-        self._slow_by_gpu = PerPart(self._samples_by_gpu)
+        self._slow_seen = PerPart(_seen_by_gpu)  # the slow tier's, made once per read
 
     def observe(self, now: float, batch: Batch | None) -> None:
         """One cycle: which jobs are where, their GPUs' counters and clock reasons."""
@@ -76,17 +76,17 @@ class JobTracker:
             return
         # Only a node running jobs needs its samples looked through (and without copying).
         busy = any(p.job_id for g in batch.gpus for p in g.processes)
-        per_gpu = self._samples_by_gpu(batch.samples) if busy else {}
-        for part in self._slow_by_gpu(batch.slow) if busy else ():
-            for uuid, samples in part.items():
-                per_gpu[uuid] = [*per_gpu.get(uuid, ()), *samples]
+        seen: dict[str, list[_Seen]] = {}
+        for found in (_seen_by_gpu(batch.samples), *self._slow_seen(batch.slow)) if busy else ():
+            for uuid, one in found.items():
+                seen.setdefault(uuid, []).append(one)
         gap = 0.0 if self._last_cycle is None else min(now - self._last_cycle, MAX_GAP_S)
         self._last_cycle = now
         self._index = {g.info.index: g.info.uuid for g in batch.gpus}
         self._on_gpu = {}
         for gpu in batch.gpus:
             for record in self._jobs_on(gpu, now):
-                self._update(record, gpu, per_gpu.get(gpu.info.uuid, []), gap)
+                self._update(record, gpu, seen.get(gpu.info.uuid, []), gap)
                 self._on_gpu.setdefault(gpu.info.uuid, []).append(record)
         for key, record in list(self.active.items()):
             if now - record.last_seen >= ENDED_AFTER_S:
@@ -141,26 +141,39 @@ class JobTracker:
             yield record
 
     @staticmethod
-    def _update(record: JobRecord, gpu: GpuState, samples: list[Sample], gap: float) -> None:
+    def _update(record: JobRecord, gpu: GpuState, seen: list[_Seen], gap: float) -> None:
         uuid = gpu.info.uuid
         entry = record.gpus.get(uuid)
         if entry is None:
             entry = record.gpus[uuid] = GpuRecord(gpu.info.index, uuid)
             gap = 0.0  # its first cycle on this GPU: nothing to count yet
-        for sample in samples:
-            if sample.name in COUNTERS:
-                key = _counter_key(sample)
-                entry.first.setdefault(key, sample.value)
-                entry.last[key] = sample.value
-            elif sample.name == m.CLOCK_EVENT and sample.value == 1.0 and gap > 0:
-                reason = dict(sample.labels).get("reason", "")
-                entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
+        for one in seen:
+            for key, value in one.counters:
+                entry.first.setdefault(key, value)
+                entry.last[key] = value
+            if gap > 0:
+                for reason in one.held:
+                    entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
 
-    @staticmethod
-    def _samples_by_gpu(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
-        out: dict[str, list[Sample]] = {}
-        for sample in samples:
-            if sample.name in COUNTERS or sample.name == m.CLOCK_EVENT:
-                uuid = dict(sample.labels).get("uuid", "")
-                out.setdefault(uuid, []).append(sample)
-        return out
+
+@dataclass
+class _Seen:
+    """What a job's report takes from one GPU's samples."""
+
+    counters: list[tuple[str, float]] = field(default_factory=list)  # (counter key, value)
+    held: list[str] = field(default_factory=list)  # the clock-event reasons active
+
+
+def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
+    """uuid -> its counters and the reasons holding its clocks down."""
+    out: dict[str, _Seen] = {}
+    for sample in samples:
+        name = sample.name
+        if name in COUNTERS:
+            uuid = dict(sample.labels).get("uuid", "")
+            seen = out.setdefault(uuid, _Seen())
+            seen.counters.append((_counter_key(sample), sample.value))
+        elif name == m.CLOCK_EVENT and sample.value == 1.0:
+            labels = dict(sample.labels)
+            out.setdefault(labels.get("uuid", ""), _Seen()).held.append(labels.get("reason", ""))
+    return out
