@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -80,29 +81,46 @@ class TextRenderer:
     """The Prometheus text format (0.0.4), as prometheus_client writes it, byte for byte."""
 
     def __init__(self, describe: Describe = CATALOGUE.get) -> None:
-        self._prefixes: dict[tuple[str, Labels], str] = {}  # (name, labels) -> 'name{...} '
+        # (name, labels) -> ('name{...} ', the value last rendered, its line): a series whose
+        # value has not changed since the last render (most of them: the slow tier, errors at
+        # 0, links up) costs a lookup; formatting a float took half a render.
+        self._lines: dict[tuple[str, Labels], tuple[str, float, str]] = {}
         self._describe = describe
 
     def render(self, rows: list[SnapshotRow]) -> bytes:
         families: dict[str, list[tuple[Labels, float]]] = {}
         for name, labels, value in rows:
             families.setdefault(name, []).append((labels, value))
-        prefixes = self._prefixes
-        if len(prefixes) > 2 * len(rows) + 1024:  # series come and go; keep what is live
-            prefixes.clear()
+        lines = self._lines
+        if len(lines) > 2 * len(rows) + 1024:  # series come and go; keep what is live
+            lines.clear()
         out: list[str] = []
         for name in sorted(families):
             kind, help_text = kind_and_help(self._describe, name)
             out.append(f"# HELP {name} {_escape_help(help_text)}\n")
             out.append(f"# TYPE {name} {kind}\n")
             for labels, value in families[name]:
-                prefix = prefixes.get((name, labels))
-                if prefix is None:
+                key = (name, labels)
+                known = lines.get(key)
+                if known is not None and _same(known[1], value):
+                    out.append(known[2])
+                    continue
+                if known is None:
                     pairs = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels))
                     prefix = f"{name}{{{pairs}}} " if labels else f"{name} "
-                    prefixes[(name, labels)] = prefix
-                out.append(f"{prefix}{floatToGoString(value)}\n")  # type: ignore[no-untyped-call]
+                else:
+                    prefix = known[0]
+                line = f"{prefix}{floatToGoString(value)}\n"  # type: ignore[no-untyped-call]
+                lines[key] = (prefix, value, line)
+                out.append(line)
         return "".join(out).encode()
+
+
+def _same(a: float, b: float) -> bool:
+    """Whether two values render alike: NaN as NaN, and 0.0 apart from -0.0."""
+    if a == b:
+        return a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a != a and b != b  # noqa: PLR0124 (NaN)
 
 
 @dataclass

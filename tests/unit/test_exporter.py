@@ -71,7 +71,15 @@ def test_the_text_format_is_prometheus_clients_byte_for_byte() -> None:
     registry.register(SnapshotCollector(rows))
     renderer = TextRenderer()
     assert renderer.render(rows) == generate_latest(registry)
-    assert renderer.render(rows) == generate_latest(registry)  # from the kept prefixes
+    assert renderer.render(rows) == generate_latest(registry)  # from the kept lines
+    # Values that change, including the ones equal but written apart (0.0 and -0.0), and
+    # NaN, which equals nothing, then back.
+    for values in ([0.0, -0.0, float("nan"), 1.0], [-0.0, 0.0, 2.0, float("nan")]):
+        changed = zip(rows[:4], values, strict=True)
+        rows = [(name, labels, value) for (name, labels, _), value in changed] + rows[4:]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(rows))
+        assert renderer.render(rows) == generate_latest(registry)
 
     # Pushed metrics, described as such, in both writers alike.
     def describe(name: str) -> m.MetricDef | None:
