@@ -188,9 +188,12 @@ class NvmlSource:
     def _record_event(self, uuid: str, event_type: int, data: int) -> None:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
-        if gpu is not None:  # its error counters and states as the fault left them, at once
-            gpu.slow_now = True
         kind, message, details = describe(index, event_type, data)
+        # Its error counters and states as the fault left them, at once; an application's own
+        # fault (XID 13, 31, 43: a CUDA program's bug) changes none of them, and a buggy job
+        # can raise one a second on every GPU.
+        if gpu is not None and details.get("class") != "application":
+            gpu.slow_now = True
         message, details = with_jobs(message, details, gpu.processes if gpu else ())
         log.warning(message, extra=log_fields(gpu=index, uuid=uuid, xid=details.get("xid")))
         self._on_event(Event(self._clock.now(), kind, index, uuid, message, details))
