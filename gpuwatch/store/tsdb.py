@@ -312,7 +312,18 @@ class Store:
         index = timeline.append(time)
         seen: list[Series] = []
         series_map = self._series
-        for name, labels, value in samples:
+        # A source sends its series in the same order cycle after cycle: the series at the
+        # same place in its last batch is most often this sample's, and comparing the labels
+        # costs less than hashing them.
+        previous = self._current.get(source, [])
+        places = len(previous)
+        for place, (name, labels, value) in enumerate(samples):
+            if place < places:
+                there = previous[place]
+                if there.name == name and there.labels == labels:
+                    there.append(index, time, value)
+                    seen.append(there)
+                    continue
             key = (name, labels)
             series = series_map.get(key)
             if series is None:
@@ -322,7 +333,7 @@ class Store:
             series.append(index, time, value)
             seen.append(series)
         # What the source's last batch had and this one has not: its last index is older.
-        for gone in self._current.get(source, ()):
+        for gone in previous:
             if gone.last_index != index and not gone.stale:
                 gone.append(index, time, STALE_NAN)
         self._current[source] = seen

@@ -39,6 +39,28 @@ def test_series_missing_from_a_batch_goes_stale_and_leaves_a_gap() -> None:
     assert gpu1.value_at(4.0) == 61.0
 
 
+def test_each_value_lands_in_its_series_whatever_the_order_of_a_batch() -> None:
+    """A source's series usually come in the same order; when they do not (a GPU gone, one
+    new, the same names with other labels) each value still goes to its own series."""
+    store = Store(retention=3600)
+    batches = [
+        [("temp", GPU0, 1.0), ("temp", GPU1, 2.0), ("power", GPU0, 3.0)],
+        [("temp", GPU1, 12.0), ("temp", GPU0, 11.0), ("power", GPU0, 13.0)],  # swapped
+        [("temp", GPU0, 21.0), ("power", GPU0, 23.0)],  # GPU 1 gone: shifted
+        [("power", GPU0, 33.0), ("temp", GPU0, 31.0), ("temp", GPU1, 32.0), ("fan", GPU0, 34.0)],
+    ]
+    for t, batch in enumerate(batches):
+        store.ingest("nvml", float(t), [Sample(*one) for one in batch])
+    history = {(s.name, s.labels): s.samples(-1.0, 10.0) for s in store.select("temp")}
+    history |= {(s.name, s.labels): s.samples(-1.0, 10.0) for s in store.select("power")}
+    assert history == {
+        ("temp", GPU0): [(0.0, 1.0), (1.0, 11.0), (2.0, 21.0), (3.0, 31.0)],
+        ("temp", GPU1): [(0.0, 2.0), (1.0, 12.0), (3.0, 32.0)],  # stale at 2.0
+        ("power", GPU0): [(0.0, 3.0), (1.0, 13.0), (2.0, 23.0), (3.0, 33.0)],
+    }
+    assert [s.value_at(3.0) for s in store.select("fan")] == [34.0]
+
+
 def test_sources_do_not_mark_each_other_stale() -> None:
     store = Store(retention=3600)
     store.ingest("nvml", 1.0, [Sample("temp", GPU0, 50.0)])
