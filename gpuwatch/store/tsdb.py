@@ -363,6 +363,10 @@ class Store:
                 if not family:
                     del self._by_name[series.name]
                 dropped += 1
+        if dropped:  # a source's last batch must not lead its next one to a series dropped
+            self._current = {
+                source: [s for s in batch if s.runs] for source, batch in self._current.items()
+            }
         if dropped > len(self._series):
             # Most series went at once (10,000 pushed jobs stale): a dict keeps its largest
             # table for good, so the tables are rebuilt to the size of what is left.

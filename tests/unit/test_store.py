@@ -61,6 +61,18 @@ def test_each_value_lands_in_its_series_whatever_the_order_of_a_batch() -> None:
     assert [s.value_at(3.0) for s in store.select("fan")] == [34.0]
 
 
+def test_a_source_quiet_past_the_retention_starts_its_series_again() -> None:
+    """Its series were dropped while it was quiet (a GPU's slow tier while the daemon was
+    suspended); what it sends next is stored, not appended to the series dropped."""
+    store = Store(retention=10)
+    store.ingest("nvml/slow/gpu0", 0.0, [Sample("ecc", GPU0, 1.0)])
+    store.ingest("nvml", 0.0, [Sample("temp", GPU0, 50.0)])
+    store.ingest("nvml", 100.0, [Sample("temp", GPU0, 51.0)])  # the sweep drops ecc
+    assert store.select("ecc") == []
+    store.ingest("nvml/slow/gpu0", 101.0, [Sample("ecc", GPU0, 2.0)])
+    assert [s.value_at(101.0) for s in store.select("ecc")] == [2.0]
+
+
 def test_sources_do_not_mark_each_other_stale() -> None:
     store = Store(retention=3600)
     store.ingest("nvml", 1.0, [Sample("temp", GPU0, 50.0)])
