@@ -186,6 +186,12 @@ def lookup(code: int) -> Xid:
     )
 
 
+# XIDs a program's own fault raises, with no error counter or state of the GPU changed:
+# NVIDIA's Kubernetes device plugin skips these when it judges a GPU, less 109 (a context
+# switch timeout), which this catalog holds critical.
+APPLICATION_FAULTS = frozenset({13, 31, 43, 45, 68})
+
+
 def xid_event_text(code: int, gpu: int | None) -> tuple[str, dict[str, int | float | str]]:
     """The journal message and data of an XID event, whichever source saw it."""
     xid = lookup(code)

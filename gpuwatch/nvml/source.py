@@ -17,6 +17,7 @@ from typing import cast
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.config import SamplingConfig
+from gpuwatch.health.xid_catalog import APPLICATION_FAULTS
 from gpuwatch.host.processes import ProcessLookup, jobs_text, with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
@@ -189,10 +190,10 @@ class NvmlSource:
         gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
         index = gpu.index if gpu else None
         kind, message, details = describe(index, event_type, data)
-        # Its error counters and states as the fault left them, at once; an application's own
-        # fault (XID 13, 31, 43: a CUDA program's bug) changes none of them, and a buggy job
-        # can raise one a second on every GPU.
-        if gpu is not None and details.get("class") != "application":
+        # Its error counters and states as the fault left them, at once; a program's own fault
+        # (XID 13, 31, 43...) changes none of them, and a buggy job can raise one a second on
+        # every GPU.
+        if gpu is not None and not (kind == "xid" and details.get("xid") in APPLICATION_FAULTS):
             gpu.slow_now = True
         message, details = with_jobs(message, details, gpu.processes if gpu else ())
         log.warning(message, extra=log_fields(gpu=index, uuid=uuid, xid=details.get("xid")))

@@ -406,14 +406,15 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
     assert again.slow_read == []  # then back on its turn
 
 
-async def test_an_application_xid_does_not_read_the_slow_fields(
-    tmp_path: Path, simulate: Simulate
+@pytest.mark.parametrize(("xid", "read"), [(43, []), (13, []), (94, ["slow/gpu1"])])
+async def test_a_programs_own_xid_does_not_read_the_slow_fields(
+    tmp_path: Path, simulate: Simulate, xid: int, read: list[str]
 ) -> None:
-    """XID 13 is a CUDA program's own fault: no counter or state of the GPU changes, and a job
-    can raise one a second on every GPU, which would read every slow tier every cycle."""
-    source, events, _ = _source(
-        simulate, _two_gpus(tmp_path, "{kind: xid, gpu: 1, at: 2s, code: 13}"), slow_interval=600.0
-    )
+    """XIDs 13 and 43 are a program's own faults: no counter or state of the GPU changes, and
+    a job can raise one a second on every GPU, which would read every slow tier every cycle.
+    XID 94, a contained memory error, comes with an ECC count: read at once."""
+    fault = f"{{kind: xid, gpu: 1, at: 2s, code: {xid}}}"
+    source, events, _ = _source(simulate, _two_gpus(tmp_path, fault), slow_interval=600.0)
     await source.start()
     first = await source.collect()
     for _ in range(200):  # the XID comes through the event thread
@@ -423,8 +424,8 @@ async def test_an_application_xid_does_not_read_the_slow_fields(
     after = await source.collect()
     await source.stop()
     assert len(first.slow_read) == 2
-    assert [(e.kind, e.data.get("xid")) for e in events] == [("xid", 13)]
-    assert after.slow_read == []
+    assert [(e.kind, e.data.get("xid")) for e in events] == [("xid", xid)]
+    assert [part for part, _ in after.slow_read] == read
 
 
 async def test_a_gpu_that_answers_again_reads_its_slow_fields_at_once(
