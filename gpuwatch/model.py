@@ -154,13 +154,14 @@ class PerPart(Generic[T]):
 
     def __init__(self, derive: Callable[[list[Sample]], T]) -> None:
         self._derive = derive
-        self._made: dict[int, tuple[list[Sample], T]] = {}  # by id(part); the part kept alive
+        # By id(part), each with its part: kept alive, no other list can have its id.
+        self._made: dict[int, tuple[list[Sample], T]] = {}
 
     def __call__(self, parts: list[list[Sample]]) -> list[T]:
         made: dict[int, tuple[list[Sample], T]] = {}
         for part in parts:
             hit = self._made.get(id(part))
-            if hit is None or hit[0] is not part:
+            if hit is None:
                 hit = (part, self._derive(part))
             made[id(part)] = hit
         self._made = made  # parts gone are forgotten

@@ -129,7 +129,9 @@ class GpuFacts:
     links_down: list[str] = field(default_factory=list)
 
     def add(self, other: GpuFacts) -> None:
-        """Take in what another sample of the same GPU says (its slow tier, read apart)."""
+        """Take in what another sample of the same GPU says (its slow tier, read apart).
+        Each kind of fact comes from one tier, so nothing is said twice: a flag set or a
+        count read stands."""
         self.clock_reasons |= other.clock_reasons
         if other.sbe_volatile is not None:
             self.sbe_volatile = other.sbe_volatile

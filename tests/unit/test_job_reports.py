@@ -25,22 +25,19 @@ def gpu(index: int, job: str | None) -> GpuState:
     return GpuState(info, GpuStatus.OK, processes=procs)
 
 
-_SLOW_READS: dict[tuple[int, float], list[Sample]] = {}
-
-
 def batch(t: float, jobs: dict[int, str | None], dbe: float = 0.0, slowdown: bool = False,
-          slow_tier: bool = False) -> Batch:  # fmt: skip
-    """A cycle; with `slow_tier`, the ECC counters come as NVML's slow tier has them: a list
-    per GPU, the same list until it is read again with another value."""
+          slow_reads: dict[tuple[int, float], list[Sample]] | None = None) -> Batch:  # fmt: skip
+    """A cycle; with `slow_reads`, the ECC counters come as NVML's slow tier has them: a list
+    per GPU, the same list (kept in `slow_reads`) until it is read with another value."""
     gpus = [gpu(i, j) for i, j in jobs.items()]
     samples, slow = [], []
     for g in gpus:
         labels = (("gpu", str(g.info.index)), ("uuid", g.info.uuid))
         ecc = (*labels, ("type", "uncorrected"), ("scope", "volatile"))
         value = dbe if g.info.index == 1 else 0.0
-        if slow_tier:
+        if slow_reads is not None:
             read = (g.info.index, value)
-            slow.append(_SLOW_READS.setdefault(read, [Sample(m.ECC_ERRORS, ecc, value)]))
+            slow.append(slow_reads.setdefault(read, [Sample(m.ECC_ERRORS, ecc, value)]))
         else:
             samples.append(Sample(m.ECC_ERRORS, ecc, value))
         samples.append(Sample(m.CLOCK_EVENT, (*labels, ("reason", "hw_slowdown")),
@@ -56,9 +53,10 @@ def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_
     published: list[Event] = []
     reports = JobReports(tmp_path, clock, published.append)
     on = {0: "7", 1: "7", 2: "8"}
-    reports.observe(T0, batch(T0, on, slow_tier=slow_tier))
-    reports.observe(T0 + 1, batch(T0 + 1, on, slowdown=True, slow_tier=slow_tier))
-    reports.observe(T0 + 2, batch(T0 + 2, on, dbe=2.0, slowdown=True, slow_tier=slow_tier))
+    slow_reads: dict[tuple[int, float], list[Sample]] | None = {} if slow_tier else None
+    reports.observe(T0, batch(T0, on, slow_reads=slow_reads))
+    reports.observe(T0 + 1, batch(T0 + 1, on, slowdown=True, slow_reads=slow_reads))
+    reports.observe(T0 + 2, batch(T0 + 2, on, dbe=2.0, slowdown=True, slow_reads=slow_reads))
     reports.on_event(Event(T0 + 2, "xid", 1, "GPU-1", "XID 79 on GPU 1", {"xid": 79}))
     reports.on_event(Event(T0 + 2, "xid", 2, "GPU-2", "XID 13 on GPU 2", {"xid": 13}))
     reports.on_event(Event(T0 + 2, "alert", 1, None, "TrainingLossNaN firing",
@@ -68,11 +66,11 @@ def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_
     running = reports.report("7")
     assert running is not None and running["running"] and running["end"] is None
     gone = {0: None, 1: None, 2: "8"}
-    reports.observe(T0 + 3, batch(T0 + 3, gone, dbe=2.0, slow_tier=slow_tier))
+    reports.observe(T0 + 3, batch(T0 + 3, gone, dbe=2.0, slow_reads=slow_reads))
     assert not published  # not over yet: a rank restarting leaves its GPU for a moment
     clock.advance(ENDED_AFTER_S)
     ended = T0 + 2 + ENDED_AFTER_S
-    reports.observe(ended, batch(ended, gone, dbe=2.0, slow_tier=slow_tier))
+    reports.observe(ended, batch(ended, gone, dbe=2.0, slow_reads=slow_reads))
     [announced] = published
     assert announced.kind == "job_report" and announced.data["job"] == "7"
     [written] = (tmp_path / "reports").glob("slurm-7-*.json")
