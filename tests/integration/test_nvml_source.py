@@ -8,6 +8,7 @@ import collections
 import ctypes
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -406,6 +407,17 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
     assert again.slow_read == []  # then back on its turn
 
 
+def _on_manual_clock(
+    simulate: Simulate, scenario: str, on_event: Callable[[Event], None] = lambda _: None
+) -> tuple[NvmlSource, ManualClock]:
+    """A source whose slow tier's turn is minutes away, on a clock the test moves: a fault is
+    never missed, or seen early, because the machine is busy."""
+    clock = ManualClock()
+    simulate(load_scenario(scenario), clock)
+    sampling = SamplingConfig(interval=1.0, slow_interval=600.0)
+    return NvmlSource(pynvml, clock, sampling, on_event), clock
+
+
 @pytest.mark.parametrize(("xid", "read"), [(43, []), (13, []), (94, ["slow/gpu1"])])
 async def test_a_programs_own_xid_does_not_read_the_slow_fields(
     tmp_path: Path, simulate: Simulate, xid: int, read: list[str]
@@ -413,10 +425,12 @@ async def test_a_programs_own_xid_does_not_read_the_slow_fields(
     """XIDs 13 and 43 are a program's own faults: no counter or state of the GPU changes, and
     a job can raise one a second on every GPU, which would read every slow tier every cycle.
     XID 94, a contained memory error, comes with an ECC count: read at once."""
+    events: list[Event] = []
     fault = f"{{kind: xid, gpu: 1, at: 2s, code: {xid}}}"
-    source, events, _ = _source(simulate, _two_gpus(tmp_path, fault), slow_interval=600.0)
+    source, clock = _on_manual_clock(simulate, _two_gpus(tmp_path, fault), events.append)
     await source.start()
     first = await source.collect()
+    clock.advance(3.0)
     for _ in range(200):  # the XID comes through the event thread
         await asyncio.sleep(0.05)
         if events:
@@ -434,13 +448,14 @@ async def test_a_gpu_that_answers_again_reads_its_slow_fields_at_once(
     """Its counters went stale when it failed; they are back in the cycle it answers again,
     not on its turn, which is minutes away here."""
     fault = "{kind: nvml_error, gpu: 1, at: 2s, duration: 10s, error: UNKNOWN}"
-    source, _, _ = _source(simulate, _two_gpus(tmp_path, fault), slow_interval=600.0)
+    source, clock = _on_manual_clock(simulate, _two_gpus(tmp_path, fault))
     await source.start()
     first = await source.collect()
-    await asyncio.sleep(4 / SPEED)
+    clock.advance(4.0)
     failing = await source.collect()
-    await asyncio.sleep(10 / SPEED)
+    clock.advance(10.0)
     back = await source.collect()
+    clock.advance(1.0)
     again = await source.collect()
     await source.stop()
     assert len(first.slow_read) == 2
