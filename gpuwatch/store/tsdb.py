@@ -16,7 +16,7 @@ import math
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from gpuwatch.model import Labels, Sample
 from gpuwatch.store.series import STALE_NAN, CounterStats, count_drops, is_stale_marker
@@ -217,11 +217,12 @@ class Series:
         self, t: float, lookback: float = DEFAULT_LOOKBACK_S
     ) -> tuple[float, float] | None:
         """The instant (time, value) at t: the newest sample in (t - lookback, t], unless stale."""
-        tl = self.timeline
-        lo, hi = tl.index_after(t - lookback), tl.index_after(t)
-        if lo <= self.last_index < hi:  # the usual case: evaluating at the newest batch
-            point = (self.last_time, self.last_value)
+        last = self.last_time
+        if t - lookback < last <= t:  # the usual case: evaluating at the newest batch
+            point = (last, self.last_value)
         else:
+            tl = self.timeline
+            lo, hi = tl.index_after(t - lookback), tl.index_after(t)
             i = bisect_right(self.runs, hi - 1, key=lambda r: r.start) - 1
             if i < 0:
                 return None
@@ -304,8 +305,13 @@ class Store:
     def __len__(self) -> int:
         return len(self._series)
 
-    def ingest(self, source: str, time: float, samples: Iterable[Sample]) -> None:
+    def ingest(self, source: str, time: float, samples: Sequence[Sample]) -> None:
         """Append one batch of `source`; its series absent from this batch become stale."""
+        previous = self._current.get(source, [])
+        if not samples and not previous:
+            # Nothing now and nothing before (an alert rule with no alert, most cycles): no
+            # series to extend or mark stale, and no timestamp worth keeping.
+            return
         timeline = self._timelines.get(source)
         if timeline is None:
             timeline = self._timelines[source] = Timeline()
@@ -315,7 +321,6 @@ class Store:
         # A source sends its series in the same order cycle after cycle: the series at the
         # same place in its last batch is most often this sample's, and comparing the labels
         # costs less than hashing them.
-        previous = self._current.get(source, [])
         places = len(previous)
         for place, (name, labels, value) in enumerate(samples):
             if place < places:
