@@ -107,8 +107,14 @@ def evaluate(expr: pp.BinaryExpr, lhs: Value, rhs: Value, t: float) -> Value:
 
 
 def _vector_scalar(op: str, vector: Vector, scalar: float, swap: bool, return_bool: bool) -> Vector:
+    compare = COMPARISON.get(op)
+    if compare is not None and not return_bool:
+        # A filter (`gpuwatch_gpu_nvlink_link_up == 0`): the samples that pass, as they are.
+        if swap:
+            return [s for s in vector if compare(scalar, s.value)]
+        return [s for s in vector if compare(s.value, scalar)]
     out: Vector = []
-    comparison = op in COMPARISON
+    comparison = compare is not None
     for s in vector:
         a, b = (scalar, s.value) if swap else (s.value, scalar)
         value, keep = _apply(op, a, b)
