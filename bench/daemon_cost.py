@@ -7,12 +7,13 @@ and the simulated kernel log read as /dev/kmsg would be, lets it warm up, then m
 a window:
 
   cpu%      CPU time (user+system) of the daemon process / wall time, in % of one core
-  sim%      of that, the simulated library's own share: what a real driver's C code costs
-            instead. Measured apart, in this process: the same NVML source reads the same
-            node for 60 cycles with the library timing its entry points (thread CPU time)
-  host%     of that, the simulated host's share: the thread that writes the node's sysfs
-            files and kernel log, what a real kernel does instead. Measured apart, in this
-            process: 60 s of its updates at the cadence its thread runs them
+  sim%      of that, the simulated library's share: the CPU time its entry points took in the
+            daemon's process (they time themselves), what a real driver's C code costs instead
+  host%     of that, the simulated host's share: its thread, which writes the node's sysfs
+            files and kernel log, what a real kernel does instead
+  own%      cpu% less sim% and host%: gpuwatch's own cost
+            (the simulated host writes both shares to `cpu` in its directory, and the daemon
+            logs where that is)
   rss       resident set size at the end of the window (MiB)
   scrape    /metrics latency of the 5 s scrapes (each renders a fresh cycle), p50 / max
   cached    /metrics latency of back-to-back scrapes within one cycle (served bytes), p50
@@ -25,7 +26,6 @@ Usage: python bench/daemon_cost.py [--gpus 8 64 256] [--window 60] [--warmup 15]
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import platform
 import re
@@ -40,7 +40,6 @@ from pathlib import Path
 import psutil
 
 SCRAPE_EVERY_S = 5.0
-SIM_CYCLES = 60
 
 
 def _scenario(
@@ -92,10 +91,13 @@ def measure(
                         url = f"http://{match.group(1)}:{match.group(2)}/metrics"
                         break
                     time.sleep(0.1)
-                if not url:
+                host = re.search(r"simulated host \(.*?\) under (\S+)", log.read_text())
+                if not url or not host:
                     raise RuntimeError(log.read_text())
+                sim_cpu = Path(host.group(1).strip('"')) / "cpu"
                 process = psutil.Process(proc.pid)
                 time.sleep(warmup)
+                sim0 = _sim_cpu(sim_cpu)
                 cpu0, wall0 = process.cpu_times(), time.monotonic()
                 scrapes: list[float] = []
                 body = b""
@@ -106,6 +108,7 @@ def measure(
                     scrapes.append(latency)
                     time.sleep(max(0.0, next_scrape - time.monotonic()))
                 cpu1, wall1 = process.cpu_times(), time.monotonic()
+                sim1 = _sim_cpu(sim_cpu)
                 rss = process.memory_info().rss
                 cached = [_get(url)[0] for _ in range(5)]
             finally:
@@ -113,9 +116,12 @@ def measure(
                 proc.wait(timeout=20)
     busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
+    wall = wall1 - wall0
     return {
         "gpus": gpus,
-        "cpu_pct": 100 * busy / (wall1 - wall0),
+        "cpu_pct": 100 * busy / wall,
+        "sim_pct": 100 * (sim1[0] - sim0[0]) / wall,
+        "host_pct": 100 * (sim1[1] - sim0[1]) / wall,
         "rss_mib": rss / 2**20,
         "scrape_p50_ms": 1000 * statistics.median(scrapes),
         "scrape_max_ms": 1000 * max(scrapes),
@@ -124,58 +130,11 @@ def measure(
     }
 
 
-async def _library_share(scenario: Path, cycles: int) -> float:
-    """CPU seconds the simulated library spends per 1 s cycle of the NVML source."""
-    from gpuwatch.clock import ManualClock
-    from gpuwatch.config import SamplingConfig
-    from gpuwatch.nvml.source import NvmlSource
-    from gpuwatch.sim.library import SimulatedNvml
-    from gpuwatch.sim.scenario import load_scenario
-
-    clock = ManualClock()
-    library = SimulatedNvml(load_scenario(str(scenario)), clock, account_cpu=True)
-    source = NvmlSource(library.install(), clock, SamplingConfig(), lambda _: None)
-    await source.start()
-    await source.collect()  # the first cycle finds out what the driver supports
-    library.cpu_seconds = 0.0
-    for _ in range(cycles):
-        clock.advance(1.0)
-        await source.collect()
-    spent = library.cpu_seconds
-    stopping = asyncio.ensure_future(source.stop())
-    while not stopping.done():  # the event thread waits on the manual clock
-        clock.advance(0.3)
-        await asyncio.sleep(0.005)
-    SimulatedNvml.uninstall()
-    return spent / cycles
-
-
-def library_share(gpus: int, workload: str, nvswitches: int) -> float:
-    """The simulated library's CPU, in % of one core at 1 Hz sampling."""
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = _scenario(Path(tmp), gpus, workload, nvswitches=nvswitches)
-        return 100 * asyncio.run(_library_share(scenario, SIM_CYCLES))
-
-
-def host_share(gpus: int, workload: str, ib_ports: int, nvswitches: int) -> float:
-    """The simulated host's CPU, in % of one core."""
-    from gpuwatch.clock import ManualClock
-    from gpuwatch.sim.host import FILES_EVERY_S, SimHost
-    from gpuwatch.sim.node import SimNode
-    from gpuwatch.sim.scenario import load_scenario
-
-    seconds = 60.0
-    with tempfile.TemporaryDirectory() as tmp:
-        clock = ManualClock()
-        scenario = load_scenario(str(_scenario(Path(tmp), gpus, workload, ib_ports, nvswitches)))
-        host = SimHost(SimNode(scenario, clock), Path(tmp) / "host")
-        start = time.thread_time()
-        for _ in range(round(seconds / FILES_EVERY_S)):
-            clock.advance(FILES_EVERY_S)
-            host.update()
-        spent = time.thread_time() - start
-        host.stop()
-    return 100 * spent / seconds
+def _sim_cpu(path: Path) -> tuple[float, float]:
+    """The simulated library's and host's CPU seconds so far, as the simulated host wrote them
+    (twice a second)."""
+    library, host = path.read_text().split()
+    return float(library), float(host)
 
 
 def main() -> None:
@@ -206,17 +165,17 @@ def main() -> None:
         f"{args.nvswitches} NVSwitches"
     )
     print(
-        f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'host%':>6} {'RSS MiB':>8} "
-        f"{'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
+        f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'host%':>6} {'own%':>6} "
+        f"{'RSS MiB':>8} {'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
     )
     for gpus in args.gpus:
         r = measure(gpus, args.window, args.warmup, args.workload, ib_ports=args.ib_ports,
                     nvswitches=args.nvswitches)  # fmt: skip
-        sim = library_share(gpus, args.workload, args.nvswitches)
-        host = host_share(gpus, args.workload, args.ib_ports, args.nvswitches)
+        own = r["cpu_pct"] - r["sim_pct"] - r["host_pct"]
         print(
-            f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {sim:>6.2f} {host:>6.2f} "
-            f"{r['rss_mib']:>8.1f} {r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} "
+            f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {r['sim_pct']:>6.2f} "
+            f"{r['host_pct']:>6.2f} {own:>6.2f} {r['rss_mib']:>8.1f} "
+            f"{r['scrape_p50_ms']:>14.1f} {r['scrape_max_ms']:>14.1f} "
             f"{r['cached_p50_ms']:>14.1f}",
             flush=True,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import ssl
@@ -38,6 +39,8 @@ from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import FileError
+
+log = logging.getLogger(__name__)
 
 DEMO_LISTEN = "127.0.0.1:10040"
 
@@ -204,7 +207,8 @@ def _simulated(
     its GPUs' UUIDs and serials are that node's own, as two real nodes' are."""
     scenario = load_scenario(scenario_name)
     clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
-    library = SimulatedNvml(scenario, clock, node=node)
+    # Its CPU is accounted (two clock reads a call), reported by the simulated host.
+    library = SimulatedNvml(scenario, clock, node=node, account_cpu=True)
     library.install()
     return library, clock
 
@@ -213,7 +217,8 @@ def _simulated(
 def _sim_host(library: SimulatedNvml, node: str = "") -> Iterator[SimHost]:
     """The simulated node's sysfs and kernel log, in a directory of their own while it runs."""
     with tempfile.TemporaryDirectory(prefix="gpuwatch-sim-host-") as directory:
-        host = SimHost(library.node, Path(directory), node_salt(node))
+        host = SimHost(library.node, Path(directory), node_salt(node), library.cpu_used)
+        log.info("simulated host (sysfs, kernel log, the simulator's CPU) under %s", directory)
         host.start()
         try:
             yield host

@@ -9,6 +9,10 @@ bus, a GPU that failed to initialise, and NVSwitch SXids; with NVSwitches, Fabri
 command port (gpuwatch.sim.fabric_manager). `update()` writes what the scenario
 says at the clock's now; `start()` runs it in a thread of its own, which wakes for the files
 twice a (simulated) second and for each kernel log line at its time.
+
+The thread also keeps `cpu` in the directory up to date: the CPU seconds the simulator has
+spent in the daemon's process, the library's entry points' (when it accounts them) and its own
+thread's, so that bench/daemon_cost.py can tell the daemon's cost from its stand-in hardware's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -56,9 +62,16 @@ class _Line:
 
 
 class SimHost:
-    def __init__(self, node: SimNode, directory: Path, salt: int = 0) -> None:
+    def __init__(
+        self,
+        node: SimNode,
+        directory: Path,
+        salt: int = 0,
+        library_cpu: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.node = node
         self.directory = directory
+        self._library_cpu = library_cpu
         self.sysfs = directory / "sys"
         self.kmsg = directory / "kmsg"
         shutil.rmtree(self.sysfs, ignore_errors=True)  # what an earlier run left
@@ -218,6 +231,7 @@ class SimHost:
                 self._put(f"{path}/aer_dev_correctable", correctable)
                 self._put(f"{path}/aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0")
                 self._put(f"{path}/aer_dev_fatal", "TOTAL_ERR_FATAL 0")
+            self._write_cpu()
 
     def _active(self, kind: str, port: int, now: float) -> list[Fault]:
         elapsed = now - self.node.start
@@ -286,6 +300,17 @@ class SimHost:
                 pending = self._lines[self._next_line :]
             next_line = pending[0].time if pending else float("inf")
             clock.block_until(self._stop, max(0.0, min(files_due, next_line) - clock.now()))
+
+    def _write_cpu(self) -> None:
+        """The library's CPU seconds and the calling thread's: the host's own, which does
+        nothing but this work, once start() has run it."""
+        data = f"{self._library_cpu():.6f} {time.thread_time():.6f}\n".encode()
+        fd = os.open(self.directory / "cpu", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
 
 
 def _sxid_lines(fault: Fault, when: float) -> list[_Line]:

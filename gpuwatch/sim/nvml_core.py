@@ -169,6 +169,10 @@ class LibraryCore:
             **{name: self._entry_point(name) for name in sorted(self.profile.entry_points)}
         )
 
+    def cpu_used(self) -> float:
+        """CPU seconds spent in the entry points so far (0 unless `account_cpu`)."""
+        return self.cpu_seconds
+
     # -- plumbing --------------------------------------------------------------------------
     def _entry_point(self, name: str) -> Any:
         impl: Callable[..., int | None] = getattr(self, name)

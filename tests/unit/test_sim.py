@@ -318,3 +318,29 @@ def test_the_readme_names_every_fault_kind() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     kinds = readme[readme.index("Kinds today:") :].split("\n\n", 1)[0]
     assert [k for k in FAULT_KINDS if f"`{k}`" not in kinds] == []
+
+
+def test_the_simulated_host_reports_the_simulators_cpu(tmp_path: Path) -> None:
+    """bench/daemon_cost.py tells the daemon's CPU from its stand-in hardware's by this file:
+    the library's entry points' CPU seconds (it times them when asked) and the host's."""
+    from gpuwatch.sim.host import SimHost
+
+    clock = ManualClock()
+    library = SimulatedNvml(load_scenario("healthy"), clock, account_cpu=True)
+    library.install()
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        for _ in range(200):
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+        spent = library.cpu_used()
+        assert spent > 0.0
+        host = SimHost(library.node, tmp_path / "host", library_cpu=library.cpu_used)
+        reported_library, reported_host = map(float, (tmp_path / "host/cpu").read_text().split())
+        assert reported_library == pytest.approx(spent, abs=1e-6)
+        assert reported_host > 0.0  # this thread's, which built and wrote the tree
+        host.stop()
+    finally:
+        SimulatedNvml.uninstall()
+    unaccounted = SimulatedNvml(load_scenario("healthy"), clock)
+    assert unaccounted.cpu_used() == 0.0
