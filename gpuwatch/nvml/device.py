@@ -364,7 +364,7 @@ class DeviceReader:
     def _read_field_values(self, fields: FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
         success, lost = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST
-        refused: list[FieldPlan] = []
+        refused: dict[int, FieldPlan] = {}  # by identity: __eq__ on 432 plans cost more
         answered = 0
         memory_temperature = m.MEMORY_TEMPERATURE
         entries = self._field_values.entries(values)
@@ -380,15 +380,15 @@ class DeviceReader:
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field:
-                refused.append(plan)
+                refused[id(plan)] = plan
             elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
                 self._failed(f"field {plan.request} ({plan.name})", nvml.NVMLError(ret))
         self._answered += answered
         if refused:  # stop asking for these
-            fields.keep([p for p in fields.plans if p not in refused])
-            for plan in refused:
+            fields.keep([p for p in fields.plans if id(p) not in refused])
+            for plan in refused.values():
                 self._refused(fields, plan)
 
     def _refused(self, fields: FieldSet, plan: FieldPlan) -> None:
