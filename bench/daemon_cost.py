@@ -91,10 +91,10 @@ def measure(
                         url = f"http://{match.group(1)}:{match.group(2)}/metrics"
                         break
                     time.sleep(0.1)
-                host = re.search(r"simulated host \(.*?\) under (\S+)", log.read_text())
+                host = re.search(r"simulated host \(.*?\) under ([^\"\n]+)", log.read_text())
                 if not url or not host:
                     raise RuntimeError(log.read_text())
-                sim_cpu = Path(host.group(1).strip('"')) / "cpu"
+                sim_cpu = Path(host.group(1).strip()) / "cpu"
                 process = psutil.Process(proc.pid)
                 time.sleep(warmup)
                 sim0 = _sim_cpu(sim_cpu)
