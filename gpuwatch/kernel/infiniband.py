@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gpuwatch import metrics as m
+from gpuwatch.kernel.attributes import Read, read_small
 from gpuwatch.model import Labels, Sample
 from gpuwatch.text.pci import pci_address
 
@@ -54,21 +55,6 @@ class Port:
     @property
     def labels(self) -> Labels:
         return (("device", self.device), ("port", self.port))
-
-
-def read_small(path: str) -> str | None:
-    """A sysfs attribute's text; None when it cannot be read. Plain system calls: a cycle reads
-    a few hundred of these, and Python's file objects cost several times more."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("ascii", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _number(text: str) -> int | None:
@@ -116,7 +102,7 @@ def find_ports(sysfs_root: str) -> list[Port]:
     return out
 
 
-def port_samples(port: Port, affinity: str) -> list[Sample]:
+def port_samples(port: Port, affinity: str, read: Read = read_small) -> list[Sample]:
     """The port's state: its info, states and rate; a file that cannot be read is left out,
     never 0."""
     labels = port.labels
@@ -128,8 +114,8 @@ def port_samples(port: Port, affinity: str) -> list[Sample]:
             1.0,
         )
     ]  # fmt: skip
-    state = _number(read_small(os.path.join(port.path, "state")) or "")
-    phys = _number(read_small(os.path.join(port.path, "phys_state")) or "")
+    state = _number(read(os.path.join(port.path, "state")) or "")
+    phys = _number(read(os.path.join(port.path, "phys_state")) or "")
     if state is not None:
         out.append(Sample(m.IB_PORT_STATE, labels, float(state)))
     if phys is not None:
@@ -137,27 +123,26 @@ def port_samples(port: Port, affinity: str) -> list[Sample]:
     if state is not None and phys is not None:
         up = state == STATE_ACTIVE and phys == PHYS_LINK_UP
         out.append(Sample(m.IB_PORT_UP, labels, 1.0 if up else 0.0))
-    rate = _RATE.match(read_small(os.path.join(port.path, "rate")) or "")
+    rate = _RATE.match(read(os.path.join(port.path, "rate")) or "")
     if rate is not None:
         out.append(Sample(m.IB_PORT_RATE, labels, float(rate.group(1)) * 1e9 / 8))
     return out
 
 
-def counter_samples(port: Port) -> list[Sample]:
+def counter_samples(port: Port, read: Read = read_small) -> list[Sample]:
     """The port's error and data counters."""
     labels = port.labels
     out: list[Sample] = []
     for name, path in port.errors:
-        value = _counter(path)
+        value = _counter(read(path))
         if value is not None:
             out.append(Sample(m.IB_PORT_ERRORS, (*labels, ("type", name)), value))
     for direction, path in port.data:
-        value = _counter(path)
+        value = _counter(read(path))
         if value is not None:  # in units of 4 bytes
             out.append(Sample(m.IB_PORT_DATA, (*labels, ("direction", direction)), value * 4))
     return out
 
 
-def _counter(path: str) -> float | None:
-    text = read_small(path)
+def _counter(text: str | None) -> float | None:
     return float(text) if text is not None and text.isdigit() else None

@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
-from gpuwatch.kernel.infiniband import pci_path, read_small
+from gpuwatch.kernel.attributes import Read, read_small
+from gpuwatch.kernel.infiniband import pci_path
 from gpuwatch.model import GpuState, Sample
 
 NVIDIA = 0x10DE
@@ -41,9 +42,9 @@ class BusDevice:
         return self.driver in (None, "nvidia")
 
 
-def _hex(path: str) -> int | None:
+def _hex(path: str, read: Read = read_small) -> int | None:
     try:
-        return int(read_small(path) or "", 16)
+        return int(read(path) or "", 16)
     except ValueError:
         return None
 
@@ -88,17 +89,17 @@ def bus_device(sysfs_root: str, address: str) -> BusDevice | None:
     return BusDevice(address, "gpu", path, pci_path(path), _driver(path))
 
 
-def answers(device: BusDevice) -> bool:
+def answers(device: BusDevice, read: Read = read_small) -> bool:
     """Whether the device is still there and answers config reads: one that fell off the
     bus reads all ones (vendor 0xffff), one the kernel removed is gone from sysfs."""
-    return _hex(os.path.join(device.path, "vendor")) == NVIDIA
+    return _hex(os.path.join(device.path, "vendor"), read) == NVIDIA
 
 
-def aer_counts(device: BusDevice) -> dict[str, float]:
+def aer_counts(device: BusDevice, read: Read = read_small) -> dict[str, float]:
     """severity -> the device's AER total; empty where the kernel has no AER counters."""
     out: dict[str, float] = {}
     for name, severity in AER_FILES:
-        text = read_small(os.path.join(device.path, name))
+        text = read(os.path.join(device.path, name))
         if text is None:
             continue
         for line in text.splitlines():
@@ -121,13 +122,16 @@ class Bus:
         listed: dict[str, GpuState],
         driver_count: int | None,
         counters: bool = True,
+        read: Read = read_small,
     ) -> list[Sample]:
         """gpuwatch_pci_* for the devices `scan` found, against the GPUs the driver lists
         (by address) and counts (None: the driver is down, so nothing is unlisted); the AER
         counters read again when `counters`, else as last read."""
         for device in present:
             self.seen[device.address] = device
-        up = {address: answers(device) for address, device in self.seen.items()}  # one read each
+        up = {
+            address: answers(device, read) for address, device in self.seen.items()
+        }  # one read each
         out: list[Sample] = []
         gpus = [d for d in present if d.kind == "gpu" and up[d.address]]
         out.append(Sample(m.PCI_GPUS, (), float(len(gpus))))
@@ -144,7 +148,7 @@ class Bus:
             labels = _labels(device, listed)
             out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(answered)))
             if answered and (counters or device.address not in self.aer):
-                self.aer[device.address] = aer_counts(device)
+                self.aer[device.address] = aer_counts(device, read)
             if answered:
                 for severity, total in self.aer[device.address].items():
                     out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))

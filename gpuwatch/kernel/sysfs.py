@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.kernel import fabric_manager
+from gpuwatch.kernel.attributes import KeptFiles
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.infiniband import Port, counter_samples, find_ports, port_samples
 from gpuwatch.kernel.pci import Bus, BusDevice, affinity, bus_device, scan
@@ -56,6 +57,7 @@ class SysfsWatcher:
         self._gpus = gpus
         self._deadline = deadline
         self._bus = Bus()
+        self._files = KeptFiles()  # used by read_now only, one read at a time
         self._found = _Found([], [], {})
         self._next_scan = 0.0
         self._next_counters = 0.0
@@ -70,7 +72,8 @@ class SysfsWatcher:
         pass  # the first read scans
 
     async def stop(self) -> None:
-        pass  # a read still blocked in the kernel is left to its thread
+        if self._pending is None or self._pending.done():
+            self._files.close()  # else a read still blocked in the kernel keeps them
 
     async def read(self) -> list[Sample]:
         if self._pending is None or self._pending.done():
@@ -114,19 +117,21 @@ class SysfsWatcher:
         """One blocking read (in a worker thread; tests call it directly): the states, and
         with `counters` the counters, else their last values. `known`: the addresses of the
         GPUs the node has had (the inventory's too), looked for on the bus at a scan."""
-        if rescan:
+        if rescan:  # devices found again are opened again
+            self._files.close()
             self._found = self._scan(listed, known if known is not None else set(listed))
         found = self._found
-        out = self._bus.samples(found.devices, listed, driver_count, counters)
+        read = self._files.read
+        out = self._bus.samples(found.devices, listed, driver_count, counters, read)
         if self._fabric_manager and any(d.kind == "nvswitch" for d in found.devices):
             if rescan or self._fabric_manager_up is None:
                 self._fabric_manager_up = fabric_manager.answers(self._fabric_manager)
             out.append(Sample(m.FABRIC_MANAGER_UP, (), float(self._fabric_manager_up)))
         for port in found.ports:
             key = (port.device, port.port)
-            out.extend(port_samples(port, found.affinity.get(key, "")))
+            out.extend(port_samples(port, found.affinity.get(key, ""), read))
             if counters or key not in self._counters:
-                self._counters[key] = counter_samples(port)
+                self._counters[key] = counter_samples(port, read)
             out.extend(self._counters[key])
         return out
 

@@ -235,3 +235,47 @@ def test_fabric_manager_is_asked_on_its_tcp_port_or_its_unix_socket(tmp_path: Pa
     for wrong in ("6666", "localhost:", "host:99999", "fm.sock"):
         with pytest.raises(ValueError, match="HOST:PORT or a Unix socket path"):
             fabric_manager.parse_address(wrong)
+
+
+def test_kept_files_read_what_a_fresh_open_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attributes read through descriptors kept open: a file rewritten in place is read as it
+    is now; one whose read fails (a device removed under it answers ENODEV) is opened again,
+    and one that is gone reads as nothing; past the limit, files are read and closed."""
+    import errno
+
+    from gpuwatch.kernel import attributes
+    from gpuwatch.kernel.attributes import KeptFiles
+
+    state = tmp_path / "state"
+    state.write_text("4: ACTIVE\n")
+    files = KeptFiles(limit=1)
+    assert files.read(str(state)) == "4: ACTIVE"
+    state.write_text("1: DOWN\n")  # in place, as the kernel's text changes under one inode
+    assert files.read(str(state)) == "1: DOWN"
+    assert len(files) == 1
+
+    real_pread = attributes.os.pread
+    failed: list[int] = []
+
+    def pread_failing_once(fd: int, n: int, offset: int) -> bytes:
+        if not failed:
+            failed.append(fd)
+            raise OSError(errno.ENODEV, "No such device")
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(attributes.os, "pread", pread_failing_once)
+    state.write_text("4: ACTIVE\n")
+    assert files.read(str(state)) == "4: ACTIVE"  # opened again after the failed read
+    assert failed and len(files) == 1
+    monkeypatch.undo()
+
+    rate = tmp_path / "rate"
+    rate.write_text("400 Gb/sec (4X NDR)\n")
+    assert files.read(str(rate)) == "400 Gb/sec (4X NDR)"  # past the limit: not kept
+    assert len(files) == 1
+    assert files.read(str(tmp_path / "absent")) is None
+    files.close()
+    assert len(files) == 0
+    assert files.read(str(state)) == "4: ACTIVE"
