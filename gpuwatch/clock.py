@@ -33,6 +33,15 @@ class Clock(Protocol):
         ...
 
 
+async def within(aw: Awaitable[T], seconds: float) -> T:
+    """`aw`, or TimeoutError after `seconds` (real time). asyncio.wait_for as Python 3.12 has
+    it: 3.11's loses a cancellation that comes as the awaited finishes (CPython gh-86296), and
+    a sampling loop cancelled at a tick ran on after its daemon stopped, until the stop timed
+    out."""
+    async with asyncio.timeout(seconds):
+        return await aw
+
+
 async def wait_event(clock: Clock, event: asyncio.Event, seconds: float | None) -> bool:
     """Wait for `event`, at most `seconds` of the clock's time (None: no limit). True when
     the event was set, False when the time ran out."""
@@ -56,7 +65,7 @@ class SystemClock:
         await asyncio.sleep(max(0.0, seconds))
 
     async def wait_for(self, aw: Awaitable[T], timeout: float) -> T:
-        return await asyncio.wait_for(aw, timeout)
+        return await within(aw, timeout)
 
     def block(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
@@ -86,7 +95,7 @@ class ScaledClock:
         await asyncio.sleep(max(0.0, seconds) / self.speed)
 
     async def wait_for(self, aw: Awaitable[T], timeout: float) -> T:
-        return await asyncio.wait_for(aw, timeout / self.speed)
+        return await within(aw, timeout / self.speed)
 
     def block(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds) / self.speed)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -143,8 +142,7 @@ class Daemon:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])  # its end, without taking a cancel of our own
         for watcher in reversed(self.watchers):
             await watcher.stop()
         await self.source.stop()

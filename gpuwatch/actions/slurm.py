@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpuwatch.clock import within
+
 log = logging.getLogger(__name__)
 
 OWN_REASON_PREFIX = "gpuwatch: "
@@ -162,8 +164,8 @@ class SlurmCli:
         readers = [asyncio.ensure_future(_capped(stream)) for stream in streams]
         done = False
         try:
-            out, err = await asyncio.wait_for(asyncio.gather(*readers), self.timeout)
-            await asyncio.wait_for(proc.wait(), self.timeout)
+            out, err = await within(asyncio.gather(*readers), self.timeout)
+            await within(proc.wait(), self.timeout)
             done = True
         except TimeoutError:
             raise SlurmError(f"{what}: no answer within {self.timeout:g}s") from None
@@ -180,7 +182,7 @@ class SlurmCli:
                 # is never reaped (asyncio waits for its pipes to close).
                 for stream in streams:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(_drain(stream), self.timeout)
+                        await within(_drain(stream), self.timeout)
                 await proc.wait()
         if proc.returncode != 0:
             said = err.decode(errors="replace").strip().splitlines()

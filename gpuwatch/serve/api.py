@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.clock import within
 from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
@@ -211,11 +212,11 @@ class Api:
         try:
             while True:
                 try:
-                    kind, data = await asyncio.wait_for(queue.get(), STREAM_KEEPALIVE_S)
+                    kind, data = await within(queue.get(), STREAM_KEEPALIVE_S)
                     chunk = f"event: {kind}\ndata: {data}\n\n".encode()
                 except TimeoutError:
                     chunk = b": keepalive\n\n"
-                await asyncio.wait_for(response.write(chunk), STREAM_WRITE_TIMEOUT_S)
+                await within(response.write(chunk), STREAM_WRITE_TIMEOUT_S)
         except TimeoutError:
             log.info("event stream to %s dropped: it read nothing for %.0f s",
                      request.remote, STREAM_WRITE_TIMEOUT_S)  # fmt: skip

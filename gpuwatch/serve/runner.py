@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from gpuwatch.actions.drainer import SlurmDrainer
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, within
 from gpuwatch.config import Config, default_rule_interval
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.gctune import tune_gc
@@ -367,7 +367,7 @@ async def serve(
         # stack goes to stderr and the process exits, rather than waiting for SIGKILL.
         faulthandler.dump_traceback_later(STOP_WITHIN_S + 1.5, exit=True)
         try:
-            await asyncio.wait_for(running.stop(), STOP_WITHIN_S)
+            await within(running.stop(), STOP_WITHIN_S)
         except TimeoutError:
             log.error("not stopped cleanly within %.0f s; exiting anyway", STOP_WITHIN_S)
         faulthandler.cancel_dump_traceback_later()

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from gpuwatch.clock import within
 from gpuwatch.serve.runner import Running
 from gpuwatch.sim.job import JOB_NAME, SLURM_JOB_ID
 from gpuwatch.sim.library import SimulatedNvml
@@ -49,4 +50,4 @@ async def run_simulated_job(running: Running, nvml: SimulatedNvml, scenario: str
         if proc.returncode is None:
             proc.terminate()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5.0)
+                await within(proc.wait(), 5.0)

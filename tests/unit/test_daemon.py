@@ -91,3 +91,29 @@ def test_the_landing_page_escapes_what_came_from_outside() -> None:
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "&lt;b&gt;node&lt;/b&gt;" in page and "drain &amp; reset" in page
     assert "<b>DEGRADED</b>" in page and "<li>TrainingNaN</li>" in page
+
+
+async def test_a_wait_cancelled_as_it_finishes_stays_cancelled() -> None:
+    """The clocks' waits keep a cancellation that comes as what they wait for finishes (on
+    Python 3.11, asyncio.wait_for lost it, and a daemon's sampling loop cancelled at a tick
+    went on sampling after the daemon stopped, until the stop timed out)."""
+    import asyncio
+
+    from gpuwatch.clock import ScaledClock, SystemClock
+
+    for clock in (SystemClock(), ScaledClock(10.0)):
+        for _ in range(20):
+            done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            went_on = asyncio.Event()
+
+            async def loop_once(clock: SystemClock | ScaledClock = clock) -> None:
+                await clock.wait_for(done, 10.0)  # noqa: B023 (awaited before the next turn)
+                went_on.set()  # noqa: B023
+
+            task = asyncio.create_task(loop_once())
+            await asyncio.sleep(0)  # the task waits
+            done.set_result(1)
+            task.cancel()  # in the same turn of the loop as the result
+            await asyncio.wait([task])
+            assert task.cancelled()
+            assert not went_on.is_set()
