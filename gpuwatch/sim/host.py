@@ -304,13 +304,8 @@ class SimHost:
     def _write_cpu(self) -> None:
         """The library's CPU seconds and the calling thread's: the host's own, which does
         nothing but this work, once start() has run it."""
-        data = f"{self._library_cpu():.6f} {time.thread_time():.6f}\n".encode()
-        fd = os.open(self.directory / "cpu", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, data, 0)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
+        text = f"{self._library_cpu():.6f} {time.thread_time():.6f}"
+        self._put(str(self.directory / "cpu"), text)
 
 
 def _sxid_lines(fault: Fault, when: float) -> list[_Line]:
