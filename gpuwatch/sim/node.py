@@ -8,6 +8,7 @@ given seed, so tests can assert exact behaviour.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -54,7 +55,13 @@ def smooth_noise(seed: int, channel: int, t: float, period: float) -> float:
     k = math.floor(pos)
     frac = pos - k
     w = frac * frac * (3 - 2 * frac)
-    return hash01(seed, channel, k) * (1 - w) + hash01(seed, channel, k + 1) * w
+    return _knot(seed, channel, k) * (1 - w) + _knot(seed, channel, k + 1) * w
+
+
+@functools.lru_cache(maxsize=4096)
+def _knot(seed: int, channel: int, k: int) -> float:
+    """A knot of smooth_noise: each is asked for again at every reading until time passes it."""
+    return hash01(seed, channel, k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,10 @@ class SimGpu:
         # A reset ends every fault that began before it (and clears what it left behind:
         # volatile counters, a pending remap, the driver's recovery action, a lost GPU).
         self.faults = [(f, self._end(f)) for f in mine if f.kind != "gpu_reset"]
+        # Most GPUs have no fault of most kinds, and the library asks of every kind at every
+        # call (each field, each handle): a miss is answered without looking through faults.
+        self._kinds = frozenset(f.kind for f, _ in self.faults)
+        self._util: tuple[float, float] = (math.nan, 0.0)  # (t, utilization at t)
         self.instances = _instances(index, node.scenario.mig.get(index, ()))
         self._lock = threading.Lock()
         self._t = node.start
@@ -143,6 +154,8 @@ class SimGpu:
 
     # -- faults --------------------------------------------------------------------------
     def active(self, kind: str, t: float) -> Fault | None:
+        if kind not in self._kinds:
+            return None
         elapsed = t - self.node.start
         for f, end in self.faults:
             if f.kind == kind and f.at <= elapsed < end:
@@ -153,6 +166,8 @@ class SimGpu:
         """Errors (rows, pages) that faults of `kind` have produced by now: `count` at once,
         then `rate` a second while the fault lasts. Counters only grow, as the hardware's do;
         a volatile one starts again from 0 at a GPU reset. `link`: only faults on that link."""
+        if kind not in self._kinds:
+            return 0
         elapsed = self.node.clock.now() - self.node.start
         since = max((r for r in self.resets if r <= elapsed), default=-math.inf)
         total = 0.0
@@ -171,6 +186,8 @@ class SimGpu:
     def lost_since(self, t: float) -> float | None:
         """Since when the GPU has been off the bus (fallen off it, shut down for heat, or
         gone at a reboot), so that a handle to it answers GpuIsLost: None while it answers."""
+        if self._kinds.isdisjoint(OFF_BUS_KINDS):
+            return None
         elapsed = t - self.node.start
         since: float | None = None
         for f, end in self.faults:
@@ -197,6 +214,8 @@ class SimGpu:
         return 0 if f is None or f.action is None else f.action
 
     def hang_until(self, t: float) -> float | None:
+        if "nvml_hang" not in self._kinds:
+            return None
         elapsed = t - self.node.start
         for f, end in self.faults:
             if f.kind == "nvml_hang" and f.at <= elapsed < end:
@@ -205,6 +224,14 @@ class SimGpu:
 
     # -- signals -------------------------------------------------------------------------
     def utilization(self, t: float) -> float:
+        """Asked several times for one instant as a reading is made: worked out once."""
+        at, util = self._util
+        if at != t:
+            util = self._utilization(t)
+            self._util = (t, util)
+        return util
+
+    def _utilization(self, t: float) -> float:
         if self.active("nccl_hang", t):
             return 1.0  # spinning in a collective that never completes
         if self.active("idle_with_memory", t):

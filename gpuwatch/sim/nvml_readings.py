@@ -241,11 +241,10 @@ class ReadingCalls(LibraryCore):
             raise Answer(c.ERROR_NOT_SUPPORTED)
         if blackwell and field_id in (FI_NVLINK_DL_REPLAY, FI_NVLINK_DL_RECOVERY, FI_NVLINK_DL_CRC):
             raise Answer(c.ERROR_NOT_SUPPORTED)  # nvml.h: unsupported for Blackwell and later
-        r = gpu.reading()
         if field_id == FI_NVLINK_TX:
-            return r.nvlink_tx_kib[link]
+            return gpu.reading().nvlink_tx_kib[link]
         if field_id == FI_NVLINK_RX:
-            return r.nvlink_rx_kib[link]
+            return gpu.reading().nvlink_rx_kib[link]
         if field_id == FI_NVLINK_STATE:
             return 0 if gpu.fault_now("nvlink_down", link) else 1
         if field_id in (FI_NVLINK_DL_CRC, FI_NVLINK5_EFFECTIVE_ERRORS):
