@@ -19,6 +19,9 @@ a window:
   cached    /metrics latency of back-to-back scrapes within one cycle (served bytes), p50
   series    series on /metrics
 
+The first line also times a fixed piece of plain Python ("plain Python N ms"): the daemon's
+cost scales with it, so runs on different machines, or days of a shared VM, compare through it.
+
 Usage: python bench/daemon_cost.py [--gpus 8 64 256] [--window 60] [--warmup 15]
        [--ib-ports 8] [--nvswitches 0]
 """
@@ -26,6 +29,7 @@ Usage: python bench/daemon_cost.py [--gpus 8 64 256] [--window 60] [--warmup 15]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -137,6 +141,22 @@ def _sim_cpu(path: Path) -> tuple[float, float]:
     return float(library), float(host)
 
 
+def python_speed_ms() -> float:
+    """CPU milliseconds this machine takes for a fixed piece of plain Python (calls, tuples,
+    dicts, sorting, JSON), the least of five: what the daemon's numbers scale with from one
+    machine, or one day of a shared VM, to the next."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        table = {(i % 97, str(i)): (i, float(i) * 0.5) for i in range(40_000)}
+        rows = sorted(table.items(), key=lambda kv: kv[1][1], reverse=True)
+        text = json.dumps([[k[0], k[1], v[0], v[1]] for k, v in rows[:10_000]])
+        total = sum(row[2] for row in json.loads(text))
+        best = min(best, time.process_time() - start)
+        assert total > 0
+    return 1000 * best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, nargs="+", default=[8, 64, 256])
@@ -162,7 +182,7 @@ def main() -> None:
         f"Python {platform.python_version()}; "
         f"window {args.window:g}s after {args.warmup:g}s warm-up; "
         f"1 Hz sampling, scrape every {SCRAPE_EVERY_S:g}s; {args.ib_ports} InfiniBand ports, "
-        f"{args.nvswitches} NVSwitches"
+        f"{args.nvswitches} NVSwitches; plain Python {python_speed_ms():.0f} ms"
     )
     print(
         f"{'GPUs':>5} {'series':>7} {'cpu% of 1 core':>15} {'sim%':>6} {'host%':>6} {'own%':>6} "
