@@ -18,7 +18,8 @@ import time
 
 from gpuwatch.client import JobReporter
 from gpuwatch.sim.faults import JOB_FAULT_KINDS
-from gpuwatch.sim.node import CHECKPOINT_EVERY_S, CHECKPOINT_LENGTH_S, hash01
+from gpuwatch.sim.node import CHECKPOINT_EVERY_S, CHECKPOINT_LENGTH_S
+from gpuwatch.sim.noise import hash01
 from gpuwatch.sim.scenario import Scenario, load_scenario
 
 SLURM_JOB_ID = "81234"

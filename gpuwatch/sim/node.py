@@ -8,7 +8,6 @@ given seed, so tests can assert exact behaviour.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from gpuwatch.sim import driver as d
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.faults import JOB_FAULT_KINDS, Fault
 from gpuwatch.sim.models import GIB, GpuModel
+from gpuwatch.sim.noise import smooth_noise
 from gpuwatch.sim.scenario import MIG_PROFILE, Scenario
 
 AMBIENT_C = 28.0
@@ -37,31 +37,6 @@ REASON_HW_SLOWDOWN = 0x8
 REASON_SW_THERMAL = 0x20
 REASON_HW_THERMAL = 0x40
 REASON_HW_POWER_BRAKE = 0x80
-
-
-def hash01(*parts: int) -> float:
-    """A well-mixed value in [0, 1) from integers (splitmix64)."""
-    x = 0x9E3779B97F4A7C15
-    for p in parts:
-        x = (x ^ (p & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
-        x ^= x >> 31
-    return (x >> 11) / float(1 << 53)
-
-
-def smooth_noise(seed: int, channel: int, t: float, period: float) -> float:
-    """Value noise in [0, 1): random at multiples of `period`, smoothly interpolated between."""
-    pos = t / period
-    k = math.floor(pos)
-    frac = pos - k
-    w = frac * frac * (3 - 2 * frac)
-    return _knot(seed, channel, k) * (1 - w) + _knot(seed, channel, k + 1) * w
-
-
-@functools.lru_cache(maxsize=4096)
-def _knot(seed: int, channel: int, k: int) -> float:
-    """A knot of smooth_noise: each is asked for again at every reading until time passes it."""
-    return hash01(seed, channel, k)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.sim import cdefs as c
-from gpuwatch.sim.node import RESERVED_FRACTION, SimGpu, SimInstance, SimNode, hash01
+from gpuwatch.sim.node import RESERVED_FRACTION, SimGpu, SimInstance, SimNode
+from gpuwatch.sim.noise import hash01
 from gpuwatch.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
