@@ -151,9 +151,8 @@ def python_speed_ms() -> float:
         table = {(i % 97, str(i)): (i, float(i) * 0.5) for i in range(40_000)}
         rows = sorted(table.items(), key=lambda kv: kv[1][1], reverse=True)
         text = json.dumps([[k[0], k[1], v[0], v[1]] for k, v in rows[:10_000]])
-        total = sum(row[2] for row in json.loads(text))
+        sum(row[2] for row in json.loads(text))
         best = min(best, time.process_time() - start)
-        assert total > 0
     return 1000 * best
 
 

@@ -207,7 +207,7 @@ def _simulated(
     its GPUs' UUIDs and serials are that node's own, as two real nodes' are."""
     scenario = load_scenario(scenario_name)
     clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
-    # Its CPU is accounted (one call in eight timed), reported by the simulated host.
+    # Its CPU is accounted (a random sample of its calls timed), reported by the simulated host.
     library = SimulatedNvml(scenario, clock, node=node, account_cpu=True)
     library.install()
     return library, clock

@@ -15,16 +15,26 @@ Read = Callable[[str], "str | None"]
 def read_small(path: str) -> str | None:
     """An attribute's text; None when it cannot be read. Plain system calls: a cycle reads
     a few hundred of these, and Python's file objects cost several times more."""
+    opened = _open_and_read(path)
+    if opened is None:
+        return None
+    fd, text = opened
+    os.close(fd)
+    return text
+
+
+def _open_and_read(path: str) -> tuple[int, str] | None:
+    """A descriptor opened on `path` and the text read through it; None, with nothing left
+    open, when either fails."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        return _text(fd)
+        return fd, _text(fd)
     except OSError:
-        return None
-    finally:
         os.close(fd)
+        return None
 
 
 def _text(fd: int) -> str:
@@ -56,15 +66,10 @@ class KeptFiles:
                 del self._fds[path]
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+        opened = _open_and_read(path)
+        if opened is None:
             return None
-        try:
-            text = _text(fd)
-        except OSError:
-            os.close(fd)
-            return None
+        fd, text = opened
         if len(self._fds) < self._limit:
             self._fds[path] = fd
         else:
