@@ -9,6 +9,8 @@ import hmac
 import logging
 import socket
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -17,6 +19,7 @@ from gpuwatch.model import Sample
 from gpuwatch.notify.secrets import Secret
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.parse import PushError, check_job, parse_json, parse_text, sample_lines
+from gpuwatch.push.registry import PushLimits
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +66,47 @@ def authorized(request: web.Request, token: Secret | None) -> None:
         raise PushError(401, "missing or wrong bearer token (Authorization: Bearer ...)")
 
 
+Parse = Callable[[], tuple[str, list[Sample]]]
+
+
+def parser_for(body: bytes, content_type: str, query_job: str | None, limits: PushLimits) -> Parse:
+    """What parses this body (JSON names its job, text takes `?job=`), after the checks that
+    need no parsing; PushError when one fails. Shared by every endpoint that takes pushes."""
+    if content_type == "application/json":
+        return functools.partial(parse_json, body)
+    job = check_job(query_job)
+    lines = sample_lines(body)  # a cheap upper bound, before any parsing
+    if lines > limits.max_series_per_job:
+        raise PushError(
+            422,
+            f"too many series: {lines} sample lines for job {job!r}, the limit per job"
+            f" is {limits.max_series_per_job} (push.max_series_per_job)",
+            job,
+        )
+    return functools.partial(_parse_text_of, body, job)
+
+
+def accepted(job: str, count: int) -> dict[str, Any]:
+    return {"status": "success", "data": {"job": job, "series": count}}
+
+
+def refused(exc: PushError, peer: str, job: str = "") -> dict[str, Any]:
+    """The answer to a refused push, logged: the sender is a field, so one flooding client's
+    lines are cut short without hiding another's first; the job is in the text (a flood of
+    made-up job names stays one burst)."""
+    log.info(
+        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
+        extra=log_fields(peer=peer),
+    )  # fmt: skip
+    return {"status": "error", "errorType": "bad_data", "error": str(exc)}
+
+
 async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:
     limits = jobs.pushed.limits
     job = request.query.get("job", "")  # for the log line when refused; a JSON body names it
     try:
         body = await _body(request, limits.max_body_bytes)
-        if request.content_type == "application/json":
-            parse = functools.partial(parse_json, body)
-        else:
-            job = check_job(request.query.get("job"))
-            lines = sample_lines(body)  # a cheap upper bound, before any parsing
-            if lines > limits.max_series_per_job:
-                raise PushError(
-                    422,
-                    f"too many series: {lines} sample lines for job {job!r}, the limit per job"
-                    f" is {limits.max_series_per_job} (push.max_series_per_job)",
-                )
-            parse = functools.partial(_parse_text_of, body, job)
+        parse = parser_for(body, request.content_type, request.query.get("job"), limits)
         # A large body is parsed on a thread: the event loop keeps answering /healthz.
         if len(body) <= PARSE_ON_LOOP_BYTES:
             job, samples = parse()
@@ -88,17 +115,16 @@ async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.
         count = jobs.pushed.apply(job, samples, now)
     except PushError as exc:
         return error_response(exc, request, exc.job or job)
-    return web.json_response({"status": "success", "data": {"job": job, "series": count}})
+    return web.json_response(accepted(job, count))
 
 
 def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
     return job, parse_text(body, job)
 
 
-def _local_peer(request: web.Request) -> str:
+def unix_peer(sock: socket.socket | None) -> str:
     """Who is at the other end of a unix socket: the kernel's word for it (SO_PEERCRED), as
     every local sender has the same empty address."""
-    sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is None:
         return "unix socket"
     try:
@@ -110,13 +136,6 @@ def _local_peer(request: web.Request) -> str:
 
 
 def error_response(exc: PushError, request: web.Request, job: str = "") -> web.Response:
-    # The sender is a field, so one flooding client's lines are cut short without hiding
-    # another's first; the job is in the text (a flood of made-up job names stays one burst).
-    peer = request.remote or _local_peer(request)
-    log.info(
-        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
-        extra=log_fields(peer=peer),
-    )  # fmt: skip
-    return web.json_response(
-        {"status": "error", "errorType": "bad_data", "error": str(exc)}, status=exc.status
-    )
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    peer = request.remote or unix_peer(sock)
+    return web.json_response(refused(exc, peer, job), status=exc.status)

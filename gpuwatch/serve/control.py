@@ -12,6 +12,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
 
@@ -70,12 +71,6 @@ class ControlApi:
         app.router.add_get("/api/v1/silences", self.list_silences)
         app.router.add_post("/api/v1/silences", self.add_silence)
         app.router.add_delete("/api/v1/silence/{id}", self.expire_silence)
-        return app
-
-    def push_app(self) -> web.Application:
-        """The push socket's: job metrics and nothing else."""
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/api/v1/push", self.push)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -180,13 +175,37 @@ def clear_stale_socket(path: Path) -> None:
     raise OSError(f"another gpuwatch is serving on {path}; give each daemon its own state dir")
 
 
+class Server(Protocol):
+    """What answers on a unix socket: listens on a path (again, on a new one, when the file
+    was removed), and stops serving every path."""
+
+    async def listen(self, path: str) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class AppServer:
+    """An aiohttp application on unix sockets."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+
+    async def listen(self, path: str) -> None:
+        if self.runner.server is None:
+            await self.runner.setup()
+        await web.UnixSite(self.runner, path).start()
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
 @dataclass
 class UnixSocket:
     """One unix socket the daemon serves, with the permissions it is created with; made
     again when its file is removed under the daemon."""
 
     name: str  # "control" or "push", for log lines
-    runner: web.AppRunner
+    server: Server
     path: Path
     mode: int
     group: int | None = None
@@ -198,7 +217,7 @@ class UnixSocket:
         """Stop serving and remove the socket file, if it is still the one made here: a
         stopped daemon leaves no socket behind for a client to find and fail on."""
         self.closed = True
-        await self.runner.cleanup()
+        await self.server.stop()
         try:
             if self.path.is_socket() and os.stat(self.path).st_ino == self.inode:
                 self.path.unlink()
@@ -207,8 +226,7 @@ class UnixSocket:
 
     async def listen(self) -> None:
         """Listen on `path` (again, when the socket file was removed under the daemon)."""
-        site = web.UnixSite(self.runner, str(self.path))
-        await site.start()
+        await self.server.listen(str(self.path))
         self.inode = os.stat(self.path).st_ino
         os.chmod(self.path, self.mode)
         if self.group is not None:
@@ -216,16 +234,14 @@ class UnixSocket:
 
 
 async def start_socket(
-    name: str, app: web.Application, path: Path, mode: int, group: int | None = None
+    name: str, server: Server, path: Path, mode: int, group: int | None = None
 ) -> UnixSocket:
     clear_stale_socket(path)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    served = UnixSocket(name, runner, path, mode, group)
+    served = UnixSocket(name, server, path, mode, group)
     try:
         await served.listen()
     except OSError as exc:  # a bind, or a chown to a group the daemon is not in
-        await runner.cleanup()
+        await server.stop()
         raise OSError(f"{name} socket {path}: {exc.strerror or exc}") from exc
     log.info("%s socket on %s (mode %04o)", name, path, mode)
     return served

@@ -33,12 +33,14 @@ from gpuwatch.serve.api import Api, start_http
 from gpuwatch.serve.control import (
     CONTROL_MODE,
     PUSH_SOCKET_NAME,
+    AppServer,
     ControlApi,
     UnixSocket,
     socket_path,
     start_socket,
 )
 from gpuwatch.serve.listen import bind_tcp
+from gpuwatch.serve.pushserver import PushServer
 from gpuwatch.serve.reload import Reloader, warn_unraised
 from gpuwatch.serve.sdnotify import SystemdNotifier
 from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
@@ -108,6 +110,10 @@ class Running:
     @property
     def control_path(self) -> Path:
         return self.sockets[0].path
+
+    @property
+    def push_path(self) -> Path:
+        return self.sockets[1].path
 
     @property
     def url(self) -> str:
@@ -290,11 +296,12 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
     try:
         if _same_path(push_path, control_path):
             raise OSError(f"push.socket {push_path} is the control socket: give it its own path")
-        sockets.append(await start_socket("control", api.app(), control_path, CONTROL_MODE))
         sockets.append(
-            await start_socket(
-                "push", api.push_app(), push_path, push.socket_mode, push.socket_group
-            )
+            await start_socket("control", AppServer(api.app()), control_path, CONTROL_MODE)
+        )
+        pushes = PushServer(daemon.jobs, daemon.clock.now)
+        sockets.append(
+            await start_socket("push", pushes, push_path, push.socket_mode, push.socket_group)
         )
     except OSError as exc:
         for served in sockets:

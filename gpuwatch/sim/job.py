@@ -1,5 +1,5 @@
 """A simulated training job: one process, one rank per GPU, reporting step, loss and throughput
-through gpuwatch.client to the daemon's control socket, the same path a real job's reports take.
+through gpuwatch.client to the daemon's push socket, the same path a real job's reports take.
 
 `gpuwatch run --simulate SCENARIO` starts it for a training workload with the environment a
 Slurm job has (SLURM_JOB_ID and friends), and the simulated NVML lists its pid as the compute

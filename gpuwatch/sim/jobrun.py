@@ -34,7 +34,7 @@ async def run_simulated_job(running: Running, nvml: SimulatedNvml, scenario: str
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpuwatch.sim.job", "--scenario", scenario,
-        "--socket", str(running.control_path), "--wall-start", repr(wall_start),
+        "--socket", str(running.push_path), "--wall-start", repr(wall_start),
         "--speed", repr(speed), env=env,
     )  # fmt: skip
     node.pids.append(proc.pid)

@@ -1,0 +1,363 @@
+"""The push socket's HTTP/1.1 server: `POST /api/v1/push` and nothing else, on an asyncio
+protocol over httptools' parser (llhttp, Node.js's).
+
+Every rank of a training job pushes about once a second, so a push is the request the daemon
+answers most. Through aiohttp each cost the daemon about 1 ms of CPU on a slow VM (a task, a
+request, a stream reader and a response per push); here it costs less than half that. The
+checks, limits and answers are the control socket's and the listener's (push/http.py), which
+keep aiohttp for everything else.
+
+Bounds, as the listener has them: a request not complete within REQUEST_TIMEOUT_S of its
+first byte is answered 408 and closed; a connection idle for KEEPALIVE_S is closed; a head over
+MAX_HEAD_BYTES is answered 431, a body over push.max_body_bytes 413, each closing the
+connection; at most MAX_CONNECTIONS are open, and one more closes the oldest idle ones. A
+body over PARSE_ON_LOOP_BYTES is parsed on a thread, the connection's later requests waiting
+behind it and answered in order. A client that sends without reading is not read from until
+it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import urllib.parse
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+
+from gpuwatch.model import Sample
+from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, accepted, parser_for, refused, unix_peer
+from gpuwatch.push.jobs import JobInputs
+from gpuwatch.push.parse import PushError
+
+log = logging.getLogger(__name__)
+
+PATH = b"/api/v1/push"
+REQUEST_TIMEOUT_S = 30.0
+KEEPALIVE_S = 75.0  # aiohttp's, which served this socket before
+MAX_HEAD_BYTES = 16 * 1024
+MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these and the listener's
+SWEEP_EVERY_S = 5.0
+REASONS = {
+    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+    408: "Request Timeout", 413: "Content Too Large", 422: "Unprocessable Content",
+    431: "Request Header Fields Too Large",
+}  # fmt: skip
+
+Parsed = tuple[str, list[Sample]] | PushError
+
+
+def answer(status: int, payload: dict[str, Any], *, close: bool, allow: bool = False) -> bytes:
+    body = json.dumps(payload).encode()
+    head = (
+        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        + ("Allow: POST\r\n" if allow else "")
+        + ("Connection: close\r\n" if close else "")
+        + "\r\n"
+    )
+    return head.encode() + body
+
+
+def error(message: str) -> dict[str, Any]:
+    return {"status": "error", "errorType": "bad_data", "error": message}
+
+
+class _RefusedError(Exception):
+    """Raised out of a parser callback to stop parsing; the answer is already written."""
+
+
+@dataclass
+class Request:
+    target: bytes
+    content_type: str
+    body: bytes
+    keep_alive: bool
+    refusal: tuple[int, str] | None  # decided from the head (path, method): body not kept
+
+    def job(self) -> str | None:
+        """`?job=` (the text format's); None without one."""
+        if b"?" not in self.target:
+            return None
+        query = self.target.partition(b"?")[2].decode("latin-1")
+        return urllib.parse.parse_qs(query).get("job", [None])[-1]
+
+
+class PushProtocol(asyncio.Protocol):
+    """One connection. httptools calls the on_* methods from within feed_data."""
+
+    def __init__(self, server: PushServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.started: float | None = None  # loop time of a request's first byte, while underway
+        self.last_active = 0.0
+        self.pending: deque[Request] = deque()  # complete, not yet answered
+        self.busy = False  # a large body is being parsed on a thread
+        self.closing = False
+        self._new_request()
+
+    def _new_request(self) -> None:
+        self.target = b""
+        self.head_bytes = 0
+        self.content_type = "application/octet-stream"  # aiohttp's, with no Content-Type
+        self.content_length: int | None = None
+        self.expect = False
+        self.body: list[bytes] = []
+        self.body_bytes = 0
+        self.refusal: tuple[int, str] | None = None
+
+    # -- asyncio -----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.last_active = self.server.now()
+        self.server.opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.pop(self, None)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = self.server.now()
+        if self.started is None:
+            self.started = self.last_active
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.fail(400, "protocol upgrades are not served here")
+        except httptools.HttpParserError as exc:
+            if not isinstance(exc.__context__, _RefusedError):
+                self.fail(400, f"not valid HTTP/1.1: {exc}")
+
+    def pause_writing(self) -> None:  # the client sends and does not read its answers
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.busy:
+            self.transport.resume_reading()
+
+    # -- httptools ---------------------------------------------------------------------------
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        self.target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        lower = name.lower()
+        if lower == b"content-type":
+            self.content_type = value.partition(b";")[0].strip().lower().decode("latin-1")
+        elif lower == b"content-length" and value.strip().isdigit():  # llhttp checked it
+            self.content_length = int(value)
+        elif lower == b"expect" and value.strip().lower() == b"100-continue":
+            self.expect = True
+
+    def on_headers_complete(self) -> None:
+        method = self.parser.get_method()
+        path = self.target.partition(b"?")[0]
+        limit = self.server.jobs.pushed.limits.max_body_bytes
+        if path != PATH:
+            shown = path[:200].decode("latin-1")
+            self.refusal = (404, f"{shown!r} not found: this socket takes POST /api/v1/push only")
+        elif method != b"POST":
+            self.refusal = (405, f"method {method.decode('latin-1')} not allowed: POST only")
+        elif self.content_length is not None and self.content_length > limit:
+            self._refuse(
+                413, f"body of {self.content_length} bytes; the limit is {limit} "
+                "(push.max_body_bytes)"
+            )  # fmt: skip
+        elif self.expect and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, chunk: bytes) -> None:
+        if self.refusal is not None:
+            return  # read and dropped: the answer does not depend on it
+        self.body_bytes += len(chunk)
+        limit = self.server.jobs.pushed.limits.max_body_bytes
+        if self.body_bytes > limit:
+            self._refuse(413, f"body over {limit} bytes (push.max_body_bytes)")
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        if self.parser.should_upgrade():
+            return  # refused once the parser stops on it, in data_received
+        body = b"".join(self.body)
+        keep_alive = self.parser.should_keep_alive()
+        self.pending.append(Request(self.target, self.content_type, body, keep_alive, self.refusal))
+        self._new_request()
+        self.started = None
+        if not self.busy:
+            self._answer_pending()
+
+    def _count(self, size: int) -> None:
+        self.head_bytes += size
+        if self.head_bytes > MAX_HEAD_BYTES:
+            self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.fail(status, message)
+        raise _RefusedError
+
+    # -- answers -----------------------------------------------------------------------------
+    def _answer_pending(self) -> None:
+        while self.pending and not self.closing:
+            request = self.pending[0]
+            if request.refusal is not None:
+                status, message = request.refusal
+                self._write(request, status, error(message), allow=status == 405)
+            elif len(request.body) > PARSE_ON_LOOP_BYTES:
+                self.busy = True  # the event loop keeps answering while it is parsed
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                self.server.spawn(self._answer_large(request))
+                return
+            else:
+                self._write(request, *self.server.apply(request, self.server.parse(request),
+                                                        self.peer))  # fmt: skip
+            self.pending.popleft()
+
+    async def _answer_large(self, request: Request) -> None:
+        try:
+            parsed = await asyncio.to_thread(self.server.parse, request)
+            self._write(request, *self.server.apply(request, parsed, self.peer))
+        finally:
+            self.pending.popleft()
+            self.busy = False
+            if self.transport is not None and not self.closing:
+                self.transport.resume_reading()
+            self._answer_pending()
+
+    def _write(
+        self, request: Request, status: int, payload: dict[str, Any], allow: bool = False
+    ) -> None:
+        if self.transport is None or self.closing:
+            return
+        close = not request.keep_alive
+        self.transport.write(answer(status, payload, close=close, allow=allow))
+        self.last_active = self.server.now()
+        if close:
+            self.close()
+
+    def fail(self, status: int, message: str) -> None:
+        """Answer and close: what else this connection sent is not read."""
+        if self.transport is None or self.closing:
+            return
+        self.transport.write(answer(status, error(message), close=True))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()  # after what is written has gone
+
+    def peer(self) -> str:
+        return unix_peer(self.transport.get_extra_info("socket") if self.transport else None)
+
+
+class PushServer:
+    """Serves the push socket (and the socket made again when its file is removed): the
+    protocols' shared state, the jobs pushed into and the open connections."""
+
+    def __init__(self, jobs: JobInputs, clock_now: Callable[[], float]) -> None:
+        self.jobs = jobs
+        self.clock_now = clock_now  # the daemon's clock, which dates a pushed series
+        self.connections: dict[PushProtocol, None] = {}  # oldest first
+        self.evicted = 0
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # -- serving -----------------------------------------------------------------------------
+    async def listen(self, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._servers.append(await loop.create_unix_server(lambda: PushProtocol(self), path))
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="push socket sweeper")
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for connection in list(self.connections):
+            connection.close()
+        tasks = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+
+    def spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            self.sweep(self.now())
+
+    # -- connections -------------------------------------------------------------------------
+    @staticmethod
+    def now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def opened(self, connection: PushProtocol) -> None:
+        self.connections[connection] = None
+        if len(self.connections) <= MAX_CONNECTIONS:
+            return
+        keep = MAX_CONNECTIONS * 7 // 8  # a batch at once: a burst of connects stays linear
+        idle = [
+            c for c in self.connections
+            if c is not connection and c.started is None and not c.pending and not c.busy
+        ]  # fmt: skip
+        victims = idle[: len(self.connections) - keep]
+        for victim in victims:
+            victim.close()
+            self.connections.pop(victim, None)
+        self.evicted += len(victims)
+        log.warning(
+            "push socket: %d connections open, the most it keeps; closed the %d oldest idle",
+            MAX_CONNECTIONS, len(victims),
+        )  # fmt: skip
+
+    def sweep(self, now: float) -> None:
+        """Close what has waited too long: a request not complete within REQUEST_TIMEOUT_S of
+        its first byte (answered 408), a connection idle for KEEPALIVE_S."""
+        for connection in list(self.connections):
+            if connection.busy or connection.closing:
+                continue
+            if connection.started is not None:
+                if now - connection.started > REQUEST_TIMEOUT_S:
+                    connection.fail(408, f"request not received within {REQUEST_TIMEOUT_S:.0f} s")
+            elif now - connection.last_active > KEEPALIVE_S:
+                connection.close()
+
+    # -- pushes ------------------------------------------------------------------------------
+    def parse(self, request: Request) -> Parsed:
+        """On the loop for a usual push, on a thread for a large one."""
+        try:
+            limits = self.jobs.pushed.limits
+            return parser_for(request.body, request.content_type, request.job(), limits)()
+        except PushError as exc:
+            return exc
+
+    def apply(
+        self, request: Request, parsed: Parsed, peer: Callable[[], str]
+    ) -> tuple[int, dict[str, Any]]:
+        try:
+            if isinstance(parsed, PushError):
+                raise parsed
+            job, samples = parsed
+            count = self.jobs.pushed.apply(job, samples, self.clock_now())
+        except PushError as exc:
+            # The job for the log line: a JSON body's when it was read, else the URL's.
+            return exc.status, refused(exc, peer(), exc.job or request.job() or "")
+        return 200, accepted(job, count)
