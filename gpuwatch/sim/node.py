@@ -100,7 +100,7 @@ class SimGpu:
         self.faults = [(f, self._end(f)) for f in mine if f.kind != "gpu_reset"]
         # Most GPUs have no fault of most kinds, and the library asks of every kind at every
         # call (each field, each handle): a miss is answered without looking through faults.
-        self._kinds = frozenset(f.kind for f, _ in self.faults)
+        self.fault_kinds = frozenset(f.kind for f, _ in self.faults)
         self._util: tuple[float, float] = (math.nan, 0.0)  # (t, utilization at t)
         self.instances = _instances(index, node.scenario.mig.get(index, ()))
         self._lock = threading.Lock()
@@ -129,7 +129,7 @@ class SimGpu:
 
     # -- faults --------------------------------------------------------------------------
     def active(self, kind: str, t: float) -> Fault | None:
-        if kind not in self._kinds:
+        if kind not in self.fault_kinds:
             return None
         elapsed = t - self.node.start
         for f, end in self.faults:
@@ -141,7 +141,7 @@ class SimGpu:
         """Errors (rows, pages) that faults of `kind` have produced by now: `count` at once,
         then `rate` a second while the fault lasts. Counters only grow, as the hardware's do;
         a volatile one starts again from 0 at a GPU reset. `link`: only faults on that link."""
-        if kind not in self._kinds:
+        if kind not in self.fault_kinds:
             return 0
         elapsed = self.node.clock.now() - self.node.start
         since = max((r for r in self.resets if r <= elapsed), default=-math.inf)
@@ -161,7 +161,7 @@ class SimGpu:
     def lost_since(self, t: float) -> float | None:
         """Since when the GPU has been off the bus (fallen off it, shut down for heat, or
         gone at a reboot), so that a handle to it answers GpuIsLost: None while it answers."""
-        if self._kinds.isdisjoint(OFF_BUS_KINDS):
+        if self.fault_kinds.isdisjoint(OFF_BUS_KINDS):
             return None
         elapsed = t - self.node.start
         since: float | None = None
@@ -189,7 +189,7 @@ class SimGpu:
         return 0 if f is None or f.action is None else f.action
 
     def hang_until(self, t: float) -> float | None:
-        if "nvml_hang" not in self._kinds:
+        if "nvml_hang" not in self.fault_kinds:
             return None
         elapsed = t - self.node.start
         for f, end in self.faults:
