@@ -1,19 +1,13 @@
 """The push socket's HTTP/1.1 server: `POST /api/v1/push` and nothing else, on an asyncio
-protocol over httptools' parser (llhttp, Node.js's).
+protocol over httptools' parser (llhttp). A push, once a second from every rank, is the request
+the daemon answers most; through aiohttp each cost about twice the CPU (a task, a request, a
+stream reader and a response per push). Checks, limits and answers are push/http.py's, as on
+the control socket and the listener, which keep aiohttp.
 
-Every rank of a training job pushes about once a second, so a push is the request the daemon
-answers most. Through aiohttp each cost the daemon about 1 ms of CPU on a slow VM (a task, a
-request, a stream reader and a response per push); here it costs less than half that. The
-checks, limits and answers are the control socket's and the listener's (push/http.py), which
-keep aiohttp for everything else.
-
-Bounds, as the listener has them: a request not complete within REQUEST_TIMEOUT_S of its
-first byte is answered 408 and closed; a connection idle for KEEPALIVE_S is closed; a head over
-MAX_HEAD_BYTES is answered 431, a body over push.max_body_bytes 413, each closing the
-connection; at most MAX_CONNECTIONS are open, and one more closes the oldest idle ones. A
-body over PARSE_ON_LOOP_BYTES is parsed on a thread, the connection's later requests waiting
-behind it and answered in order. A client that sends without reading is not read from until
-it reads.
+Bounds: a request not whole within REQUEST_TIMEOUT_S of its first byte is answered 408; a head
+over MAX_HEAD_BYTES 431, a body over push.max_body_bytes 413, each then closed; a connection
+idle (or not reading) for KEEPALIVE_S is closed; past MAX_CONNECTIONS the oldest idle ones
+are. A body over PARSE_ON_LOOP_BYTES is parsed on a thread, later requests answered after it.
 """
 
 from __future__ import annotations
@@ -26,6 +20,7 @@ import urllib.parse
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import httptools
@@ -43,19 +38,14 @@ KEEPALIVE_S = 75.0  # aiohttp's, which served this socket before
 MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these and the listener's
 SWEEP_EVERY_S = 5.0
-REASONS = {
-    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-    408: "Request Timeout", 413: "Content Too Large", 422: "Unprocessable Content",
-    431: "Request Header Fields Too Large",
-}  # fmt: skip
-
+STOP_WAIT_S = 1.0  # as aiohttp's shutdown timeout on the other sockets
 Parsed = tuple[str, list[Sample]] | PushError
 
 
 def answer(status: int, payload: dict[str, Any], *, close: bool, allow: bool = False) -> bytes:
     body = json.dumps(payload).encode()
     head = (
-        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
         + ("Allow: POST\r\n" if allow else "")
         + ("Connection: close\r\n" if close else "")
@@ -68,8 +58,13 @@ def error(message: str) -> dict[str, Any]:
     return {"status": "error", "errorType": "bad_data", "error": message}
 
 
+def _our_fault(exc: Exception) -> PushError:
+    log.error("push socket: taking a push failed: %s", exc, exc_info=exc)
+    return PushError(500, f"the daemon failed to take this push: {type(exc).__name__}")
+
+
 class _RefusedError(Exception):
-    """Raised out of a parser callback to stop parsing; the answer is already written."""
+    """(status, message): raised to stop parsing a request that is answered with it."""
 
 
 @dataclass
@@ -85,7 +80,7 @@ class Request:
         if b"?" not in self.target:
             return None
         query = self.target.partition(b"?")[2].decode("latin-1")
-        return urllib.parse.parse_qs(query).get("job", [None])[-1]
+        return urllib.parse.parse_qs(query, keep_blank_values=True).get("job", [None])[0]
 
 
 class PushProtocol(asyncio.Protocol):
@@ -99,17 +94,20 @@ class PushProtocol(asyncio.Protocol):
         self.last_active = 0.0
         self.pending: deque[Request] = deque()  # complete, not yet answered
         self.busy = False  # a large body is being parsed on a thread
+        self.writing_paused = False
+        self.failure: tuple[int, str] | None = None  # to answer once the pending are answered
         self.closing = False
         self._new_request()
 
     def _new_request(self) -> None:
         self.target = b""
+        self.in_head = True
         self.head_bytes = 0
+        self.wire_bytes = 0  # of this request as sent: its head, body and chunk framing
         self.content_type = "application/octet-stream"  # aiohttp's, with no Content-Type
         self.content_length: int | None = None
         self.expect = False
-        self.body: list[bytes] = []
-        self.body_bytes = 0
+        self.body = bytearray()  # one buffer: a body sent in 2-byte chunks costs its size
         self.refusal: tuple[int, str] | None = None
 
     # -- asyncio -----------------------------------------------------------------------------
@@ -125,30 +123,54 @@ class PushProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.now()
-        if self.started is None:
-            self.started = self.last_active
+        # Counted before parsing: httptools keeps a header line (or a trailer) it has not seen
+        # the end of, so a line that never ends is bounded here, not by a callback.
+        self.wire_bytes += len(data)
+        limit = self.server.jobs.pushed.limits.max_body_bytes
         try:
+            if self.in_head and self.wire_bytes > MAX_HEAD_BYTES + len(data):
+                raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
+            if self.wire_bytes > MAX_HEAD_BYTES + 2 * limit + len(data):
+                raise _RefusedError(413, f"request over {limit} bytes (push.max_body_bytes)")
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self.fail(400, "protocol upgrades are not served here")
+            if self.in_head and self.wire_bytes > MAX_HEAD_BYTES:
+                raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
+        except _RefusedError as refusal:
+            self.fail(*refusal.args)
         except httptools.HttpParserError as exc:
-            if not isinstance(exc.__context__, _RefusedError):
+            cause = exc.__context__
+            if isinstance(cause, _RefusedError):
+                self.fail(*cause.args)
+            elif cause is not None:  # our bug, not the client's: said so, and logged
+                log.error("push socket: %s", cause, exc_info=cause)
+                self.fail(500, f"the daemon failed to take this push: {type(cause).__name__}")
+            else:
                 self.fail(400, f"not valid HTTP/1.1: {exc}")
 
     def pause_writing(self) -> None:  # the client sends and does not read its answers
+        self.writing_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.busy:
+        self.writing_paused = False
+        self._resume_reading()
+
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not (self.busy or self.writing_paused or self.closing):
             self.transport.resume_reading()
 
     # -- httptools ---------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.started = self.last_active
+
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
         self.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.in_head:
+            raise _RefusedError(400, "trailers are not taken: send the body's headers first")
         self._count(len(name) + len(value) + 4)
         lower = name.lower()
         if lower == b"content-type":
@@ -158,7 +180,17 @@ class PushProtocol(asyncio.Protocol):
         elif lower == b"expect" and value.strip().lower() == b"100-continue":
             self.expect = True
 
+    def _count(self, size: int) -> None:
+        """A head that arrived whole in one read is bounded here (one still arriving, in
+        data_received)."""
+        self.head_bytes += size
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
+
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        if self.parser.should_upgrade():  # llhttp would take the body for the new protocol's
+            raise _RefusedError(400, "protocol upgrades are not served here: plain HTTP/1.1")
         method = self.parser.get_method()
         path = self.target.partition(b"?")[0]
         limit = self.server.jobs.pushed.limits.max_body_bytes
@@ -168,59 +200,50 @@ class PushProtocol(asyncio.Protocol):
         elif method != b"POST":
             self.refusal = (405, f"method {method.decode('latin-1')} not allowed: POST only")
         elif self.content_length is not None and self.content_length > limit:
-            self._refuse(
+            raise _RefusedError(
                 413, f"body of {self.content_length} bytes; the limit is {limit} "
                 "(push.max_body_bytes)"
             )  # fmt: skip
-        elif self.expect and self.transport is not None:
+        elif self.expect and self.transport is not None and not self.pending and not self.busy:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, chunk: bytes) -> None:
         if self.refusal is not None:
             return  # read and dropped: the answer does not depend on it
-        self.body_bytes += len(chunk)
         limit = self.server.jobs.pushed.limits.max_body_bytes
-        if self.body_bytes > limit:
-            self._refuse(413, f"body over {limit} bytes (push.max_body_bytes)")
-        self.body.append(chunk)
+        if len(self.body) + len(chunk) > limit:
+            raise _RefusedError(413, f"body over {limit} bytes (push.max_body_bytes)")
+        self.body += chunk
 
     def on_message_complete(self) -> None:
-        if self.parser.should_upgrade():
-            return  # refused once the parser stops on it, in data_received
-        body = b"".join(self.body)
         keep_alive = self.parser.should_keep_alive()
-        self.pending.append(Request(self.target, self.content_type, body, keep_alive, self.refusal))
+        request = Request(self.target, self.content_type, bytes(self.body), keep_alive,
+                          self.refusal)  # fmt: skip
+        self.pending.append(request)
         self._new_request()
         self.started = None
         if not self.busy:
             self._answer_pending()
 
-    def _count(self, size: int) -> None:
-        self.head_bytes += size
-        if self.head_bytes > MAX_HEAD_BYTES:
-            self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
-
-    def _refuse(self, status: int, message: str) -> None:
-        self.fail(status, message)
-        raise _RefusedError
-
     # -- answers -----------------------------------------------------------------------------
     def _answer_pending(self) -> None:
-        while self.pending and not self.closing:
+        while self.pending and self.transport is not None and not self.transport.is_closing():
             request = self.pending[0]
             if request.refusal is not None:
                 status, message = request.refusal
                 self._write(request, status, error(message), allow=status == 405)
             elif len(request.body) > PARSE_ON_LOOP_BYTES:
                 self.busy = True  # the event loop keeps answering while it is parsed
-                if self.transport is not None:
-                    self.transport.pause_reading()
+                self.transport.pause_reading()
                 self.server.spawn(self._answer_large(request))
                 return
             else:
-                self._write(request, *self.server.apply(request, self.server.parse(request),
-                                                        self.peer))  # fmt: skip
+                parsed = self.server.parse(request)
+                self._write(request, *self.server.apply(request, parsed, self.peer))
             self.pending.popleft()
+        if self.failure is not None and not self.pending:
+            failure, self.failure = self.failure, None
+            self.fail(*failure)
 
     async def _answer_large(self, request: Request) -> None:
         try:
@@ -229,32 +252,39 @@ class PushProtocol(asyncio.Protocol):
         finally:
             self.pending.popleft()
             self.busy = False
-            if self.transport is not None and not self.closing:
-                self.transport.resume_reading()
+            self._resume_reading()
             self._answer_pending()
 
     def _write(
         self, request: Request, status: int, payload: dict[str, Any], allow: bool = False
     ) -> None:
-        if self.transport is None or self.closing:
+        if self.transport is None or self.transport.is_closing():
             return
         close = not request.keep_alive
         self.transport.write(answer(status, payload, close=close, allow=allow))
         self.last_active = self.server.now()
         if close:
-            self.close()
+            self.closing = True
+            self.transport.close()  # after what is written has gone
 
     def fail(self, status: int, message: str) -> None:
-        """Answer and close: what else this connection sent is not read."""
-        if self.transport is None or self.closing:
+        """Answer and close, after the requests before it: what else this connection sent is
+        not read."""
+        if self.transport is None or self.transport.is_closing():
             return
+        if self.pending or self.busy:  # answered after the requests before it
+            self.failure = (status, message)
+            self.closing = True  # read no more
+            self.transport.pause_reading()
+            return
+        self.closing = True
         self.transport.write(answer(status, error(message), close=True))
-        self.close()
+        self.transport.close()
 
-    def close(self) -> None:
+    def evict(self) -> None:  # at once, with whatever it had not sent yet
         self.closing = True
         if self.transport is not None:
-            self.transport.close()  # after what is written has gone
+            self.transport.abort()
 
     def peer(self) -> str:
         return unix_peer(self.transport.get_extra_info("socket") if self.transport else None)
@@ -284,14 +314,15 @@ class PushServer:
         for server in self._servers:
             server.close()
         for connection in list(self.connections):
-            connection.close()
+            connection.evict()  # at once: a client that does not read never holds up a stop
         tasks = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
         for server in self._servers:
-            await server.wait_closed()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), STOP_WAIT_S)
         self._servers.clear()
 
     def spawn(self, work: Any) -> None:
@@ -304,7 +335,6 @@ class PushServer:
             await asyncio.sleep(SWEEP_EVERY_S)
             self.sweep(self.now())
 
-    # -- connections -------------------------------------------------------------------------
     @staticmethod
     def now() -> float:
         return asyncio.get_running_loop().time()
@@ -319,26 +349,29 @@ class PushServer:
             if c is not connection and c.started is None and not c.pending and not c.busy
         ]  # fmt: skip
         victims = idle[: len(self.connections) - keep]
+        if len(self.connections) - len(victims) > MAX_CONNECTIONS:
+            victims.append(connection)  # every other one has a request underway: not this one
         for victim in victims:
-            victim.close()
+            victim.evict()
             self.connections.pop(victim, None)
         self.evicted += len(victims)
         log.warning(
-            "push socket: %d connections open, the most it keeps; closed the %d oldest idle",
-            MAX_CONNECTIONS, len(victims),
+            "push socket: %d connections open, the most it keeps; closed %d (the oldest idle%s)",
+            MAX_CONNECTIONS, len(victims), ", and the newest" if connection in victims else "",
         )  # fmt: skip
 
     def sweep(self, now: float) -> None:
         """Close what has waited too long: a request not complete within REQUEST_TIMEOUT_S of
         its first byte (answered 408), a connection idle for KEEPALIVE_S."""
-        for connection in list(self.connections):
-            if connection.busy or connection.closing:
+        for c in list(self.connections):
+            if c.busy:
                 continue
-            if connection.started is not None:
-                if now - connection.started > REQUEST_TIMEOUT_S:
-                    connection.fail(408, f"request not received within {REQUEST_TIMEOUT_S:.0f} s")
-            elif now - connection.last_active > KEEPALIVE_S:
-                connection.close()
+            if c.started is not None and not c.closing and now - c.started > REQUEST_TIMEOUT_S:
+                c.fail(408, f"request not received within {REQUEST_TIMEOUT_S:.0f} s")
+            elif now - c.last_active > KEEPALIVE_S and (c.started is None or c.closing):
+                # Idle, or answered and closing but not reading what it was sent.
+                c.evict()
+                self.connections.pop(c, None)
 
     # -- pushes ------------------------------------------------------------------------------
     def parse(self, request: Request) -> Parsed:
@@ -348,6 +381,8 @@ class PushServer:
             return parser_for(request.body, request.content_type, request.job(), limits)()
         except PushError as exc:
             return exc
+        except Exception as exc:  # our bug, not the client's: said so, and logged
+            return _our_fault(exc)
 
     def apply(
         self, request: Request, parsed: Parsed, peer: Callable[[], str]
@@ -360,4 +395,6 @@ class PushServer:
         except PushError as exc:
             # The job for the log line: a JSON body's when it was read, else the URL's.
             return exc.status, refused(exc, peer(), exc.job or request.job() or "")
+        except Exception as exc:
+            return 500, error(str(_our_fault(exc)))
         return 200, accepted(job, count)

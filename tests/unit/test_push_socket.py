@@ -177,8 +177,10 @@ async def test_other_paths_and_methods_are_refused_and_the_connection_kept(
         (b"POST /api/v1/push HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n",
          431, "request head over 16384 bytes"),
         (b"NOT HTTP AT ALL\r\n\r\n", 400, "not valid HTTP/1.1"),
-        (b"GET /api/v1/push HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-         400, "protocol upgrades are not served here"),
+        (b"POST /api/v1/push HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Late: 1\r\n\r\n",
+         400, "trailers are not taken"),
+        (b"POST /api/v1/push HTTP/1.1\r\nContent-Length: 9\r\nX-Pad: " + b"a" * 300_000,
+         431, "request head over 16384 bytes"),
     ],
 )  # fmt: skip
 async def test_what_cannot_be_served_is_answered_and_closed(
@@ -246,7 +248,7 @@ async def test_past_the_most_connections_the_oldest_idle_ones_are_closed(
         await turns_until(lambda: len(server.connections) + server.evicted == 9)
     assert server.evicted == 2  # down to seven eighths of 8
     assert await idle[0].closed() and await idle[1].closed()
-    assert "8 connections open, the most it keeps; closed the 2 oldest idle" in caplog.text
+    assert "8 connections open, the most it keeps; closed 2 (the oldest idle)" in caplog.text
     await busy.send(post(PUSH)[40:])
     assert (await busy.answer())[0] == 200
     await idle[2].send(post(PUSH))
@@ -267,3 +269,79 @@ async def test_a_refused_push_is_logged_with_the_kernels_word_for_the_sender(
     record = next(r for r in caplog.records if r.getMessage().startswith("push refused (400)"))
     assert "for job 'ok'" in record.getMessage()
     assert record.__dict__["fields"]["peer"].startswith("uid ")
+
+
+async def test_an_upgrade_asked_for_is_refused_and_nothing_taken(
+    served: tuple[PushServer, Path],
+) -> None:
+    server, path = served
+    client = await connect(path)  # as `curl --http2` asks over plain HTTP
+    await client.send(post(PUSH, extra="Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"))
+    status, headers, body = await client.answer()
+    assert (status, headers["connection"]) == (400, "close")
+    assert "protocol upgrades are not served here" in json.loads(body)["error"]
+    assert await client.closed()
+    assert series(server) == {}
+
+
+async def test_a_bad_request_behind_a_large_push_is_answered_after_it(
+    served: tuple[PushServer, Path],
+) -> None:
+    _, path = served
+    client = await connect(path)
+    large = "".join(f'train_step{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900))
+    body = large.encode()
+    big = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    await client.send(big + body + b"GARBAGE\r\n\r\n")
+    first, second = await client.answer(), await client.answer()
+    assert (first[0], second[0]) == (200, 400)
+    assert await client.closed()
+
+
+async def test_a_request_pipelined_behind_an_answered_one_is_timed_too(
+    served: tuple[PushServer, Path],
+) -> None:
+    server, path = served
+    client = await connect(path)
+    await client.send(post(PUSH) + post(PUSH)[:30])
+    assert (await client.answer())[0] == 200
+    await turns_until(lambda: any(c.started for c in server.connections))
+    server.sweep(pushserver.PushServer.now() + pushserver.REQUEST_TIMEOUT_S + 1)
+    assert (await client.answer())[0] == 408
+
+
+async def test_a_fault_of_the_daemons_own_is_answered_500_and_logged(
+    served: tuple[PushServer, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, path = served
+
+    def broken(*_: object) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server.jobs.pushed, "apply", broken)
+    client = await connect(path)
+    with caplog.at_level(logging.ERROR):
+        await client.send(post(PUSH))
+        status, _, body = await client.answer()
+    assert status == 500 and "RuntimeError" in json.loads(body)["error"]
+    assert "a bug" in caplog.text
+
+
+async def test_with_every_connection_busy_a_new_one_is_turned_away(
+    served: tuple[PushServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pushserver, "MAX_CONNECTIONS", 4)
+    server, path = served
+    busy = []
+    for n in range(4):
+        client = await connect(path)
+        await client.send(post(PUSH)[:40])  # each with a request underway
+        await turns_until(lambda n=n: sum(1 for c in server.connections if c.started) == n + 1)
+        busy.append(client)
+    late = await connect(path)
+    assert await late.closed()
+    assert len(server.connections) == 4 and server.evicted == 1
+    await busy[0].send(post(PUSH)[40:])
+    assert (await busy[0].answer())[0] == 200
