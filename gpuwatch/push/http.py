@@ -98,7 +98,11 @@ def refused(exc: PushError, peer: str, job: str = "") -> dict[str, Any]:
         "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
         extra=log_fields(peer=peer),
     )  # fmt: skip
-    return {"status": "error", "errorType": "bad_data", "error": str(exc)}
+    return error_body(str(exc))
+
+
+def error_body(message: str) -> dict[str, Any]:
+    return {"status": "error", "errorType": "bad_data", "error": message}
 
 
 async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:

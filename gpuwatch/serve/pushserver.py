@@ -25,8 +25,16 @@ from typing import Any
 
 import httptools
 
+from gpuwatch.clock import within
 from gpuwatch.model import Sample
-from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, accepted, parser_for, refused, unix_peer
+from gpuwatch.push.http import (
+    PARSE_ON_LOOP_BYTES,
+    accepted,
+    error_body,
+    parser_for,
+    refused,
+    unix_peer,
+)
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.parse import PushError
 
@@ -52,10 +60,6 @@ def answer(status: int, payload: dict[str, Any], *, close: bool, allow: bool = F
         + "\r\n"
     )
     return head.encode() + body
-
-
-def error(message: str) -> dict[str, Any]:
-    return {"status": "error", "errorType": "bad_data", "error": message}
 
 
 def _our_fault(exc: Exception) -> PushError:
@@ -128,8 +132,6 @@ class PushProtocol(asyncio.Protocol):
         self.wire_bytes += len(data)
         limit = self.server.jobs.pushed.limits.max_body_bytes
         try:
-            if self.in_head and self.wire_bytes > MAX_HEAD_BYTES + len(data):
-                raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
             if self.wire_bytes > MAX_HEAD_BYTES + 2 * limit + len(data):
                 raise _RefusedError(413, f"request over {limit} bytes (push.max_body_bytes)")
             self.parser.feed_data(data)
@@ -141,9 +143,9 @@ class PushProtocol(asyncio.Protocol):
             cause = exc.__context__
             if isinstance(cause, _RefusedError):
                 self.fail(*cause.args)
-            elif cause is not None:  # our bug, not the client's: said so, and logged
-                log.error("push socket: %s", cause, exc_info=cause)
-                self.fail(500, f"the daemon failed to take this push: {type(cause).__name__}")
+            elif isinstance(cause, Exception):  # our bug, not the client's
+                fault = _our_fault(cause)
+                self.fail(fault.status, str(fault))
             else:
                 self.fail(400, f"not valid HTTP/1.1: {exc}")
 
@@ -231,7 +233,7 @@ class PushProtocol(asyncio.Protocol):
             request = self.pending[0]
             if request.refusal is not None:
                 status, message = request.refusal
-                self._write(request, status, error(message), allow=status == 405)
+                self._write(request, status, error_body(message), allow=status == 405)
             elif len(request.body) > PARSE_ON_LOOP_BYTES:
                 self.busy = True  # the event loop keeps answering while it is parsed
                 self.transport.pause_reading()
@@ -278,7 +280,7 @@ class PushProtocol(asyncio.Protocol):
             self.transport.pause_reading()
             return
         self.closing = True
-        self.transport.write(answer(status, error(message), close=True))
+        self.transport.write(answer(status, error_body(message), close=True))
         self.transport.close()
 
     def evict(self) -> None:  # at once, with whatever it had not sent yet
@@ -303,7 +305,6 @@ class PushServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
-    # -- serving -----------------------------------------------------------------------------
     async def listen(self, path: str) -> None:
         loop = asyncio.get_running_loop()
         self._servers.append(await loop.create_unix_server(lambda: PushProtocol(self), path))
@@ -322,7 +323,7 @@ class PushServer:
             await asyncio.gather(*tasks, return_exceptions=True)
         for server in self._servers:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), STOP_WAIT_S)
+                await within(server.wait_closed(), STOP_WAIT_S)
         self._servers.clear()
 
     def spawn(self, work: Any) -> None:
@@ -373,7 +374,6 @@ class PushServer:
                 c.evict()
                 self.connections.pop(c, None)
 
-    # -- pushes ------------------------------------------------------------------------------
     def parse(self, request: Request) -> Parsed:
         """On the loop for a usual push, on a thread for a large one."""
         try:
@@ -396,5 +396,5 @@ class PushServer:
             # The job for the log line: a JSON body's when it was read, else the URL's.
             return exc.status, refused(exc, peer(), exc.job or request.job() or "")
         except Exception as exc:
-            return 500, error(str(_our_fault(exc)))
+            return 500, error_body(str(_our_fault(exc)))
         return 200, accepted(job, count)

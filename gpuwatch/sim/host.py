@@ -249,11 +249,11 @@ class SimHost:
     def _write_port(self, port: int, path: str, now: float) -> None:
         elapsed = now - self.node.start
         traffic = str(int(int(max(0.0, elapsed)) * NIC_BYTES_PER_S / 4))  # by the second
+        self._put(f"{path}/counters/port_xmit_data", traffic)
+        self._put(f"{path}/counters/port_rcv_data", traffic)
         if not self._port_faults[port] and port in self._ports_written:
             # A port without faults: only its traffic moves (the rest costs no system call,
             # but working it out twice a second on 8 ports was most of this thread's time).
-            self._put(f"{path}/counters/port_xmit_data", traffic)
-            self._put(f"{path}/counters/port_rcv_data", traffic)
             return
         self._ports_written.add(port)
         down = bool(self._active("ib_port_down", port, now))
@@ -284,8 +284,6 @@ class SimHost:
             "port_xmit_discards": 0,
             "excessive_buffer_overrun_errors": 0,
             "local_link_integrity_errors": 0,
-            "port_xmit_data": traffic,
-            "port_rcv_data": traffic,
         }
         for name, value in values.items():
             self._put(f"{path}/counters/{name}", str(value))

@@ -32,6 +32,15 @@ def post(body: bytes, *, target: str = "/api/v1/push", extra: str = "") -> bytes
     ).encode() + body
 
 
+def large_push() -> bytes:
+    """A text push of 900 series, job "big": a body parsed on a thread."""
+    text = "".join(f'train_step{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900))
+    body = text.encode()
+    assert len(body) > pushserver.PARSE_ON_LOOP_BYTES
+    head = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
 class Client:
     """A raw socket: what the server wrote stays readable after it closed, even when this
     side's send failed for it (a stream reader would drop it for the send's error)."""
@@ -177,6 +186,9 @@ async def test_other_paths_and_methods_are_refused_and_the_connection_kept(
         (b"POST /api/v1/push HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n",
          431, "request head over 16384 bytes"),
         (b"NOT HTTP AT ALL\r\n\r\n", 400, "not valid HTTP/1.1"),
+        # as `curl --http2` asks over plain HTTP
+        (post(PUSH, extra="Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"),
+         400, "protocol upgrades are not served here"),
         (b"POST /api/v1/push HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Late: 1\r\n\r\n",
          400, "trailers are not taken"),
         (b"POST /api/v1/push HTTP/1.1\r\nContent-Length: 9\r\nX-Pad: " + b"a" * 300_000,
@@ -201,13 +213,7 @@ async def test_a_large_body_is_parsed_off_the_loop_and_answered_in_its_turn(
 ) -> None:
     _, path = served
     client = await connect(path)
-    text = "".join(f'train_step{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900))
-    large = text.encode()
-    assert len(large) > pushserver.PARSE_ON_LOOP_BYTES
-    big = (
-        f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(large)}\r\n\r\n"
-    ).encode() + large
-    await client.send(big + post(PUSH))
+    await client.send(large_push() + post(PUSH))
     first, second = await client.answer(), await client.answer()
     assert json.loads(first[2])["data"] == {"job": "big", "series": 900}
     assert json.loads(second[2])["data"] == {"job": "llama", "series": 2}
@@ -271,28 +277,12 @@ async def test_a_refused_push_is_logged_with_the_kernels_word_for_the_sender(
     assert record.__dict__["fields"]["peer"].startswith("uid ")
 
 
-async def test_an_upgrade_asked_for_is_refused_and_nothing_taken(
-    served: tuple[PushServer, Path],
-) -> None:
-    server, path = served
-    client = await connect(path)  # as `curl --http2` asks over plain HTTP
-    await client.send(post(PUSH, extra="Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"))
-    status, headers, body = await client.answer()
-    assert (status, headers["connection"]) == (400, "close")
-    assert "protocol upgrades are not served here" in json.loads(body)["error"]
-    assert await client.closed()
-    assert series(server) == {}
-
-
 async def test_a_bad_request_behind_a_large_push_is_answered_after_it(
     served: tuple[PushServer, Path],
 ) -> None:
     _, path = served
     client = await connect(path)
-    large = "".join(f'train_step{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900))
-    body = large.encode()
-    big = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-    await client.send(big + body + b"GARBAGE\r\n\r\n")
+    await client.send(large_push() + b"GARBAGE\r\n\r\n")
     first, second = await client.answer(), await client.answer()
     assert (first[0], second[0]) == (200, 400)
     assert await client.closed()
