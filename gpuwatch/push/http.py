@@ -24,6 +24,7 @@ from gpuwatch.push.registry import PushLimits
 log = logging.getLogger(__name__)
 
 BODY_TIMEOUT_S = 30.0
+MAX_REASON_CHARS = 500  # of a refusal's reason, in the reply and the log line
 PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, no thread hop
 
 
@@ -93,12 +94,16 @@ def accepted(job: str, count: int) -> dict[str, Any]:
 def refused(exc: PushError, peer: str, job: str = "") -> dict[str, Any]:
     """The answer to a refused push, logged: the sender is a field, so one flooding client's
     lines are cut short without hiding another's first; the job is in the text (a flood of
-    made-up job names stays one burst)."""
+    made-up job names stays one burst). The reason is cut short: the parsers' messages
+    quote what they could not read, which can be a line of megabytes."""
+    reason = str(exc)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = f"{reason[:MAX_REASON_CHARS]}... ({len(reason)} characters)"
     log.info(
-        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", exc,
+        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", reason,
         extra=log_fields(peer=peer),
     )  # fmt: skip
-    return error_body(str(exc))
+    return error_body(reason)
 
 
 def error_body(message: str) -> dict[str, Any]:

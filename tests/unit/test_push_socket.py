@@ -335,3 +335,19 @@ async def test_with_every_connection_busy_a_new_one_is_turned_away(
     assert len(server.connections) == 4 and server.evicted == 1
     await busy[0].send(post(PUSH)[40:])
     assert (await busy[0].answer())[0] == 200
+
+
+async def test_a_refusal_quoting_a_huge_line_is_cut_short_in_the_reply_and_the_log(
+    served: tuple[PushServer, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, path = served
+    client = await connect(path)
+    body = b"x " + b"a" * 150_000 + b"\n"  # the text parser's message quotes the value
+    head = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n"
+    with caplog.at_level(logging.INFO, logger="gpuwatch.push.http"):
+        await client.send(head.encode() + body)
+        status, _, reply = await client.answer()
+    reason = json.loads(reply)["error"]
+    assert status == 400 and reason.startswith("not valid Prometheus text format")
+    assert len(reason) < 600 and reason.endswith(" characters)")
+    assert max(len(r.getMessage()) for r in caplog.records) < 700
