@@ -5,6 +5,9 @@ simulator's, or a saved log replayed).
 falls behind the ring buffer gets EPIPE once and goes on from the oldest left. A file is read
 from its start, then as it grows; a file replaced or truncated (log rotation) is read again from
 its start. Reads are bounded: one call returns at most MAX_RECORDS_A_READ records.
+
+Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, and looked at every
+POLL_S where inotify cannot be had. Another thread ends a wait at once through `wake_fd`.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import errno
 import os
 import select
 import stat
+import time
 from dataclasses import dataclass
 
+from gpuwatch.kernel.inotify import FileWatch
 from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, split_records
 
 MAX_RECORDS_A_READ = 10_000
 MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
+POLL_S = 0.25  # how often a file inotify cannot watch is looked at
 
 
 @dataclass
@@ -34,6 +40,8 @@ class KmsgReader:
         self.path = path
         self.counts = ReadCounts()
         self._fd: int | None = None
+        self._watch: FileWatch | None = None
+        self.watch_problem = ""  # why a file is looked at every POLL_S, not watched
         self._device = False
         self._inode: tuple[int, int] | None = None
         self._offset = 0
@@ -50,6 +58,12 @@ class KmsgReader:
         self._inode = (info.st_dev, info.st_ino)
         self._offset = 0
         self._line = 0
+        if not self._device:
+            try:
+                self._watch = FileWatch(self.path)
+                self.watch_problem = ""
+            except OSError as exc:
+                self.watch_problem = str(exc)
 
     @property
     def is_open(self) -> bool:
@@ -67,7 +81,16 @@ class KmsgReader:
             return ""
         return f"{self._inode[0]}:{self._inode[1]}"
 
+    @property
+    def polled(self) -> bool:
+        """Whether a wait may end with nothing new: /dev/kmsg (or a device that is always
+        readable, /dev/null), or a file looked at every POLL_S."""
+        return self._device or self._watch is None
+
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -80,17 +103,26 @@ class KmsgReader:
         self.counts.records += len(records)
         return records
 
-    def wait(self, timeout: float) -> None:
-        """Until a record may be there, or `timeout` seconds (real time: this waits on the
-        kernel, not on the daemon's clock)."""
+    def wait(self, timeout: float, wake_fd: int) -> None:
+        """Until a record may be there, `wake_fd` is readable, or `timeout` seconds (real
+        time: this waits on the kernel, not on the daemon's clock)."""
         if self._fd is None:
             return
-        if self._device:
-            poller = select.poll()
-            poller.register(self._fd, select.POLLIN)
-            poller.poll(timeout * 1000)
-        else:
-            select.select([], [], [], timeout)  # a file is always "readable": poll its size
+        watch = self._watch
+        if not self._device and watch is None:  # a file is always "readable": poll its size
+            select.select([wake_fd], [], [], min(timeout, POLL_S))
+            return
+        poller = select.poll()
+        poller.register(self._fd if watch is None else watch.fd, select.POLLIN)
+        poller.register(wake_fd, select.POLLIN)
+        end = time.monotonic() + timeout
+        while True:
+            ready = poller.poll(max(0.0, end - time.monotonic()) * 1000)
+            # Another file of the directory created is no reason to look at this one.
+            if watch is None or not ready or any(fd == wake_fd for fd, _ in ready):
+                return
+            if watch.changed():
+                return
 
     def _read_device(self) -> list[Record]:
         assert self._fd is not None

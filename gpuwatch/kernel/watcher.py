@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections import Counter, deque
@@ -32,7 +33,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.kernel.kmsg import KmsgReader
+from gpuwatch.kernel.kmsg import POLL_S, KmsgReader
 from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
 from gpuwatch.kernel.records import Record
 from gpuwatch.logs import fields as log_fields
@@ -44,10 +45,14 @@ SOURCE = "kernel_log"
 SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
 FILE = "kmsg_file"  # for a plain file, which file (KmsgReader.identity) the number is of
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
-# How long the thread waits for a record before looking again (and at its stop flag): a file
-# is looked at four times a second; /dev/kmsg wakes the thread as a record comes.
+# How long the thread waits for a record before looking again anyway: /dev/kmsg and a file
+# inotify watches wake it as a record comes, and stop() wakes it through a pipe (a file
+# inotify cannot watch is looked at every kmsg.POLL_S).
+LOOK_S = 5.0
+# After a look that found nothing where nothing new was promised (/dev/null always "has
+# something"; a polled file): the pause that keeps this from being a busy loop.
 WAIT_S = 0.25
-DEVICE_WAIT_S = 1.0
+QUEUE_CHECK_S = 1.0  # how often a thread waiting for the loop to take a batch checks stop()
 TEXT_LIMIT = 1024  # of a driver line kept in an event
 # Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;
 # a driver that prints a storm of them is counted, not journaled line by line.
@@ -106,6 +111,7 @@ class KernelLog:
         self._problem = "not started"
         self._noted = ""
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = -1, -1  # stop() wakes the thread's wait through it
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -124,13 +130,20 @@ class KernelLog:
         self._loop = asyncio.get_running_loop()
         batch = await asyncio.to_thread(self._open)
         self.take(batch, backlog=True)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join, 2.0)
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            os.write(self._wake_w, b"\0")
+            await asyncio.to_thread(thread.join, 2.0)
+            if not thread.is_alive():  # else it may still be waiting on the pipe
+                os.close(self._wake_r)
+                os.close(self._wake_w)
         self._reader.close()
 
     async def read(self) -> list[Sample]:
@@ -149,6 +162,9 @@ class KernelLog:
             self._report(_open_problem(self.path, exc))
             return Batch([], self._reader.restarts, "")
         self._report("")
+        if self._reader.watch_problem:
+            log.info("kernel log %s: looked at every %.2fs, as inotify cannot watch it: %s",
+                     self.path, POLL_S, self._reader.watch_problem)  # fmt: skip
         return batch
 
     def _report(self, problem: str) -> None:
@@ -167,7 +183,9 @@ class KernelLog:
                     return
                 batch = self._open()
             else:
-                self._reader.wait(DEVICE_WAIT_S if self._reader.is_device else WAIT_S)
+                self._reader.wait(LOOK_S, self._wake_r)
+                if self._stop.is_set():
+                    return
                 try:
                     batch = self._read()
                 except OSError as exc:
@@ -175,9 +193,8 @@ class KernelLog:
                     self._report(f"{self.path}: {exc.strerror or exc}")
                     continue
             if not batch.records:
-                # A path that is always ready and never has a record (/dev/null) must not
-                # make this a busy loop.
-                self._stop.wait(WAIT_S)
+                if self._reader.polled:
+                    self._stop.wait(WAIT_S)
                 continue
             if not self._hand_over(batch):
                 return
@@ -185,7 +202,7 @@ class KernelLog:
     def _hand_over(self, batch: Batch) -> bool:
         """Queue `batch` for the loop once fewer than MAX_BATCHES_QUEUED wait; False when
         stopping."""
-        while not self._in_flight.acquire(timeout=DEVICE_WAIT_S):
+        while not self._in_flight.acquire(timeout=QUEUE_CHECK_S):
             if self._stop.is_set():
                 return False
         if self._loop is None:

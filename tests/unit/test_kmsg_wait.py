@@ -1,0 +1,113 @@
+"""Waiting for the kernel log: a file inotify watches wakes its reader when written to, not
+when its neighbours are; a rotated file's successor wakes it too; stop() ends any wait. The
+waits are on the kernel, in real time; each is bounded well above what it should take."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.kernel import kmsg
+from gpuwatch.kernel.inotify import FileWatch
+from gpuwatch.kernel.kmsg import KmsgReader
+
+LONG_S = 30.0  # a wait that should end at once is given this long
+
+
+@pytest.fixture
+def wake() -> Iterator[tuple[int, int]]:
+    r, w = os.pipe()
+    yield r, w
+    os.close(r)
+    os.close(w)
+
+
+def waited(reader: KmsgReader, wake_fd: int, act: Callable[[], None]) -> float:
+    """Seconds `reader.wait(LONG_S)` took, with `act` done from another thread once waiting."""
+    doer = threading.Timer(0.05, act)
+    doer.start()
+    began = time.monotonic()
+    reader.wait(LONG_S, wake_fd)
+    doer.join()
+    return time.monotonic() - began
+
+
+def test_a_watched_file_that_is_written_to_ends_the_wait(
+    tmp_path: Path, wake: tuple[int, int]
+) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert not reader.polled and reader.watch_problem == ""
+
+    def append() -> None:
+        with open(path, "ab") as f:
+            f.write(b"4,1,10,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, fallen off the bus.\n")
+
+    assert waited(reader, wake[0], append) < LONG_S / 2
+    assert [r.seq for r in reader.read()] == [1]
+    # Nothing written to it: the wait lasts its whole timeout, a neighbour written meanwhile.
+    neighbour = threading.Timer(0.05, (tmp_path / "cpu").write_text, ("0.5 0.7\n",))
+    neighbour.start()
+    began = time.monotonic()
+    reader.wait(0.5, wake[0])
+    assert time.monotonic() - began >= 0.45
+    neighbour.join()
+    reader.close()
+
+
+def test_stop_ends_the_wait(tmp_path: Path, wake: tuple[int, int]) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert waited(reader, wake[0], lambda: os.write(wake[1], b"\0")) < LONG_S / 2
+    assert reader.read() == []
+    reader.close()
+
+
+def test_the_watch_tells_the_file_from_its_neighbours_and_sees_its_successor(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"")
+    watch = FileWatch(str(path))
+    try:
+        assert not watch.changed()
+        (tmp_path / "cpu").write_text("1.0 2.0\n")  # a neighbour created and written
+        (tmp_path / "cpu").write_text("1.5 2.5\n")
+        assert not watch.changed()
+        with open(path, "ab") as f:
+            f.write(b"4,1,10,-;x\n")
+        assert watch.changed()
+        assert not watch.changed()  # taken
+        path.rename(tmp_path / "kmsg.1")  # rotated: moved away...
+        assert watch.changed()
+        path.write_bytes(b"4,1,10,-;fresh\n")  # ...and a new file of its name
+        assert watch.changed()
+    finally:
+        watch.close()
+
+
+def test_a_file_inotify_cannot_watch_is_looked_at_every_poll(
+    tmp_path: Path, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_watch(path: str) -> FileWatch:
+        raise OSError(28, "inotify_add_watch: No space left on device")
+
+    monkeypatch.setattr(kmsg, "FileWatch", no_watch)
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert reader.polled and "No space left" in reader.watch_problem
+    assert waited(reader, wake[0], lambda: None) < LONG_S / 2  # a look, every POLL_S
+    reader.close()
+    with pytest.raises(OSError, match="inotify_add_watch"):
+        FileWatch(str(tmp_path / "missing-dir" / "kmsg"))
