@@ -2,8 +2,9 @@
 wakes its reader when it is written to, and costs nothing while nobody writes.
 
 The file itself is watched for writes and for being moved or deleted; its directory for a file
-of that name appearing (a rotated log's successor). Python's standard library has no inotify,
-and the two calls needed are plain C calls.
+of that name appearing (a rotated log's successor), and for a symlink, the directory of the
+file it leads to as well. Python's standard library has no inotify, and the two calls needed
+are plain C calls.
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ class FileWatch:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1: " + os.strerror(ctypes.get_errno()))
         self.fd: int = fd
+        self._names: dict[int, set[bytes]] = {}  # directory watch -> the names that matter
         try:
-            directory, name = os.path.split(os.path.abspath(path))
-            self._name = os.fsencode(name)
-            self._file = self._add(add, path, FILE_MASK)
-            self._directory = self._add(add, directory, DIRECTORY_MASK)
+            self._add(add, path, FILE_MASK)  # follows a symlink to the file
+            for where in {os.path.abspath(path), os.path.realpath(path)}:
+                directory, name = os.path.split(where)
+                wd = self._add(add, directory, DIRECTORY_MASK)
+                self._names.setdefault(wd, set()).add(os.fsencode(name))
         except OSError:
             os.close(fd)
             raise
@@ -75,7 +78,8 @@ class FileWatch:
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
                 # The file's own watch, the queue overflowing (wd -1), or its name created.
-                hit |= wd != self._directory or name == self._name
+                names = self._names.get(wd)
+                hit |= names is None or name in names
 
     def close(self) -> None:
         os.close(self.fd)

@@ -6,8 +6,8 @@ falls behind the ring buffer gets EPIPE once and goes on from the oldest left. A
 from its start, then as it grows; a file replaced or truncated (log rotation) is read again from
 its start. Reads are bounded: one call returns at most MAX_RECORDS_A_READ records.
 
-Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, and looked at every
-POLL_S where inotify cannot be had. Another thread ends a wait at once through `wake_fd`.
+Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, or waited on for
+POLL_S where inotify cannot watch it. Another thread ends a wait at once through `wake_fd`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, spli
 
 MAX_RECORDS_A_READ = 10_000
 MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
-POLL_S = 0.25  # how often a file inotify cannot watch is looked at
+POLL_S = 0.25  # the longest wait on a file inotify cannot watch
 
 
 @dataclass
@@ -151,6 +151,8 @@ class KmsgReader:
         if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
             self.open()  # replaced or truncated: from its start
             self.restarts += 1
+            # What was written between the stat above and the new watch would wake nobody.
+            info = os.fstat(self._fd)
         elif info.st_size == self._offset:
             return []  # nothing new: the common case
         base = self._offset

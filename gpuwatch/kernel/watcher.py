@@ -33,7 +33,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.kernel.kmsg import POLL_S, KmsgReader
+from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
 from gpuwatch.kernel.records import Record
 from gpuwatch.logs import fields as log_fields
@@ -46,11 +46,13 @@ SEQ = "kmsg_seq"  # the record's sequence number, in every event this source jou
 FILE = "kmsg_file"  # for a plain file, which file (KmsgReader.identity) the number is of
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
 # How long the thread waits for a record before looking again anyway: /dev/kmsg and a file
-# inotify watches wake it as a record comes, and stop() wakes it through a pipe (a file
-# inotify cannot watch is looked at every kmsg.POLL_S).
+# inotify watches wake it as a record comes, and stop() wakes it through a pipe. What inotify
+# cannot tell (a file written from another host over NFS, the log's directory renamed) is
+# seen this late.
 LOOK_S = 5.0
 # After a look that found nothing where nothing new was promised (/dev/null always "has
-# something"; a polled file): the pause that keeps this from being a busy loop.
+# something"; a file inotify cannot watch, waited on for kmsg.POLL_S): the pause that keeps
+# this from being a busy loop. Such a file is looked at twice a second.
 WAIT_S = 0.25
 QUEUE_CHECK_S = 1.0  # how often a thread waiting for the loop to take a batch checks stop()
 TEXT_LIMIT = 1024  # of a driver line kept in an event
@@ -110,6 +112,7 @@ class KernelLog:
         self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
         self._problem = "not started"
         self._noted = ""
+        self._watch_noted = ""  # the reader's watch_problem, as last logged
         self._stop = threading.Event()
         self._wake_r, self._wake_w = -1, -1  # stop() wakes the thread's wait through it
         self._thread: threading.Thread | None = None
@@ -151,6 +154,14 @@ class KernelLog:
 
     def _read(self) -> Batch:
         records = self._reader.read()
+        problem = self._reader.watch_problem  # set on opening, and again after a rotation
+        if problem != self._watch_noted:
+            self._watch_noted = problem
+            if problem:
+                log.warning("kernel log %s: polled twice a second, as inotify cannot watch it: %s",
+                            self.path, problem)  # fmt: skip
+            else:
+                log.info("kernel log %s: watched with inotify again", self.path)
         return Batch(records, self._reader.restarts, self._reader.identity)
 
     def _open(self) -> Batch:
@@ -162,9 +173,6 @@ class KernelLog:
             self._report(_open_problem(self.path, exc))
             return Batch([], self._reader.restarts, "")
         self._report("")
-        if self._reader.watch_problem:
-            log.info("kernel log %s: looked at every %.2fs, as inotify cannot watch it: %s",
-                     self.path, POLL_S, self._reader.watch_problem)  # fmt: skip
         return batch
 
     def _report(self, problem: str) -> None:

@@ -111,3 +111,43 @@ def test_a_file_inotify_cannot_watch_is_looked_at_every_poll(
     reader.close()
     with pytest.raises(OSError, match="inotify_add_watch"):
         FileWatch(str(tmp_path / "missing-dir" / "kmsg"))
+
+
+def test_a_symlinked_logs_target_rotated_is_seen(tmp_path: Path) -> None:
+    target = tmp_path / "logs" / "real.log"
+    target.parent.mkdir()
+    target.write_bytes(b"")
+    link = tmp_path / "kern.log"
+    link.symlink_to(target)
+    watch = FileWatch(str(link))
+    try:
+        target.rename(target.with_name("real.log.1"))
+        assert watch.changed()
+        target.write_bytes(b"4,1,10,-;fresh\n")  # the target's successor, in its directory
+        assert watch.changed()
+    finally:
+        watch.close()
+
+
+def test_a_record_written_while_a_rotated_file_is_reopened_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the look that finds the file replaced and the new watch, a write wakes nobody:
+    the read after reopening must take it."""
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"4,1,10,-;before\n")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert [r.seq for r in reader.read()] == [1]
+    fresh = tmp_path / "kmsg.new"
+    fresh.write_bytes(b"4,2,20,-;after rotation\n")
+    fresh.rename(path)
+
+    def watch_after_a_write(where: str) -> FileWatch:
+        with open(where, "ab") as f:
+            f.write(b"4,3,30,-;written meanwhile\n")
+        return FileWatch(where)
+
+    monkeypatch.setattr(kmsg, "FileWatch", watch_after_a_write)
+    assert [r.seq for r in reader.read()] == [2, 3]
+    reader.close()
