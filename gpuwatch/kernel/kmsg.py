@@ -6,7 +6,7 @@ falls behind the ring buffer gets EPIPE once and goes on from the oldest left. A
 from its start, then as it grows; a file replaced or truncated (log rotation) is read again from
 its start. Reads are bounded: one call returns at most MAX_RECORDS_A_READ records.
 
-Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, or waited on for
+Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, or looked at every
 POLL_S where inotify cannot watch it. Another thread ends a wait at once through `wake_fd`.
 """
 
@@ -24,7 +24,7 @@ from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, spli
 
 MAX_RECORDS_A_READ = 10_000
 MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
-POLL_S = 0.25  # the longest wait on a file inotify cannot watch
+POLL_S = 0.5  # how often a file inotify cannot watch is looked at
 
 
 @dataclass
@@ -81,12 +81,6 @@ class KmsgReader:
             return ""
         return f"{self._inode[0]}:{self._inode[1]}"
 
-    @property
-    def polled(self) -> bool:
-        """Whether a wait may end with nothing new: /dev/kmsg (or a device that is always
-        readable, /dev/null), or a file looked at every POLL_S."""
-        return self._device or self._watch is None
-
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
@@ -103,26 +97,26 @@ class KmsgReader:
         self.counts.records += len(records)
         return records
 
-    def wait(self, timeout: float, wake_fd: int) -> None:
-        """Until a record may be there, `wake_fd` is readable, or `timeout` seconds (real
-        time: this waits on the kernel, not on the daemon's clock)."""
+    def wait(self, timeout: float, wake_fd: int) -> bool:
+        """Until a record may be there (True), `wake_fd` is readable or `timeout` seconds
+        pass (False; real time: this waits on the kernel, not on the daemon's clock)."""
         if self._fd is None:
-            return
+            return False
         watch = self._watch
         if not self._device and watch is None:  # a file is always "readable": poll its size
             select.select([wake_fd], [], [], min(timeout, POLL_S))
-            return
+            return False
         poller = select.poll()
         poller.register(self._fd if watch is None else watch.fd, select.POLLIN)
         poller.register(wake_fd, select.POLLIN)
         end = time.monotonic() + timeout
         while True:
             ready = poller.poll(max(0.0, end - time.monotonic()) * 1000)
+            if not ready or any(fd == wake_fd for fd, _ in ready):
+                return False
             # Another file of the directory created is no reason to look at this one.
-            if watch is None or not ready or any(fd == wake_fd for fd, _ in ready):
-                return
-            if watch.changed():
-                return
+            if watch is None or watch.changed():
+                return True
 
     def _read_device(self) -> list[Record]:
         assert self._fd is not None

@@ -50,9 +50,8 @@ RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
 # cannot tell (a file written from another host over NFS, the log's directory renamed) is
 # seen this late.
 LOOK_S = 5.0
-# After a look that found nothing where nothing new was promised (/dev/null always "has
-# something"; a file inotify cannot watch, waited on for kmsg.POLL_S): the pause that keeps
-# this from being a busy loop. Such a file is looked at twice a second.
+# After a device said it had a record and a read found none (/dev/null always "has
+# something"): the pause that keeps this from being a busy loop.
 WAIT_S = 0.25
 QUEUE_CHECK_S = 1.0  # how often a thread waiting for the loop to take a batch checks stop()
 TEXT_LIMIT = 1024  # of a driver line kept in an event
@@ -191,7 +190,7 @@ class KernelLog:
                     return
                 batch = self._open()
             else:
-                self._reader.wait(LOOK_S, self._wake_r)
+                readable = self._reader.wait(LOOK_S, self._wake_r)
                 if self._stop.is_set():
                     return
                 try:
@@ -200,9 +199,9 @@ class KernelLog:
                     self._reader.close()
                     self._report(f"{self.path}: {exc.strerror or exc}")
                     continue
-            if not batch.records:
-                if self._reader.polled:
+                if not batch.records and readable and self._reader.is_device:
                     self._stop.wait(WAIT_S)
+            if not batch.records:
                 continue
             if not self._hand_over(batch):
                 return

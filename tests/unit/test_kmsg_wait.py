@@ -27,14 +27,15 @@ def wake() -> Iterator[tuple[int, int]]:
     os.close(w)
 
 
-def waited(reader: KmsgReader, wake_fd: int, act: Callable[[], None]) -> float:
-    """Seconds `reader.wait(LONG_S)` took, with `act` done from another thread once waiting."""
+def waited(reader: KmsgReader, wake_fd: int, act: Callable[[], None]) -> tuple[bool, float]:
+    """What `reader.wait(LONG_S)` answered and the seconds it took, with `act` done from
+    another thread once waiting."""
     doer = threading.Timer(0.05, act)
     doer.start()
     began = time.monotonic()
-    reader.wait(LONG_S, wake_fd)
+    readable = reader.wait(LONG_S, wake_fd)
     doer.join()
-    return time.monotonic() - began
+    return readable, time.monotonic() - began
 
 
 def test_a_watched_file_that_is_written_to_ends_the_wait(
@@ -44,19 +45,21 @@ def test_a_watched_file_that_is_written_to_ends_the_wait(
     path.write_bytes(b"")
     reader = KmsgReader(str(path))
     reader.open()
-    assert not reader.polled and reader.watch_problem == ""
+    assert reader.watch_problem == ""
 
     def append() -> None:
         with open(path, "ab") as f:
             f.write(b"4,1,10,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, fallen off the bus.\n")
 
-    assert waited(reader, wake[0], append) < LONG_S / 2
+    readable, took = waited(reader, wake[0], append)
+    assert readable and took < LONG_S / 2
     assert [r.seq for r in reader.read()] == [1]
-    # Nothing written to it: the wait lasts its whole timeout, a neighbour written meanwhile.
+    # Nothing written to it: the wait lasts its whole timeout, a neighbour written meanwhile,
+    # and says so (a look after it may find nothing: no reason to pause before the next wait).
     neighbour = threading.Timer(0.05, (tmp_path / "cpu").write_text, ("0.5 0.7\n",))
     neighbour.start()
     began = time.monotonic()
-    reader.wait(0.5, wake[0])
+    assert not reader.wait(0.5, wake[0])
     assert time.monotonic() - began >= 0.45
     neighbour.join()
     reader.close()
@@ -67,7 +70,8 @@ def test_stop_ends_the_wait(tmp_path: Path, wake: tuple[int, int]) -> None:
     path.write_bytes(b"")
     reader = KmsgReader(str(path))
     reader.open()
-    assert waited(reader, wake[0], lambda: os.write(wake[1], b"\0")) < LONG_S / 2
+    readable, took = waited(reader, wake[0], lambda: os.write(wake[1], b"\0"))
+    assert not readable and took < LONG_S / 2
     assert reader.read() == []
     reader.close()
 
@@ -106,8 +110,9 @@ def test_a_file_inotify_cannot_watch_is_looked_at_every_poll(
     path.write_bytes(b"")
     reader = KmsgReader(str(path))
     reader.open()
-    assert reader.polled and "No space left" in reader.watch_problem
-    assert waited(reader, wake[0], lambda: None) < LONG_S / 2  # a look, every POLL_S
+    assert "No space left" in reader.watch_problem
+    readable, took = waited(reader, wake[0], lambda: None)
+    assert not readable and kmsg.POLL_S * 0.9 <= took < LONG_S / 2  # a look, every POLL_S
     reader.close()
     with pytest.raises(OSError, match="inotify_add_watch"):
         FileWatch(str(tmp_path / "missing-dir" / "kmsg"))
