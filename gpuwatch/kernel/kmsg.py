@@ -25,6 +25,9 @@ from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, spli
 MAX_RECORDS_A_READ = 10_000
 MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
 POLL_S = 0.5  # how often a file inotify cannot watch is looked at
+# A file truncated and written again past where it was read (copytruncate rotation) has the
+# size it had: the first bytes already read, looked at again, tell it apart.
+HEAD_BYTES = 64
 
 
 @dataclass
@@ -45,6 +48,7 @@ class KmsgReader:
         self._device = False
         self._inode: tuple[int, int] | None = None
         self._offset = 0
+        self._head = b""  # the file's first bytes read (up to HEAD_BYTES)
         self._line = 0  # lines read from a plain file, which numbers its records
         self.restarts = 0  # times a file was replaced or truncated and read from its start
 
@@ -53,11 +57,15 @@ class KmsgReader:
         self.close()
         info = os.stat(self.path)
         self._device = stat.S_ISCHR(info.st_mode)
-        flags = os.O_RDONLY | (os.O_NONBLOCK if self._device else 0)
-        self._fd = os.open(self.path, flags)
+        if not self._device and not stat.S_ISREG(info.st_mode):
+            # A FIFO's open would block until a writer came, and hold up the daemon's start.
+            raise OSError(errno.EINVAL, "neither /dev/kmsg (a character device) nor a file")
+        # Non-blocking for a file too: a FIFO put in its place after the look above.
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._inode = (info.st_dev, info.st_ino)
         self._offset = 0
         self._line = 0
+        self._head = b""
         if not self._device:
             try:
                 self._watch = FileWatch(self.path)
@@ -142,8 +150,12 @@ class KmsgReader:
             info = os.stat(self.path)
         except FileNotFoundError:
             return []  # being rotated: the new file is read once it is there
-        if (info.st_dev, info.st_ino) != self._inode or info.st_size < self._offset:
-            self.open()  # replaced or truncated: from its start
+        if (
+            (info.st_dev, info.st_ino) != self._inode
+            or info.st_size < self._offset
+            or (bool(self._head) and self._head != os.pread(self._fd, len(self._head), 0))
+        ):  # replaced, or truncated (and maybe written again past where it was read)
+            self.open()  # from its start
             self.restarts += 1
             # What was written between the stat above and the new watch would wake nobody.
             info = os.fstat(self._fd)
@@ -162,4 +174,6 @@ class KmsgReader:
                 break
         if self._offset == base and len(data) == MAX_FILE_BYTES_A_READ:
             self._offset += len(data)  # a "line" longer than a read: skip it, not stall on it
+        if len(self._head) < HEAD_BYTES:
+            self._head = os.pread(self._fd, min(HEAD_BYTES, self._offset), 0)
         return out

@@ -156,3 +156,32 @@ def test_a_record_written_while_a_rotated_file_is_reopened_is_read(
     monkeypatch.setattr(kmsg, "FileWatch", watch_after_a_write)
     assert [r.seq for r in reader.read()] == [2, 3]
     reader.close()
+
+
+def test_a_file_truncated_and_refilled_past_where_it_was_read_is_read_again(
+    tmp_path: Path,
+) -> None:
+    """copytruncate: the file cut to nothing, then written again to a greater size before
+    the reader looked; the size alone would not tell."""
+    path = tmp_path / "kmsg"
+    path.write_bytes(b"4,1,10,-;one\n4,2,20,-;two\n")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert [r.message for r in reader.read()] == ["one", "two"]
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(b"4,7,70,-;new one\n4,8,80,-;new two\n")
+    assert [r.message for r in reader.read()] == ["new one", "new two"]
+    assert reader.restarts == 1
+    with open(path, "ab") as f:  # then it grows as any log does
+        f.write(b"4,9,90,-;three\n")
+    assert [r.message for r in reader.read()] == ["three"]
+    assert reader.restarts == 1
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg"
+    os.mkfifo(path)
+    reader = KmsgReader(str(path))
+    with pytest.raises(OSError, match="neither /dev/kmsg"):
+        reader.open()  # at once: no writer is waited for
