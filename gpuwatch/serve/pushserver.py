@@ -283,8 +283,10 @@ class PushProtocol(asyncio.Protocol):
         self.transport.write(answer(status, error_body(message), close=True))
         self.transport.close()
 
-    def evict(self) -> None:  # at once, with whatever it had not sent yet
+    def evict(self) -> None:
+        """Close at once, with whatever it had not sent yet, and stop counting it."""
         self.closing = True
+        self.server.connections.pop(self, None)
         if self.transport is not None:
             self.transport.abort()
 
@@ -354,7 +356,6 @@ class PushServer:
             victims.append(connection)  # every other one has a request underway: not this one
         for victim in victims:
             victim.evict()
-            self.connections.pop(victim, None)
         self.evicted += len(victims)
         log.warning(
             "push socket: %d connections open, the most it keeps; closed %d (the oldest idle%s)",
@@ -372,7 +373,6 @@ class PushServer:
             elif now - c.last_active > KEEPALIVE_S and (c.started is None or c.closing):
                 # Idle, or answered and closing but not reading what it was sent.
                 c.evict()
-                self.connections.pop(c, None)
 
     def parse(self, request: Request) -> Parsed:
         """On the loop for a usual push, on a thread for a large one."""
