@@ -27,6 +27,14 @@ def wake() -> Iterator[tuple[int, int]]:
     os.close(w)
 
 
+def opened(path: Path, text: bytes = b"") -> KmsgReader:
+    """A reader of `path`, written with `text` first."""
+    path.write_bytes(text)
+    reader = KmsgReader(str(path))
+    reader.open()
+    return reader
+
+
 def waited(reader: KmsgReader, wake_fd: int, act: Callable[[], None]) -> tuple[bool, float]:
     """What `reader.wait(LONG_S)` answered and the seconds it took, with `act` done from
     another thread once waiting."""
@@ -42,9 +50,7 @@ def test_a_watched_file_that_is_written_to_ends_the_wait(
     tmp_path: Path, wake: tuple[int, int]
 ) -> None:
     path = tmp_path / "kmsg"
-    path.write_bytes(b"")
-    reader = KmsgReader(str(path))
-    reader.open()
+    reader = opened(path)
     assert reader.watch_problem == ""
 
     def append() -> None:
@@ -67,9 +73,7 @@ def test_a_watched_file_that_is_written_to_ends_the_wait(
 
 def test_stop_ends_the_wait(tmp_path: Path, wake: tuple[int, int]) -> None:
     path = tmp_path / "kmsg"
-    path.write_bytes(b"")
-    reader = KmsgReader(str(path))
-    reader.open()
+    reader = opened(path)
     readable, took = waited(reader, wake[0], lambda: os.write(wake[1], b"\0"))
     assert not readable and took < LONG_S / 2
     assert reader.read() == []
@@ -107,9 +111,7 @@ def test_a_file_inotify_cannot_watch_is_looked_at_every_poll(
 
     monkeypatch.setattr(kmsg, "FileWatch", no_watch)
     path = tmp_path / "kmsg"
-    path.write_bytes(b"")
-    reader = KmsgReader(str(path))
-    reader.open()
+    reader = opened(path)
     assert "No space left" in reader.watch_problem
     readable, took = waited(reader, wake[0], lambda: None)
     assert not readable and kmsg.POLL_S * 0.9 <= took < LONG_S / 2  # a look, every POLL_S
@@ -140,9 +142,7 @@ def test_a_record_written_while_a_rotated_file_is_reopened_is_read(
     """Between the look that finds the file replaced and the new watch, a write wakes nobody:
     the read after reopening must take it."""
     path = tmp_path / "kmsg"
-    path.write_bytes(b"4,1,10,-;before\n")
-    reader = KmsgReader(str(path))
-    reader.open()
+    reader = opened(path, b"4,1,10,-;before\n")
     assert [r.seq for r in reader.read()] == [1]
     fresh = tmp_path / "kmsg.new"
     fresh.write_bytes(b"4,2,20,-;after rotation\n")
@@ -164,9 +164,7 @@ def test_a_file_truncated_and_refilled_past_where_it_was_read_is_read_again(
     """copytruncate: the file cut to nothing, then written again to a greater size before
     the reader looked; the size alone would not tell."""
     path = tmp_path / "kmsg"
-    path.write_bytes(b"4,1,10,-;one\n4,2,20,-;two\n")
-    reader = KmsgReader(str(path))
-    reader.open()
+    reader = opened(path, b"4,1,10,-;one\n4,2,20,-;two\n")
     assert [r.message for r in reader.read()] == ["one", "two"]
     with open(path, "r+b") as f:
         f.truncate(0)
