@@ -15,6 +15,8 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import uvloop
+
 from gpuwatch import __version__, logs
 from gpuwatch.clients.commands import (
     DEFAULT_URL,
@@ -252,9 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             nvml, clock = None, SystemClock()  # NVML is not loaded at all
         else:
             nvml, clock = real_nvml(), SystemClock()
-    except FileError as exc:
-        return fail(str(exc))
-    except ValueError as exc:
+    except (FileError, ValueError) as exc:
         return fail(str(exc))
     logs.setup(config.log.level, config.log.format)
     alongside = None
@@ -271,7 +271,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if simulated is not None:
                 host = stack.enter_context(_sim_host(simulated, config.node_name))
                 config = with_sim_host(config, host)
-            asyncio.run(serve(config, nvml, clock, alongside))
+            uvloop.run(serve(config, nvml, clock, alongside))
     except RulesError as exc:
         return fail(str(exc))
     except StartupError as exc:
@@ -322,7 +322,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with open(log_path, "a", encoding="utf-8") as log_file, _sim_host(simulated) as host:
         logs.setup("info", "logfmt", log_file)
         try:
-            asyncio.run(serve(with_sim_host(config, host), real_nvml(), clock, show))
+            uvloop.run(serve(with_sim_host(config, host), real_nvml(), clock, show))
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
                 return fail(str(exc), 1)
@@ -330,7 +330,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
             simulated, clock = _simulated(args.scenario, args.speed)
             with _sim_host(simulated) as again:
-                asyncio.run(serve(with_sim_host(config, again), real_nvml(), clock, show))
+                uvloop.run(serve(with_sim_host(config, again), real_nvml(), clock, show))
         except StartupError as exc:
             return fail(str(exc), 1)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 import yaml
 
 from gpuwatch.clock import Clock
@@ -203,3 +205,11 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         labels = dict(label_re.findall(match.group(2) or ""))
         out.setdefault(match.group(1), []).append((labels, float(match.group(3))))
     return out
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The daemon's event loop (uvloop, as `gpuwatch run` and `gpuwatch demo` use) for every
+    async test: its transports and timers differ from asyncio's own in what code may assume."""
+    return {"uvloop": uvloop.new_event_loop}

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import httptools
 
@@ -116,8 +116,8 @@ class PushProtocol(asyncio.Protocol):
 
     # -- asyncio -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's have asyncio.Transport's methods but not its class.
+        self.transport = cast(asyncio.Transport, transport)
         self.last_active = self.server.now()
         self.server.opened(self)
 
