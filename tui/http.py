@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from gpuwatch.clients.tls import basic_auth, host_and_port
@@ -89,8 +89,8 @@ class _Connection(asyncio.Protocol):
         self.answered = False  # any byte of this request's answer arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's (under `gpuwatch demo`) are not asyncio.Transport's.
+        self.transport = cast(asyncio.Transport, transport)
 
     def send(self, request: bytes, deadline: float) -> asyncio.Future[tuple[int, bytes]]:
         """The answer's status and body; TimeoutError at `deadline` (the loop's clock)."""
