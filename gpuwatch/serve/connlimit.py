@@ -32,7 +32,9 @@ MAX_STREAMS = 64
 # overflows under a burst of a few hundred connects, and a connect past it is dropped and
 # retried by the client's kernel a second later, so a probe in the burst took over 1 s (Linux
 # caps the queue at net.core.somaxconn, 4096 since 5.4). The turn: accepting a thousand
-# connections in one turn held the loop for 0.9 s, so it stays at 128.
+# connections in one turn held asyncio's loop for 0.9 s, so it stays at 128. uvloop, the loop
+# the daemon runs on, takes only the queue from it: libuv accepts every pending connect in a
+# turn, and a burst of a thousand held it 6 ms.
 ACCEPT_BACKLOG = 1024
 ACCEPT_PER_TURN = 128
 
@@ -102,7 +104,8 @@ class ConnectionCap:
 
 def widen_backlog(sockets: Iterable[Any]) -> None:
     """Give listening sockets (asyncio's TransportSocket wrappers) ACCEPT_BACKLOG in the kernel.
-    listen() on a duplicate reaches the same socket; asyncio keeps accepting ACCEPT_PER_TURN."""
+    listen() on a duplicate reaches the same socket; asyncio's loop keeps accepting
+    ACCEPT_PER_TURN a turn."""
     for sock in sockets:
         with socket.fromfd(sock.fileno(), sock.family, sock.type) as duplicate:
             duplicate.listen(ACCEPT_BACKLOG)
