@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
 import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import uvloop
@@ -31,13 +31,12 @@ from gpuwatch.clients.commands import (
 )
 from gpuwatch.clients.local import cmd_config_check, cmd_rules, cmd_sim_list, cmd_xid
 from gpuwatch.clients.tls import tls_context
-from gpuwatch.clock import Clock, SystemClock, sim_clock
+from gpuwatch.clock import SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.runner import ListenError, RulesError, Running, StartupError, real_nvml, serve
 from gpuwatch.sim.host import SimHost, with_sim_host
+from gpuwatch.sim.launch import simulated_host, simulated_library
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.nvml_core import node_salt
-from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import FileError
@@ -202,30 +201,13 @@ def _socket_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", help="the daemon's control socket (overrides --state-dir)")
 
 
-def _simulated(
-    scenario_name: str, speed: float, state_dir: str | None = None, node: str = ""
-) -> tuple[SimulatedNvml, Clock]:
-    """A simulated node's NVML library, installed beneath the real pynvml. With a node name,
-    its GPUs' UUIDs and serials are that node's own, as two real nodes' are."""
-    scenario = load_scenario(scenario_name)
-    clock: Clock = SystemClock() if speed == 1.0 else sim_clock(speed, state_dir)
-    # Its CPU is accounted (a random sample of its calls timed), reported by the simulated host.
-    library = SimulatedNvml(scenario, clock, node=node, account_cpu=True)
-    library.install()
-    return library, clock
-
-
-@contextlib.contextmanager
-def _sim_host(library: SimulatedNvml, node: str = "") -> Iterator[SimHost]:
-    """The simulated node's sysfs and kernel log, in a directory of their own while it runs."""
-    with tempfile.TemporaryDirectory(prefix="gpuwatch-sim-host-") as directory:
-        host = SimHost(library.node, Path(directory), node_salt(node), library.cpu_used)
-        log.info("simulated host (sysfs, kernel log, the simulator's CPU) under %s", directory)
-        host.start()
-        try:
-            yield host
-        finally:
-            host.stop()
+def _config_of(args: argparse.Namespace, host: SimHost | None = None) -> Config:
+    """The config file with what the command line (and a simulated node) sets over it: read
+    at start, and again on each reload."""
+    config = load_config(args.config).with_overrides(
+        args.listen, args.state_dir, args.web_config, args.dcgm
+    )
+    return config if host is None else with_sim_host(config, host)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -233,9 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # own, whoever starts it and whatever the umask: 0600, directories 0700.
     os.umask(0o077)
     try:
-        config = load_config(args.config).with_overrides(
-            args.listen, args.state_dir, args.web_config, args.dcgm
-        )
+        config = _config_of(args)
         if args.listen is not None:
             parse_listen(args.listen)
         if args.dcgm is not None and not args.dcgm.startswith(("http://", "https://")):
@@ -246,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--speed only applies with --simulate")
         simulated: SimulatedNvml | None = None
         if args.simulate:
-            simulated, clock = _simulated(
+            simulated, clock = simulated_library(
                 args.simulate, args.speed, config.state_dir, config.node_name
             )
             nvml = real_nvml()
@@ -268,10 +248,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         with contextlib.ExitStack() as stack:
+            host = None
             if simulated is not None:
-                host = stack.enter_context(_sim_host(simulated, config.node_name))
+                host = stack.enter_context(simulated_host(simulated, config.node_name))
                 config = with_sim_host(config, host)
-            uvloop.run(serve(config, nvml, clock, alongside))
+            reread = functools.partial(_config_of, args, host)
+            uvloop.run(serve(config, nvml, clock, alongside, reread))
     except RulesError as exc:
         return fail(str(exc))
     except StartupError as exc:
@@ -287,7 +269,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     try:
         parse_listen(args.listen)
-        simulated, clock = _simulated(args.scenario, args.speed)
+        simulated, clock = simulated_library(args.scenario, args.speed)
     except (FileError, ValueError) as exc:
         return fail(str(exc))
     state_dir = tempfile.mkdtemp(prefix="gpuwatch-demo-")
@@ -319,18 +301,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
 
-    with open(log_path, "a", encoding="utf-8") as log_file, _sim_host(simulated) as host:
+    with open(log_path, "a", encoding="utf-8") as log_file, simulated_host(simulated) as host:
         logs.setup("info", "logfmt", log_file)
         try:
-            uvloop.run(serve(with_sim_host(config, host), real_nvml(), clock, show))
+            served = with_sim_host(config, host)  # no file: a reload reads the same again
+            uvloop.run(serve(served, real_nvml(), clock, show, lambda: served))
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
                 return fail(str(exc), 1)
             # The default port is taken (a daemon already runs here?): take any free one.
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
-            simulated, clock = _simulated(args.scenario, args.speed)
-            with _sim_host(simulated) as again:
-                uvloop.run(serve(with_sim_host(config, again), real_nvml(), clock, show))
+            simulated, clock = simulated_library(args.scenario, args.speed)
+            with simulated_host(simulated) as again:
+                served = with_sim_host(config, again)
+                uvloop.run(serve(served, real_nvml(), clock, show, lambda: served))
         except StartupError as exc:
             return fail(str(exc), 1)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwatch import logs
@@ -42,8 +43,13 @@ class Reloader:
         rules: RuleEngine | None,
         notifier: Notifier | None,
         guard: WebGuard | None,
+        reread: Callable[[], Config] | None = None,
     ) -> None:
         self.daemon = daemon
+        # The config as the daemon was started with it, read again: the file with what the
+        # command line (or the simulated node) puts over it. Without that, the listener or
+        # the simulated node's paths would read as changes that take a restart.
+        self._reread = reread or self._file_again
         self.rules = rules
         self.notifier = notifier
         self.guard = guard
@@ -57,10 +63,14 @@ class Reloader:
         async with self._lock:
             return await self._reload()
 
+    def _file_again(self) -> Config:
+        old = self.daemon.config
+        return load_config(old.source).with_overrides(old.listen, old.state_dir)
+
     async def _reload(self) -> str:
         old = self.daemon.config
         try:
-            new = load_config(old.source).with_overrides(old.listen, old.state_dir)
+            new = self._reread()
         except (FileError, ValueError) as exc:
             return _refused(f"config {old.source}: {exc}")
         web: WebConfig | None = None

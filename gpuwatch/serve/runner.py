@@ -151,13 +151,18 @@ def load_rules(config: Config, state_dir: Path, store: Store, own_url: str) -> R
     return engine
 
 
-async def start(config: Config, nvml: NvmlModule | None, clock: Clock) -> Running:
+async def start(
+    config: Config,
+    nvml: NvmlModule | None,
+    clock: Clock,
+    reread: Callable[[], Config] | None = None,
+) -> Running:
     try:
         state_dir, lock = prepare_state_dir(config.state_dir)
     except StateDirError as exc:
         raise StartupError(str(exc)) from None
     try:
-        running = await _start(config, nvml, clock, state_dir)
+        running = await _start(config, nvml, clock, state_dir, reread)
     except BaseException:
         lock.release()
         raise
@@ -203,6 +208,7 @@ def wire(
     *,
     guard: WebGuard | None = None,
     boot_id: str | None = None,
+    reread: Callable[[], Config] | None = None,
 ) -> Wired:
     """The components `gpuwatch run` serves, each handed what it needs: one store for the
     daemon and the rules, the journal of this boot (the machine's unless `boot_id` says), the
@@ -262,11 +268,17 @@ def wire(
     reports = JobReports(state_dir, clock, events.publish)
     daemon.cycle_listeners.append(lambda now: reports.observe(now, daemon.view.batch))
     events.listeners.append(reports.on_event)
-    reloader = Reloader(daemon, rules, notifier, guard)
+    reloader = Reloader(daemon, rules, notifier, guard, reread)
     return Wired(daemon, rules, journal, notifier, reloader, reports)
 
 
-async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_dir: Path) -> Running:
+async def _start(
+    config: Config,
+    nvml: NvmlModule | None,
+    clock: Clock,
+    state_dir: Path,
+    reread: Callable[[], Config] | None,
+) -> Running:
     guard = None
     if config.web_config is not None:
         try:
@@ -280,7 +292,7 @@ async def _start(config: Config, nvml: NvmlModule | None, clock: Clock, state_di
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
     bound = int(listening[0].getsockname()[1])
     try:
-        wired = wire(config, nvml, clock, state_dir, bound, guard=guard)
+        wired = wire(config, nvml, clock, state_dir, bound, guard=guard, reread=reread)
     except BaseException:
         for sock in listening:
             sock.close()
@@ -334,11 +346,12 @@ async def serve(
     nvml: NvmlModule | None,
     clock: Clock,
     alongside: Callable[[Running], Coroutine[Any, Any, None]] | None = None,
+    reread: Callable[[], Config] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or until `alongside` returns); SIGHUP reloads. Under systemd,
-    say READY=1 once sampling and serving, and keep its watchdog fed while samples are current."""
+    """Run until SIGTERM/SIGINT (or `alongside` returns); SIGHUP reloads what `reread` reads.
+    Under systemd, say READY=1 once serving, and feed its watchdog while samples are current."""
     systemd = SystemdNotifier()
-    running = await start(config, nvml, clock)
+    running = await start(config, nvml, clock, reread)
     tune_gc()
     systemd.ready(_status(running))
     stop = asyncio.Event()

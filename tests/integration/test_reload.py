@@ -46,6 +46,18 @@ def test_sighup_applies_a_good_config_and_keeps_everything_on_a_bad_one(tmp_path
         [message] = wait_for(second.bodies, timeout=20)
         assert message["alerts"][0]["labels"]["alertname"] == "JobSaysHello"
         assert first.bodies() == []
+        # Nothing that takes a restart changed: the listener and the simulated node's paths,
+        # set over the file by the command line, are not taken for changes.
+        assert "takes a restart" not in daemon.log()
+
+        # What does take a restart is named, and the rest of the file applied.
+        path.write_text(config(rules, "token-two", second.url) + "sampling: {interval: 2s}\n")
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: daemon.log().count(f"reloaded {path}") == 2, timeout=10)
+        assert "reload: sampling changed; that takes a restart" in daemon.log()
+        assert daemon.log().count("takes a restart") == 1
+        # The reloaded rules have evaluated (the groups are built again on each reload).
+        wait_for(lambda: daemon.json("/api/v1/rules")["data"]["groups"][0]["lastEvaluation"])
 
         # A config with a mistake: refused with file, line and field; the old one runs on.
         path.write_text(config(rules, "token-three", second.url) + "sampling: {interval: fast}\n")
