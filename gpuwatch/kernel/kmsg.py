@@ -4,7 +4,8 @@ simulator's, or a saved log replayed).
 /dev/kmsg hands out one record a read, from the oldest the kernel still holds; a reader that
 falls behind the ring buffer gets EPIPE once and goes on from the oldest left. A file is read
 from its start, then as it grows; a file replaced or truncated (log rotation) is read again from
-its start. Reads are bounded: one call returns at most MAX_RECORDS_A_READ records.
+its start (a replaced one once the old file's last records are read). Reads are bounded: one
+call returns at most MAX_RECORDS_A_READ records.
 
 Waiting for a record: /dev/kmsg is polled; a file is watched with inotify, or looked at every
 POLL_S where inotify cannot watch it. Another thread ends a wait at once through `wake_fd`.
@@ -51,6 +52,7 @@ class KmsgReader:
         self._head = b""  # the file's first bytes read (up to HEAD_BYTES)
         self._line = 0  # lines read from a plain file, which numbers its records
         self.restarts = 0  # times a file was replaced or truncated and read from its start
+        self._left_at: int | None = None  # a replaced file's size once its successor was seen
 
     def open(self) -> None:
         """Open the path; raises OSError (missing, not permitted) for the caller to report."""
@@ -66,6 +68,7 @@ class KmsgReader:
         self._offset = 0
         self._line = 0
         self._head = b""
+        self._left_at = None
         if not self._device:
             try:
                 self._watch = FileWatch(self.path)
@@ -147,26 +150,47 @@ class KmsgReader:
     def _read_file(self) -> list[Record]:
         assert self._fd is not None
         try:
-            info = os.stat(self.path)
+            info: os.stat_result | None = os.stat(self.path)
         except FileNotFoundError:
-            return []  # being rotated: the new file is read once it is there
-        if (
-            (info.st_dev, info.st_ino) != self._inode
-            or info.st_size < self._offset
-            or (bool(self._head) and self._head != os.pread(self._fd, len(self._head), 0))
-        ):  # replaced, or truncated (and maybe written again past where it was read)
-            self.open()  # from its start
+            info = None  # being rotated: the new file is read once it is there
+        if info is None or (info.st_dev, info.st_ino) != self._inode:
+            # Renamed away (rotated) or removed: its writer goes on writing to it until told to
+            # open the new file, so it is read to its end first. Once the new file is there,
+            # only to where it ended then: a writer never told would keep the new file unread.
+            end = os.fstat(self._fd).st_size
+            if info is not None:
+                self._left_at = end if self._left_at is None else self._left_at
+                end = min(end, self._left_at)
+            before = self._offset
+            if end > before:
+                records = self._records_to(end)
+                if self._offset > before or info is None:
+                    return records
+            if info is None:
+                return []
+            self.open()  # the new file, from its start (a line left half-written is dropped)
             self.restarts += 1
             # What was written between the stat above and the new watch would wake nobody.
             info = os.fstat(self._fd)
+        elif info.st_size < self._offset or (
+            bool(self._head) and self._head != os.pread(self._fd, len(self._head), 0)
+        ):  # truncated (and maybe written again past where it was read)
+            self.open()  # from its start
+            self.restarts += 1
+            info = os.fstat(self._fd)
         elif info.st_size == self._offset:
             return []  # nothing new: the common case
+        return self._records_to(info.st_size)
+
+    def _records_to(self, end: int) -> list[Record]:
+        """The whole records from where reading got to, up to `end` (a read's worth)."""
+        assert self._fd is not None
         base = self._offset
-        data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, info.st_size - base), base)
+        data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, end - base), base)
         out: list[Record] = []
-        for chunk, end in split_records(data):
+        for chunk, past in split_records(data):
             self._line += 1
-            self._offset = base + end
+            self._offset = base + past
             record = parse_record(chunk, self._line)
             if record is not None:
                 out.append(record)

@@ -148,6 +148,34 @@ def test_a_rotated_saved_log_is_read_again_from_its_first_line(tmp_path: Path) -
     assert len([e for e in published if e.kind == "xid"]) == 3
 
 
+def test_what_a_rotated_log_is_given_before_its_writer_moves_on_is_read(tmp_path: Path) -> None:
+    """logrotate renames the file, and the writer goes on writing to it until told to open the
+    new one: those records are read before the new file's, and each XID is counted once."""
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    path, old = tmp_path / "kmsg", tmp_path / "kmsg.1"
+    path.write_text(f"[ 1.0] {XID_79}\n")
+    watcher._reader.open()
+    watcher.take(watcher._read())
+
+    def append(to: Path, text: str) -> None:
+        with to.open("a") as f:
+            f.write(text)
+
+    path.rename(old)
+    append(old, f"[ 2.0] {XID_79} (after the rename)\n")
+    watcher.take(watcher._read())  # no file of that name yet: the old one is read on
+    append(old, f"[ 3.0] {XID_79} (before the new file)\n[ 4.0] half a li")
+    path.write_text(f"[ 5.0] {XID_79} (the new file)\n")
+    watcher.take(watcher._read())  # the old file to where it ends, a half-written line aside
+    append(old, f"ne\n[ 6.0] {XID_79} (the writer never told)\n")
+    watcher.take(watcher._read())  # then the new file from its start; the old one is left
+    assert watcher._read().records == []
+    texts = [str(e.data["driver_text"]) for e in published if e.kind == "xid"]
+    assert [t.partition("bus.")[2] for t in texts] == [
+        "", " (after the rename)", " (before the new file)", " (the new file)",
+    ]  # fmt: skip
+
+
 def test_a_restart_takes_only_the_records_after_those_journaled(tmp_path: Path) -> None:
     lines = [f"4,{i},0,-;{XID_79}".encode() for i in (5, 6, 7)]
     records = [r for line in lines if (r := parse_record(line))]
