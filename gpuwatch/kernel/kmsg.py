@@ -53,6 +53,8 @@ class KmsgReader:
         self._line = 0  # lines read from a plain file, which numbers its records
         self.restarts = 0  # times a file was replaced or truncated and read from its start
         self._left_at: int | None = None  # a replaced file's size once its successor was seen
+        self._rotating = False  # the file was replaced: read on, then its successor
+        self._more = False  # the last read stopped short of what is there: read again at once
 
     def open(self) -> None:
         """Open the path; raises OSError (missing, not permitted) for the caller to report."""
@@ -69,6 +71,7 @@ class KmsgReader:
         self._line = 0
         self._head = b""
         self._left_at = None
+        self._rotating = False
         if not self._device:
             try:
                 self._watch = FileWatch(self.path)
@@ -104,6 +107,7 @@ class KmsgReader:
         """The records available now, oldest first (at most MAX_RECORDS_A_READ)."""
         if self._fd is None:
             raise OSError(errno.EBADF, "not open")
+        self._more = False
         records = self._read_device() if self._device else self._read_file()
         self.counts.records += len(records)
         return records
@@ -113,6 +117,10 @@ class KmsgReader:
         pass (False; real time: this waits on the kernel, not on the daemon's clock)."""
         if self._fd is None:
             return False
+        if self._more:
+            return True
+        if self._rotating:  # what the successor is given tells no watch: looked at often
+            timeout = min(timeout, POLL_S)
         watch = self._watch
         if not self._device and watch is None:  # a file is always "readable": poll its size
             select.select([wake_fd], [], [], min(timeout, POLL_S))
@@ -154,25 +162,9 @@ class KmsgReader:
         except FileNotFoundError:
             info = None  # being rotated: the new file is read once it is there
         if info is None or (info.st_dev, info.st_ino) != self._inode:
-            # Renamed away (rotated) or removed: its writer goes on writing to it until told to
-            # open the new file, so it is read to its end first. Once the new file is there,
-            # only to where it ended then: a writer never told would keep the new file unread.
-            end = os.fstat(self._fd).st_size
-            if info is not None:
-                self._left_at = end if self._left_at is None else self._left_at
-                end = min(end, self._left_at)
-            before = self._offset
-            if end > before:
-                records = self._records_to(end)
-                if self._offset > before or info is None:
-                    return records
-            if info is None:
-                return []
-            self.open()  # the new file, from its start (a line left half-written is dropped)
-            self.restarts += 1
-            # What was written between the stat above and the new watch would wake nobody.
-            info = os.fstat(self._fd)
-        elif info.st_size < self._offset or (
+            return self._read_replaced(info)
+        self._rotating, self._left_at = False, None  # this file again (a rotation undone)
+        if info.st_size < self._offset or (
             bool(self._head) and self._head != os.pread(self._fd, len(self._head), 0)
         ):  # truncated (and maybe written again past where it was read)
             self.open()  # from its start
@@ -181,6 +173,32 @@ class KmsgReader:
         elif info.st_size == self._offset:
             return []  # nothing new: the common case
         return self._records_to(info.st_size)
+
+    def _read_replaced(self, successor: os.stat_result | None) -> list[Record]:
+        """The file was renamed away (rotated) or removed. Its writer goes on writing to it
+        until told to open the new file, so it is read on. Once the new file has records, it
+        is read to where it ended then (a writer never told would otherwise keep the new file
+        unread), and the new file from its start."""
+        assert self._fd is not None
+        self._rotating = True
+        end = os.fstat(self._fd).st_size
+        # logrotate creates the new file empty before it tells the writer: not moved yet.
+        moved = successor is not None and successor.st_size > 0
+        if moved:
+            self._left_at = end if self._left_at is None else self._left_at
+            end = min(end, self._left_at)
+        before = self._offset
+        if end > before:
+            records = self._records_to(end)
+            if self._offset > before:
+                self._more = self._more or moved  # the next read goes on, or moves over
+                return records
+        if not moved:
+            return []
+        self.open()  # the new file, from its start (a line left half-written is dropped)
+        self.restarts += 1
+        # What was written between the stat above and the new watch would wake nobody.
+        return self._records_to(os.fstat(self._fd).st_size)
 
     def _records_to(self, end: int) -> list[Record]:
         """The whole records from where reading got to, up to `end` (a read's worth)."""
@@ -198,6 +216,8 @@ class KmsgReader:
                 break
         if self._offset == base and len(data) == MAX_FILE_BYTES_A_READ:
             self._offset += len(data)  # a "line" longer than a read: skip it, not stall on it
+        # Stopped at a limit with whole records left: no watch would say so.
+        self._more = base < self._offset < end
         if len(self._head) < HEAD_BYTES:
             self._head = os.pread(self._fd, min(HEAD_BYTES, self._offset), 0)
         return out

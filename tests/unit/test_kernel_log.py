@@ -9,7 +9,10 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gpuwatch.clock import ManualClock
+from gpuwatch.kernel import kmsg
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.merge import WINDOW_S, EventMerger
@@ -148,32 +151,62 @@ def test_a_rotated_saved_log_is_read_again_from_its_first_line(tmp_path: Path) -
     assert len([e for e in published if e.kind == "xid"]) == 3
 
 
+def append(path: Path, text: str) -> None:
+    with path.open("a") as f:
+        f.write(text)
+
+
 def test_what_a_rotated_log_is_given_before_its_writer_moves_on_is_read(tmp_path: Path) -> None:
-    """logrotate renames the file, and the writer goes on writing to it until told to open the
-    new one: those records are read before the new file's, and each XID is counted once."""
+    """logrotate renames the file, creates an empty one in its place, and then tells the
+    writer, which writes to the old file until then: those records are read before the new
+    file's, and each XID is counted once."""
     watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
     path, old = tmp_path / "kmsg", tmp_path / "kmsg.1"
     path.write_text(f"[ 1.0] {XID_79}\n")
     watcher._reader.open()
     watcher.take(watcher._read())
-
-    def append(to: Path, text: str) -> None:
-        with to.open("a") as f:
-            f.write(text)
-
     path.rename(old)
     append(old, f"[ 2.0] {XID_79} (after the rename)\n")
     watcher.take(watcher._read())  # no file of that name yet: the old one is read on
-    append(old, f"[ 3.0] {XID_79} (before the new file)\n[ 4.0] half a li")
-    path.write_text(f"[ 5.0] {XID_79} (the new file)\n")
+    path.write_text("")  # created empty: the writer is not told yet
+    watcher.take(watcher._read())
+    append(old, f"[ 3.0] {XID_79} (before the writer moved)\n[ 4.0] half a li")
+    watcher.take(watcher._read())
+    append(path, f"[ 5.0] {XID_79} (the new file)\n")  # the writer moved
     watcher.take(watcher._read())  # the old file to where it ends, a half-written line aside
     append(old, f"ne\n[ 6.0] {XID_79} (the writer never told)\n")
     watcher.take(watcher._read())  # then the new file from its start; the old one is left
     assert watcher._read().records == []
     texts = [str(e.data["driver_text"]) for e in published if e.kind == "xid"]
     assert [t.partition("bus.")[2] for t in texts] == [
-        "", " (after the rename)", " (before the new file)", " (the new file)",
+        "", " (after the rename)", " (before the writer moved)", " (the new file)",
     ]  # fmt: skip
+
+
+def test_a_rotation_undone_is_read_on_as_if_none_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kmsg, "MAX_RECORDS_A_READ", 1)  # the old file is not read out at once
+    path, old = tmp_path / "kmsg", tmp_path / "kmsg.1"
+    path.write_text("[ 1.0] L1\n")
+    reader = KmsgReader(str(path))
+    reader.open()
+    assert [r.message for r in reader.read()] == ["L1"]
+    append(path, "[ 2.0] L2\n[ 3.0] L3\n")
+    path.rename(old)
+    path.write_text("[ 9.0] never mind\n")
+    assert [r.message for r in reader.read()] == ["L2"]
+    path.unlink()
+    old.rename(path)  # put back
+    assert [r.message for r in reader.read()] == ["L3"]
+    append(path, "[ 4.0] L4\n")
+    assert [r.message for r in reader.read()] == ["L4"]
+    path.rename(old)  # rotated for good
+    append(old, "[ 5.0] L5\n")
+    path.write_text("[ 6.0] L6\n")
+    assert [r.message for r in reader.read()] == ["L5"]
+    assert [r.message for r in reader.read()] == ["L6"]
+    assert reader.restarts == 1
 
 
 def test_a_restart_takes_only_the_records_after_those_journaled(tmp_path: Path) -> None:

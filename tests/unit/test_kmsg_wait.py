@@ -183,3 +183,29 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     reader = KmsgReader(str(path))
     with pytest.raises(OSError, match="neither /dev/kmsg"):
         reader.open()  # at once: no writer is waited for
+
+
+def test_records_left_or_a_rotation_under_way_do_not_wait_on_the_watch(
+    tmp_path: Path, wake: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No watch tells of records a read left for the next (at its limit), nor of the first
+    write to a rotated file's successor, which is not watched yet."""
+    monkeypatch.setattr(kmsg, "MAX_RECORDS_A_READ", 1)
+    path = tmp_path / "kmsg"
+    reader = opened(path, b"4,1,10,-;one\n4,2,20,-;two\n")
+    assert [r.seq for r in reader.read()] == [1]
+    readable, took = waited(reader, wake[0], lambda: None)
+    assert readable and took < LONG_S / 2  # at once
+    assert [r.seq for r in reader.read()] == [2]
+    path.rename(tmp_path / "kmsg.1")
+    path.write_bytes(b"")  # logrotate's new file, before the writer is told
+    assert reader.read() == []
+
+    def writer_moves() -> None:
+        with open(path, "ab") as f:
+            f.write(b"4,3,30,-;in the new file\n")
+
+    readable, took = waited(reader, wake[0], writer_moves)
+    assert took < LONG_S / 2  # looked at every POLL_S
+    assert [r.seq for r in reader.read()] == [3]
+    reader.close()
