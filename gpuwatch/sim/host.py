@@ -126,8 +126,9 @@ class SimHost:
         self._gpu_dirs: list[str] = []
         for gpu in range(scenario.gpus):
             address = pci_address(bus_id(gpu))
-            bus = int(address.split(":")[1], 16)
-            device = self._device([*self._switch(bus), address], "0x10de", "0x2330", GPU_CLASS)
+            domain, bus = address.split(":")[0], int(address.split(":")[1], 16)
+            chain = [*self._switch(bus, domain), address]
+            device = self._device(chain, "0x10de", "0x2330", GPU_CLASS)
             self._gpu_dirs.append(str(device))
             drivers = self.sysfs / "bus" / "pci" / "drivers" / "nvidia"
             drivers.mkdir(parents=True, exist_ok=True)
@@ -140,9 +141,10 @@ class SimHost:
         for port in range(scenario.ib_ports):
             # NIC i beside GPU i, under its PCIe switch; past the GPUs, under switches of its own.
             if port < scenario.gpus:
-                bus = int(pci_address(bus_id(port)).split(":")[1], 16)
-                chain = [*self._switch(bus)[:2], f"0000:{bus - 1:02x}:01.0",
-                         f"0000:{bus + 1:02x}:00.0"]  # fmt: skip
+                domain, at = pci_address(bus_id(port)).split(":")[:2]
+                bus = int(at, 16)
+                chain = [*self._switch(bus, domain)[:2], f"{domain}:{bus - 1:02x}:01.0",
+                         f"{domain}:{bus + 1:02x}:00.0"]  # fmt: skip
             else:  # in a PCI domain of their own
                 bus = port * 4 + 7
                 chain = [*self._switch(bus, "0001"), f"0001:{bus:02x}:00.0"]

@@ -95,8 +95,12 @@ def uuid_of(seed: int, index: int, prefix: str = "GPU", salt: int = 0) -> str:
 
 
 def bus_id(index: int) -> str:
-    bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x100 + index
-    return f"00000000:{bus:02X}:00.0"
+    """GPU `index`'s PCI address, as NVML writes it: an HGX board's buses, and past 8 GPUs (the
+    benchmarks' nodes) more boards, each in a PCI domain of its own, as a bus number has 8
+    bits. Domains 1 and 2 are the simulated host's NICs' and NVSwitches'."""
+    board, slot = divmod(index, len(_HGX_BUSES))
+    domain = 0x10 + board if board else 0
+    return f"{domain:08X}:{_HGX_BUSES[slot]:02X}:00.0"
 
 
 @dataclass(eq=False)

@@ -61,7 +61,7 @@ class DeviceCalls(LibraryCore):
         text = bus_id(gpu.index)
         info.busId = text.encode()
         info.busIdLegacy = text[4:].encode()
-        info.bus = int(text.split(":")[1], 16)
+        info.domain, info.bus = (int(part, 16) for part in text.split(":")[:2])
         info.pciDeviceId = 0x233010DE
         return c.SUCCESS
 

@@ -136,6 +136,32 @@ faults:
 """
 
 
+BIG = """\
+name: big
+node: {gpus: 16, model: H100, workload: inference, seed: 1, ib_ports: 16}
+faults: []
+"""
+
+
+async def test_a_node_of_two_boards_has_every_gpu_and_nic_on_the_bus(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """Past 8 GPUs (the benchmarks' nodes) the simulated GPUs sit on more boards, each in a PCI
+    domain of its own: each is on the bus where NVML says, each NIC beside its GPU."""
+    async with play(tmp_path, simulate, BIG) as (wired, host, clock):
+        await run_until(wired, host, clock, 5)
+        store, now = wired.daemon.store, clock.now()
+        up = Evaluator(store).eval(parse_promql("gpuwatch_pci_device_up"), now)
+        on_bus = {dict(s.metric)["pci_bus_id"]: s.value for s in up}
+        assert len(on_bus) == 16 and set(on_bus.values()) == {1.0}
+        assert "0011:18:00.0" in on_bus  # GPU 8, the second board's first
+        ports = Evaluator(store).eval(parse_promql("gpuwatch_ib_port_info"), now)
+        assert {dict(s.metric)["device"]: dict(s.metric)["gpus"] for s in ports} == {
+            f"mlx5_{i}": str(i) for i in range(16)
+        }
+        assert node_causes(wired) == set()
+
+
 async def test_a_gpu_on_the_bus_the_driver_does_not_list_is_a_cause(
     tmp_path: Path, simulate: Simulate
 ) -> None:
