@@ -169,7 +169,7 @@ class KmsgReader:
         ):  # truncated (and maybe written again past where it was read)
             self.open()  # from its start
             self.restarts += 1
-            info = os.fstat(self._fd)
+            info = os.fstat(self._fd)  # with what was written since the look above
         elif info.st_size == self._offset:
             return []  # nothing new: the common case
         return self._records_to(info.st_size)
