@@ -122,7 +122,13 @@ class RuleEngine:
             log.error("rule reload failed, keeping the old rules: %s", self.last_reload_error)
             return self.last_reload_error
         old = {statefile.rule_key(r): r for r in self.alerting_rules()}
+        kept = {g.definition.key: g for g in self.groups}
         groups = [self._build(d) for d in definitions]
+        for group in groups:
+            # As Prometheus: a group that stays keeps its schedule and its last evaluation.
+            if (before := kept.get(group.definition.key)) is not None:
+                group.last_evaluation = before.last_evaluation
+                group.evaluation_seconds = before.evaluation_seconds
         self.groups = groups
         for rule in self.alerting_rules():
             previous = old.get(statefile.rule_key(rule))

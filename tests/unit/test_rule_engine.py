@@ -119,6 +119,8 @@ def test_a_good_reload_keeps_the_state_of_rules_that_stay(tmp_path: Path) -> Non
     feed(engine, T0, T0 + 310, 50.0)
     rules.write_text(RULES.replace("at {{ $value }}", "is at {{ $value }}/s"))
     assert engine.reload() == ""
+    [group] = engine.groups
+    assert group.last_evaluation == T0 + 310  # the group keeps its schedule
     assert feed(engine, T0 + 320, T0 + 320, 50.0) == []  # still firing: no second page
     [alert] = alerts_payload(engine)["alerts"]
     assert alert["annotations"] == {"summary": "GPU 3 is at 50/s"}
