@@ -62,10 +62,11 @@ def build(record: JobRecord, now: float) -> dict[str, Any]:
 
 def text(report: dict[str, Any]) -> str:
     """A few lines a person reads at the end of the job's output."""
-    end = report["end"] or "still running"
+    start, end = report["start"], report["end"]
+    span = f"{start} to {end}" if end else f"since {start}, still running"
     noun = JOB_NOUNS.get(report["job_kind"], f"{report['job_kind']} job")
     lines = [f"gpuwatch: {noun} {report['job_id']} of {report['user']}, "
-             f"{report['start']} to {end}, on {len(report['gpus'])} GPUs"]  # fmt: skip
+             f"{span}, on {len(report['gpus'])} GPUs"]  # fmt: skip
     for gpu in report["gpus"]:
         said = [f"XID {x['xid']} at {x['time']}" for x in gpu["xids"]]
         said += [f"{a['alertname']} at {a['time']}" for a in gpu["alerts"]]

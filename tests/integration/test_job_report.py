@@ -55,6 +55,7 @@ def test_the_report_lists_the_xid_and_the_nan_for_the_right_gpu(tmp_path: Path) 
         code, text, _ = job_report(daemon.url, "81234")
         lines = text.splitlines()
         assert code == 0 and lines[0].startswith("gpuwatch: Slurm job 81234 of ")
+        assert f"since {report['start']}, still running, on 4 GPUs" in lines[0]
         assert "XID 13 at" in lines[2] and "TrainingLossNaN at" in lines[2], text
         assert lines[2].startswith("  GPU 1: ") and lines[1] == "  GPU 0: nothing wrong"
         assert not (tmp_path / "state" / "reports").exists()  # written as the job ends

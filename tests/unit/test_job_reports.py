@@ -85,7 +85,8 @@ def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_
     assert gpu1["counter_changes"] == {key: 2.0}
     assert gpu1["throttled_seconds"] == {"hw_slowdown": 2.0}
     lines = text(report).splitlines()
-    assert lines[0].startswith("gpuwatch: Slurm job 7 of alice, ")
+    span = f"{report['start']} to {report['end']}"
+    assert lines[0] == f"gpuwatch: Slurm job 7 of alice, {span}, on 2 GPUs"
     assert lines[1] == "  GPU 0: nothing wrong"
     assert lines[2].startswith("  GPU 1: XID 79 at ") and "TrainingLossNaN at" in lines[2]
     assert f"{key} +2" in lines[2] and "clocks held by hw_slowdown 2s" in lines[2]
