@@ -96,8 +96,14 @@ def delayed_scenario(tmp_path: Path, name: str, seconds: float = 10.0) -> str:
 
 
 def start_daemon(
-    tmp_path: Path, *args: str, timeout: float = 15.0, env: dict[str, str] | None = None
+    tmp_path: Path,
+    *args: str,
+    timeout: float = 15.0,
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
 ) -> DaemonProcess:
+    """`gpuwatch run` on a free loopback port; with `own_group`, in a process group of its own
+    (with its children), as a shell starts it in a terminal."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     log_path = tmp_path / "daemon.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 (kept open for the process's lifetime)
@@ -117,6 +123,7 @@ def start_daemon(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        process_group=0 if own_group else None,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

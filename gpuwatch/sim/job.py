@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import time
 
 from gpuwatch.client import JobReporter
@@ -98,6 +99,9 @@ def main() -> None:
     parser.add_argument("--wall-start", type=float, required=True, help="wall time at time 0")
     parser.add_argument("--speed", type=float, default=1.0)
     args = parser.parse_args()
+    # Ctrl-C in a terminal reaches the whole process group: the daemon stops the job itself
+    # as it stops, without a KeyboardInterrupt's traceback here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     run(load_scenario(args.scenario), args.socket, args.wall_start, args.speed)
 
 

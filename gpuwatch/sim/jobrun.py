@@ -7,6 +7,7 @@ import contextlib
 import getpass
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -43,7 +44,10 @@ async def run_simulated_job(running: Running, nvml: SimulatedNvml, scenario: str
     )
     try:
         code = await proc.wait()
-        log.warning("simulated training job exited with %d", code)
+        if code == -signal.SIGTERM:  # sent to the whole group (timeout(1), systemd) as to us
+            log.info("simulated training job stopped by SIGTERM")
+        else:
+            log.warning("simulated training job exited with %d", code)
         await asyncio.Event().wait()
     finally:
         node.pids.remove(proc.pid)

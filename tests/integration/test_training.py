@@ -4,6 +4,9 @@ job runs on them."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import time
 from datetime import datetime
 from pathlib import Path
@@ -107,3 +110,23 @@ def test_a_healthy_job_raises_no_training_alert_in_30_simulated_minutes(tmp_path
         assert len(steps) == 8 and min(steps) > 2 * 60 * 25  # all ranks stepped all along
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def test_ctrl_c_stops_the_daemon_and_its_simulated_job_quietly(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole process group, the simulated job too: the daemon
+    stops it, and neither prints a traceback or calls the stop a failure."""
+    daemon = start_daemon(tmp_path, "--simulate", "healthy", own_group=True)
+    started = wait_for(lambda: re.search(r"simulated training job .* pid (\d+)", daemon.log()))
+    job = int(started.group(1))
+    wait_for(lambda: "train_step{" in daemon.metrics())  # the job is reporting
+    os.killpg(daemon.proc.pid, signal.SIGINT)
+    assert daemon.proc.wait(timeout=15) == 0
+    log = daemon.log()
+    assert "gpuwatch stopped" in log
+    assert "Traceback" not in log and "exited with" not in log, log
+    try:
+        os.kill(job, 0)
+    except ProcessLookupError:
+        pass  # gone, and reaped
+    else:
+        raise AssertionError(f"the simulated job (pid {job}) outlived the daemon")
