@@ -167,10 +167,8 @@ class KmsgReader:
         if info.st_size < self._offset or (
             bool(self._head) and self._head != os.pread(self._fd, len(self._head), 0)
         ):  # truncated (and maybe written again past where it was read)
-            self.open()  # from its start
-            self.restarts += 1
-            info = os.fstat(self._fd)  # with what was written since the look above
-        elif info.st_size == self._offset:
+            return self._from_start()
+        if info.st_size == self._offset:
             return []  # nothing new: the common case
         return self._records_to(info.st_size)
 
@@ -195,9 +193,15 @@ class KmsgReader:
                 return records
         if not moved:
             return []
-        self.open()  # the new file, from its start (a line left half-written is dropped)
+        return self._from_start()  # the new file (a line left half-written is dropped)
+
+    def _from_start(self) -> list[Record]:
+        """The path opened again and read from its start (a replaced or truncated file)."""
+        self.open()
         self.restarts += 1
-        # What was written between the stat above and the new watch would wake nobody.
+        assert self._fd is not None
+        # Its size now: what was written between the look that found it replaced and the
+        # new watch would wake nobody.
         return self._records_to(os.fstat(self._fd).st_size)
 
     def _records_to(self, end: int) -> list[Record]:

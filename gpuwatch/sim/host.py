@@ -125,9 +125,8 @@ class SimHost:
         scenario = self.node.scenario
         self._gpu_dirs: list[str] = []
         for gpu in range(scenario.gpus):
-            address = pci_address(bus_id(gpu))
-            domain, bus = address.split(":")[0], int(address.split(":")[1], 16)
-            chain = [*self._switch(bus, domain), address]
+            domain, bus = _domain_and_bus(gpu)
+            chain = [*self._switch(bus, domain), pci_address(bus_id(gpu))]
             device = self._device(chain, "0x10de", "0x2330", GPU_CLASS)
             self._gpu_dirs.append(str(device))
             drivers = self.sysfs / "bus" / "pci" / "drivers" / "nvidia"
@@ -141,8 +140,7 @@ class SimHost:
         for port in range(scenario.ib_ports):
             # NIC i beside GPU i, under its PCIe switch; past the GPUs, under switches of its own.
             if port < scenario.gpus:
-                domain, at = pci_address(bus_id(port)).split(":")[:2]
-                bus = int(at, 16)
+                domain, bus = _domain_and_bus(port)
                 chain = [*self._switch(bus, domain)[:2], f"{domain}:{bus - 1:02x}:01.0",
                          f"{domain}:{bus + 1:02x}:00.0"]  # fmt: skip
             else:  # in a PCI domain of their own
@@ -339,6 +337,12 @@ def _sxid_lines(fault: Fault, when: float) -> list[_Line]:
         ),
         _Line(when, f"{head}, Data {{0x00000001, 0x00000000, 0x00000000, 0x00000000}}", 3),
     ]
+
+
+def _domain_and_bus(gpu: int) -> tuple[str, int]:
+    """GPU `gpu`'s PCI domain (as sysfs writes it) and bus number."""
+    domain, bus = pci_address(bus_id(gpu)).split(":")[:2]
+    return domain, int(bus, 16)
 
 
 def _switch_address(switch: int) -> str:
