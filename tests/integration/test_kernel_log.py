@@ -91,11 +91,14 @@ async def test_a_restarted_daemon_takes_no_record_twice(tmp_path: Path, simulate
     simulate(load_scenario("healthy"), clock)
     counts = []
     for run in range(2):
+        if run == 1:
+            # One more, printed while it was down. Appended, as the kernel's log grows: a
+            # rewrite in place could be read half-done, as a truncation, from its start again.
+            with kmsg.open("a") as log:
+                log.write(FALLEN[2] + "\n")
         wired = wire(config, pynvml, clock, state, 10040)
         daemon = wired.daemon
         await daemon.start()
-        if run == 1:
-            kmsg.write_text("\n".join(FALLEN) + "\n")  # one more, printed while it was down
         for _ in range(200):  # the kernel log's thread takes what it reads
             if any(e.kind == "gpu_lost" for e in daemon.events.recent) or (
                 run == 0 and any(e.kind == "xid" for e in daemon.events.recent)
