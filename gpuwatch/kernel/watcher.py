@@ -132,9 +132,14 @@ class KernelLog:
         self._loop = asyncio.get_running_loop()
         batch = await asyncio.to_thread(self._open)
         self.take(batch, backlog=True)
+        # Each start has a stop flag and a wake pipe of its own: a thread an earlier stop()
+        # gave up waiting for keeps the ones it was told to stop by.
+        self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
-        self._thread = threading.Thread(target=self._run, name="kmsg", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop, self._wake_r), name="kmsg", daemon=True
+        )
         self._thread.start()
 
     async def stop(self) -> None:
@@ -183,15 +188,15 @@ class KernelLog:
             log.info("kernel log %s: reading it again", self.path)
         self._noted = problem
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event, wake: int) -> None:
+        while not stop.is_set():
             if not self._reader.is_open:
-                if self._stop.wait(RETRY_S):
+                if stop.wait(RETRY_S):
                     return
                 batch = self._open()
             else:
-                readable = self._reader.wait(LOOK_S, self._wake_r)
-                if self._stop.is_set():
+                readable = self._reader.wait(LOOK_S, wake)
+                if stop.is_set():
                     return
                 try:
                     batch = self._read()
@@ -200,17 +205,17 @@ class KernelLog:
                     self._report(f"{self.path}: {exc.strerror or exc}")
                     continue
                 if not batch.records and readable and self._reader.is_device:
-                    self._stop.wait(WAIT_S)
+                    stop.wait(WAIT_S)
             if not batch.records:
                 continue
-            if not self._hand_over(batch):
+            if not self._hand_over(batch, stop):
                 return
 
-    def _hand_over(self, batch: Batch) -> bool:
+    def _hand_over(self, batch: Batch, stop: threading.Event) -> bool:
         """Queue `batch` for the loop once fewer than MAX_BATCHES_QUEUED wait; False when
         stopping."""
         while not self._in_flight.acquire(timeout=QUEUE_CHECK_S):
-            if self._stop.is_set():
+            if stop.is_set():
                 return False
         if self._loop is None:
             return False
