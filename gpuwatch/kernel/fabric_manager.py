@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import socket
 
+from gpuwatch.text.units import ascii_int
+
 DEFAULT_ADDRESS = "127.0.0.1:6666"
 TIMEOUT_S = 0.2  # a loopback connect answers at once, accepted or refused
 
@@ -22,11 +24,12 @@ def parse_address(value: str) -> tuple[int, str | tuple[str, int]]:
     for anything else."""
     if value.startswith("/"):
         return socket.AF_UNIX, value
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    host, sep, port_text = value.rpartition(":")
+    port = ascii_int(port_text)
+    if not sep or not host or port is None or not 0 < port < 65536:
         raise ValueError(f"expected HOST:PORT or a Unix socket path, got {value!r}")
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    return family, (host.strip("[]"), int(port))
+    return family, (host.strip("[]"), port)
 
 
 def answers(address: str, timeout: float = TIMEOUT_S) -> bool:

@@ -258,7 +258,8 @@ def test_fabric_manager_is_asked_on_its_tcp_port_or_its_unix_socket(tmp_path: Pa
         tcp.listen(1)
         assert fabric_manager.answers(f"127.0.0.1:{port}")
     assert not fabric_manager.answers(path)
-    for wrong in ("6666", "localhost:", "host:99999", "fm.sock"):
+    # "²" is a digit to str.isdigit(), not to int().
+    for wrong in ("6666", "localhost:", "host:99999", "fm.sock", "host:\u00b2"):
         with pytest.raises(ValueError, match="HOST:PORT or a Unix socket path"):
             fabric_manager.parse_address(wrong)
 
