@@ -127,8 +127,10 @@ class Checker:
         if data is None:
             return {}
         if not isinstance(data, dict):
-            where = ".".join(str(p) for p in path) or "the file"
-            self.problems.append(self.doc.problem(path, f"{where} must be a mapping"))
+            shown = repr(data)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            message = f"expected a mapping, got {shown}" if path else "the file must be a mapping"
+            self.problems.append(self.doc.problem(path, message))
             return {}
         for key in data:
             if key not in known:

@@ -127,7 +127,7 @@ def test_config_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     bad = tmp_path / "bad.yaml"
     bad.write_text("sampling: [1, 2]\n")
     assert main(["config", "check", str(bad)]) == 2
-    assert f"{bad}:1: sampling: sampling must be a mapping" in capsys.readouterr().err
+    assert f"{bad}:1: sampling: expected a mapping, got [1, 2]" in capsys.readouterr().err
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("listen: [\n")
