@@ -90,6 +90,7 @@ PCI_GPUS = "gpuwatch_pci_gpus"
 PCI_GPU_UNLISTED = "gpuwatch_pci_gpu_unlisted"
 PCI_DEVICE_UP = "gpuwatch_pci_device_up"
 PCIE_AER_ERRORS = "gpuwatch_pcie_aer_errors_total"
+SYSFS_READS_LATE = "gpuwatch_sysfs_reads_late_total"
 FABRIC_STATE = "gpuwatch_gpu_fabric_state"
 FABRIC_STATUS = "gpuwatch_gpu_fabric_status"
 FABRIC_CONDITION = "gpuwatch_gpu_fabric_condition"
@@ -237,6 +238,11 @@ _DEFS = [
         "1 while an NVIDIA GPU or NVSwitch seen on the bus is there; 0 once the bus lost it.",
     ),
     MetricDef(PCIE_AER_ERRORS, "counter", "PCIe AER errors the device reported, by severity."),
+    MetricDef(
+        SYSFS_READS_LATE,
+        "counter",
+        "Cycles whose sysfs read missed its deadline or found the last one still blocked.",
+    ),
     MetricDef(
         FABRIC_STATE,
         "gauge",

@@ -4,8 +4,11 @@ Collector for a component's own state."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 from gpuwatch.model import BackendState, Batch, Sample
 
@@ -47,3 +50,24 @@ class Watcher(Protocol):
     async def read(self) -> list[Sample]: ...
 
     async def stop(self) -> None: ...
+
+
+T = TypeVar("T")
+
+
+def run_into(
+    future: concurrent.futures.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
+        future.set_exception(exc)
+
+
+def in_own_thread(name: str, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """`fn(*args)` in a daemon thread of its own. For a read that can block for good in the
+    kernel (sysfs on a device in trouble): in the loop's executor it would keep the daemon
+    from exiting, as the executor waits for its threads at the end."""
+    done: concurrent.futures.Future[T] = concurrent.futures.Future()
+    threading.Thread(target=run_into, args=(done, fn, args), name=name, daemon=True).start()
+    return asyncio.wrap_future(done)

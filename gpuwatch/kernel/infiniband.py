@@ -17,6 +17,7 @@ from gpuwatch import metrics as m
 from gpuwatch.kernel.attributes import Read, read_small
 from gpuwatch.model import Labels, Sample
 from gpuwatch.text.pci import pci_address
+from gpuwatch.text.units import ascii_int
 
 # The error counters read, by their file name under counters/ (the `type` label).
 ERROR_COUNTERS = (
@@ -36,7 +37,7 @@ ERROR_COUNTERS = (
 DATA_COUNTERS = (("port_xmit_data", "tx"), ("port_rcv_data", "rx"))
 STATE_ACTIVE = 4
 PHYS_LINK_UP = 5
-_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
+_RATE = re.compile(r"([0-9]{1,6}(?:\.[0-9]{1,6})?)\s*Gb/sec")
 MAX_PORTS = 256  # ports read at most: a bound on what a strange sysfs can make us read
 
 
@@ -59,8 +60,7 @@ class Port:
 
 def _number(text: str) -> int | None:
     """`4: ACTIVE` -> 4; `123` -> 123; None when it starts with no number."""
-    head = text.split(":", 1)[0].strip()
-    return int(head) if head.isdigit() else None
+    return ascii_int(text.split(":", 1)[0].strip())
 
 
 def pci_path(device_dir: str) -> tuple[str, ...]:
@@ -145,4 +145,7 @@ def counter_samples(port: Port, read: Read = read_small) -> list[Sample]:
 
 
 def _counter(text: str | None) -> float | None:
-    return float(text) if text is not None and text.isdigit() else None
+    """A counter's value; None for anything but the up to 20 digits of a 64-bit count."""
+    if text is None or len(text) > 20 or not text.isascii() or not text.isdigit():
+        return None
+    return float(text)

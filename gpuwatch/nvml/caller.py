@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpuwatch.clock import Clock
+from gpuwatch.source import run_into
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -37,15 +38,6 @@ class LaneStuckError(Exception):
 _Job = tuple[Callable[..., Any], tuple[Any, ...], "concurrent.futures.Future[Any]"]
 Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
 IDLE_RUNNERS = 2  # runner threads kept waiting for the next cycle's calls
-
-
-def _run_into(
-    future: concurrent.futures.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]
-) -> None:
-    try:
-        future.set_result(fn(*args))
-    except BaseException as exc:  # handed to the awaiting coroutine, never swallowed
-        future.set_exception(exc)
 
 
 class _Worker:
@@ -78,7 +70,7 @@ class _Worker:
             with self._lock:  # busy before the call can start, as in _Runner.execute
                 self._busy = True
             if future.set_running_or_notify_cancel():
-                _run_into(future, fn, args)
+                run_into(future, fn, args)
             with self._lock:
                 self._busy = False
                 if self._abandoned:
@@ -189,7 +181,7 @@ class _Runner:
         with self._lock:
             self._lane = lane
         if future.set_running_or_notify_cancel():
-            _run_into(future, fn, args)
+            run_into(future, fn, args)
         with self._lock:
             self._lane = None
 

@@ -1,0 +1,113 @@
+"""Reading sysfs when it misbehaves: a file holding what sysfs never writes leaves out that
+value alone, a port whose reading fails leaves out that port alone, and a read blocked in the
+kernel costs sampling one deadline, not one per cycle, and never holds the daemon's exit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import ManualClock
+from gpuwatch.kernel import sysfs
+from gpuwatch.kernel.attributes import Read
+from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.infiniband import Port
+from gpuwatch.kernel.sysfs import SysfsWatcher
+from gpuwatch.model import Sample
+
+DEADLINE = 1.0
+
+
+def port(root: Path, device: str, state: str, rate: str) -> None:
+    where = root / "class" / "infiniband" / device / "ports" / "1"
+    (where / "counters").mkdir(parents=True)
+    (where / "state").write_text(state + "\n")
+    (where / "phys_state").write_text("5: LinkUp\n")
+    (where / "rate").write_text(rate + "\n")
+    (where / "link_layer").write_text("InfiniBand\n")
+    (where / "counters" / "symbol_error").write_text("7\n")
+    (where / "counters" / "link_downed").write_text("9" * 400 + "\n")  # no 64-bit count
+
+
+def values(samples: list[Sample], name: str) -> dict[str, float]:
+    return {dict(s.labels)["device"]: s.value for s in samples if s.name == name}
+
+
+def test_what_sysfs_never_writes_is_left_out_and_the_rest_is_read(tmp_path: Path) -> None:
+    port(tmp_path, "mlx5_0", "4: ACTIVE", "1.2.3 Gb/sec (4X NDR)")
+    port(tmp_path, "mlx5_1", "4" * 400 + ": ACTIVE", "400 Gb/sec (4X NDR)")
+    port(tmp_path, "mlx5_2", "1: DOWN", "200 Gb/sec (2X NDR)")
+    watcher = SysfsWatcher(str(tmp_path), ManualClock(), GpuDirectory(), DEADLINE)
+    samples = watcher.read_now({}, 0, rescan=True)
+    assert values(samples, m.IB_PORT_RATE) == {"mlx5_1": 400e9 / 8, "mlx5_2": 200e9 / 8}
+    assert values(samples, m.IB_PORT_STATE) == {"mlx5_0": 4.0, "mlx5_2": 1.0}
+    assert values(samples, m.IB_PORT_UP) == {"mlx5_0": 1.0, "mlx5_2": 0.0}
+    errors = [(dict(s.labels)["device"], dict(s.labels)["type"]) for s in samples
+              if s.name == m.IB_PORT_ERRORS]  # fmt: skip
+    assert errors == [(d, "symbol_error") for d in ("mlx5_0", "mlx5_1", "mlx5_2")]
+
+
+def test_a_port_whose_reading_fails_is_left_out_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for device in ("mlx5_0", "mlx5_1"):
+        port(tmp_path, device, "4: ACTIVE", "400 Gb/sec (4X NDR)")
+    real = sysfs.port_samples
+    broken = {"mlx5_0"}
+
+    def port_samples(found: Port, affinity: str, read: Read) -> list[Sample]:
+        if found.device in broken:
+            raise RuntimeError("a fault of ours")
+        return real(found, affinity, read)
+
+    monkeypatch.setattr(sysfs, "port_samples", port_samples)
+    watcher = SysfsWatcher(str(tmp_path), ManualClock(), GpuDirectory(), DEADLINE)
+    for cycle in range(3):
+        samples = watcher.read_now({}, 0, rescan=cycle == 0)
+        assert values(samples, m.IB_PORT_UP) == {"mlx5_1": 1.0}
+    said = [r for r in caplog.records if "reading port mlx5_0/1 failed" in r.getMessage()]
+    assert len(said) == 1  # once, not every cycle
+    broken.clear()
+    assert values(watcher.read_now({}, 0, rescan=False), m.IB_PORT_UP) == {
+        "mlx5_0": 1.0,
+        "mlx5_1": 1.0,
+    }
+
+
+async def test_a_blocked_read_costs_one_deadline_and_never_holds_the_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    watcher = SysfsWatcher(str(tmp_path), clock, GpuDirectory(), DEADLINE)
+    started, released = threading.Event(), threading.Event()
+    reads: list[threading.Thread] = []
+
+    def read_now(*args: object) -> list[Sample]:
+        reads.append(threading.current_thread())
+        started.set()
+        if len(reads) == 1:
+            released.wait(30)  # in the kernel, on a device in trouble
+        return [Sample(m.PCI_GPUS, (), 8.0)]
+
+    monkeypatch.setattr(watcher, "read_now", read_now)
+
+    def late(samples: list[Sample]) -> float:
+        return next(s.value for s in samples if s.name == m.SYSFS_READS_LATE)
+
+    first = asyncio.ensure_future(watcher.read())
+    assert await asyncio.to_thread(started.wait, 5)
+    clock.advance(DEADLINE)
+    assert late(await first) == 1.0
+    # The next cycles do not wait on it again: no time passes on the clock, and they answer.
+    for cycle in (2, 3):
+        assert late(await asyncio.wait_for(watcher.read(), 5)) == cycle
+    assert len(reads) == 1 and reads[0].daemon  # the daemon exits without waiting for it
+    released.set()
+    await asyncio.to_thread(reads[0].join, 5)
+    fresh = await asyncio.wait_for(watcher.read(), 5)  # a new read, answered at once
+    assert len(reads) == 2
+    assert [s.value for s in fresh if s.name == m.PCI_GPUS] == [8.0] and late(fresh) == 3.0
