@@ -166,8 +166,8 @@ class Daemon:
     def _count_xid(self, event: Event) -> None:
         code = event.data.get("xid")
         if event.uuid and isinstance(code, int):
-            self.xids.record(event.uuid, code)
-            self.judge.record_xid(event.uuid, event.time, code)
+            counted_as = self.xids.record(event.uuid, code)
+            self.judge.record_xid(event.uuid, event.time, counted_as)
 
     def _on_event(self, event: Event) -> None:
         if event.kind == "xid":

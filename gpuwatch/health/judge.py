@@ -32,6 +32,7 @@ from gpuwatch.health.verdict import (
     verdict_of,
 )
 from gpuwatch.health.xid_catalog import lookup
+from gpuwatch.health.xid_counter import OTHER, OWN_SERIES_BELOW, UNLISTED_PER_GPU, xid_label
 from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, PerPart, Sample
 from gpuwatch.text.timefmt import rfc3339
 
@@ -43,8 +44,16 @@ RAISED_ACK_GRACE_S = 300.0
 
 
 @dataclass
+class _Seen:
+    first: float
+    last: float
+    count: int = 1
+
+
+@dataclass
 class _GpuMemory:
-    xids: list[tuple[float, int]] = field(default_factory=list)  # since the last reset
+    # By code, since the last reset: a storm of one XID costs one entry, not one each.
+    xids: dict[int, _Seen] = field(default_factory=dict)
     volatile_ecc: list[float | None] = field(default_factory=lambda: [None, None])  # last read
 
 
@@ -84,7 +93,16 @@ class HealthJudge:
         self._slow_facts = PerPart(gpu_facts)
 
     def record_xid(self, uuid: str, time: float, code: int) -> None:
-        self._gpus.setdefault(uuid, _GpuMemory()).xids.append((time, code))
+        xids = self._gpus.setdefault(uuid, _GpuMemory()).xids
+        seen = xids.get(code)
+        if seen is None:
+            xids[code] = _Seen(time, time)
+        else:  # restored from the journal, or reported late: not always in order
+            seen.first, seen.last, seen.count = (
+                min(seen.first, time),
+                max(seen.last, time),
+                seen.count + 1,
+            )
 
     def judge(
         self,
@@ -170,30 +188,32 @@ class HealthJudge:
 
     @staticmethod
     def _xid_causes(now: float, memory: _GpuMemory) -> list[Cause]:
-        seen: dict[int, list[float]] = {}
-        for time, code in memory.xids:
-            seen.setdefault(code, []).append(time)
         out: list[Cause] = []
-        for code, times in sorted(seen.items()):
+        for code, seen in sorted(memory.xids.items()):
             xid = lookup(code)
             if xid.xid_class == "critical":
                 state = Health.UNHEALTHY
-            elif xid.xid_class in ("warning", "unknown") and times[-1] >= now - WARNING_XID_HOLD_S:
+            elif xid.xid_class in ("warning", "unknown") and seen.last >= now - WARNING_XID_HOLD_S:
                 state = Health.DEGRADED
             else:
                 continue
             count = (
-                f"{len(times)} times since {rfc3339(times[0])}"
-                if len(times) > 1
-                else (f"at {rfc3339(times[0])}")
+                f"{seen.count} times since {rfc3339(seen.first)}"
+                if seen.count > 1
+                else (f"at {rfc3339(seen.first)}")
             )
+            what = f"XID {code} ({xid.meaning})"
+            if code == OTHER:
+                what = (
+                    f"XIDs of codes above {OWN_SERIES_BELOW - 1} past the first {UNLISTED_PER_GPU}"
+                )
             out.append(
                 Cause(
-                    f"xid-{code}",
+                    f"xid-{xid_label(code)}",
                     state,
-                    f"XID {code} ({xid.meaning}) {count}",
+                    f"{what} {count}",
                     as_action(xid.action),
-                    str(len(times)),
+                    str(seen.count),
                 )
             )
         return out

@@ -25,6 +25,9 @@ WINDOW_S = 300.0  # a hung GPU's NVML events come when the hang ends
 MERGED_KINDS = frozenset({"xid", "gpu_lost"})
 KERNEL_LOG = "kernel_log"
 MAX_UNPAIRED = 256  # reports awaiting their twin, per fault and GPU
+# Faults and GPUs with reports awaiting a twin: 8 GPUs with a few XIDs each need dozens. A log
+# of thousands of codes makes room by forgetting the fault first reported longest ago.
+MAX_KEYS = 1024
 
 
 def source_of(event: Event) -> str:
@@ -48,7 +51,11 @@ class EventMerger:
         now = self._clock.now()
         key = (event.kind, event.uuid, str(event.data.get("xid", "")))
         source = source_of(event)
-        waiting = self._unpaired.setdefault(key, deque(maxlen=MAX_UNPAIRED))
+        waiting = self._unpaired.get(key)
+        if waiting is None:
+            if len(self._unpaired) >= MAX_KEYS:
+                del self._unpaired[next(iter(self._unpaired))]
+            waiting = self._unpaired[key] = deque(maxlen=MAX_UNPAIRED)
         while waiting and waiting[0][0] < now - WINDOW_S:
             waiting.popleft()
         twin = next((i for i, (_, s) in enumerate(waiting) if s != source), None)

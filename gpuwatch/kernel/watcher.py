@@ -14,7 +14,9 @@ stopped (rotated) is read from its start.
 
 The thread hands at most MAX_BATCHES_QUEUED batches to the loop before the loop has taken
 them; while the loop is that far behind, the thread waits and the kernel keeps the records
-(a buffer that overflows meanwhile is counted in gpuwatch_kmsg_overwritten_total).
+(a buffer that overflows meanwhile is counted in gpuwatch_kmsg_overwritten_total). The loop
+takes at most RECORDS_A_TURN records in one turn: a storm of XIDs is taken over many turns,
+and scrapes, the API and sampling keep theirs in between.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ TEXT_LIMIT = 1024  # of a driver line kept in an event
 OTHER_PER_MINUTE = 30
 MAX_SXID_SERIES = 1000
 MAX_BATCHES_QUEUED = 16
+RECORDS_A_TURN = 500  # about 25 ms of the loop's time on the development VM
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,9 @@ class KernelLog:
         self._identity: str | None = None  # the log the cursor is of
         self._cursor = -1
         self._in_flight = threading.Semaphore(MAX_BATCHES_QUEUED)
+        self._queued: deque[Batch] = deque()  # handed to the loop, not yet taken
+        self._queue_lock = threading.Lock()
+        self._draining = False  # a _drain is scheduled on the loop
         self._sxids: Counter[tuple[str, str, str]] = Counter()
         self._sxid_last: dict[tuple[str, str, str], float] = {}  # when each was last printed
         for event in restored:
@@ -219,17 +225,41 @@ class KernelLog:
                 return False
         if self._loop is None:
             return False
-        try:
-            self._loop.call_soon_threadsafe(self._deliver, batch)
-        except RuntimeError:  # the loop closed while this thread was stopping
-            return False
+        with self._queue_lock:
+            self._queued.append(batch)
+            wake, self._draining = not self._draining, True
+        if wake:
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop closed while this thread was stopping
+                return False
         return True
 
-    def _deliver(self, batch: Batch) -> None:
-        try:
-            self.take(batch)
-        finally:
-            self._in_flight.release()
+    def _drain(self) -> None:
+        """Take up to RECORDS_A_TURN of the queued records; the rest in a later turn."""
+        budget = RECORDS_A_TURN
+        while budget > 0:
+            with self._queue_lock:
+                if not self._queued:
+                    self._draining = False
+                    return
+                batch = self._queued[0]
+            part, rest = batch.records[:budget], batch.records[budget:]
+            budget -= len(part)
+            try:
+                self.take(Batch(part, batch.restarts, batch.identity))
+            except Exception:  # a fault of ours: that batch is dropped, the log read on
+                log.exception("kernel log: taking %d records failed", len(part))
+                rest = []
+            with self._queue_lock:
+                if rest:
+                    self._queued[0] = Batch(rest, batch.restarts, batch.identity)
+                else:
+                    self._queued.popleft()
+            if not rest:
+                self._in_flight.release()
+        if self._loop is not None:
+            self._loop.call_soon(self._drain)
 
     # -- records to events ------------------------------------------------------------------
     def take(self, batch: Batch, backlog: bool = False) -> None:

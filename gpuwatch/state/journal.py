@@ -1,15 +1,18 @@
 """The journal: every event and alert transition, in SQLite in the state directory.
 
-WAL mode with synchronous=FULL: an entry is on disk before record() returns, so what the API
-has shown survives a crash or a power cut. Old entries are deleted after the retention window
-(30 days by default). A journal that cannot be written is logged and shown as a cause in the
-node's verdict, never fatal; its events are kept in memory (a bounded number) and written when
-the disk takes them again. A damaged journal is set aside at start; one deleted while open is
+WAL mode with synchronous=FULL: the entries recorded in one turn of the event loop go to disk
+in one transaction as that turn ends, before anything they woke runs (a burst of XIDs the
+kernel log read at once costs one fsync, not one each), so they survive a crash or a power cut
+that comes later. Old entries are deleted after the retention window (30 days by default). A
+journal that cannot be written is logged and shown as a cause in the node's verdict, never
+fatal; its events are kept in memory (a bounded number) and written when the disk takes them
+again. A damaged journal is set aside at start; one deleted while open is
 recreated at its path.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -26,6 +29,7 @@ log = logging.getLogger(__name__)
 FILE_NAME = "journal.db"
 TRIM_EVERY_S = 3600.0
 HELD_LIMIT = 10_000  # events kept in memory while the journal cannot be written
+FLUSH_AT = 1_000  # events held in one turn of the loop written at once, far below HELD_LIMIT
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -71,13 +75,32 @@ class Journal:
             self._db.execute("ALTER TABLE events ADD COLUMN boot_id TEXT NOT NULL DEFAULT ''")
         self._next_trim = 0.0
         self._held: deque[Event] = deque(maxlen=HELD_LIMIT)  # not yet on disk
+        self._flush_due = False  # a flush is scheduled for the end of the loop's turn
 
     def close(self) -> None:
+        if self._held:
+            self.flush()
         self._db.close()
 
     def record(self, event: Event) -> None:
         self._held.append(event)
-        self.flush()
+        if len(self._held) >= FLUSH_AT:
+            self.flush()
+            return
+        if self._flush_due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a command reading the journal, a test): at once
+            self.flush()
+            return
+        self._flush_due = True
+        loop.call_soon(self._flush_due_now)
+
+    def _flush_due_now(self) -> None:
+        self._flush_due = False
+        if self._held:
+            self.flush()
 
     def flush_if_needed(self) -> None:
         """Write held events, and recreate the file if it was deleted while open."""

@@ -339,3 +339,14 @@ def test_an_alert_summary_without_its_gpu_gets_the_gpu_named() -> None:
     labels = {"alertname": "TooHot", "cause": "hot", "severity": "warning", "uuid": "GPU-3"}
     raised = raised_causes([(labels, {"summary": "Too hot"})])
     assert judge.judge(0.0, UP, [GPU], [], raised=raised)[0][3].reasons == ["GPU 3: Too hot"]
+
+
+def test_a_storm_of_one_xid_is_one_cause_counted_from_its_first() -> None:
+    judge = HealthJudge(AckStore(None))
+    for i in range(100_000):  # restored from the journal newest first, or live
+        judge.record_xid("GPU-3", 2000.0 - i / 100, 48)
+    [cause] = judge_at(judge, 2001.0).causes
+    assert cause.key == "xid-48"
+    assert cause.reason == (
+        "GPU 3: XID 48 (Double-bit ECC error) 100000 times since 1970-01-01T00:16:40.010000Z"
+    )

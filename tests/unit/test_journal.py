@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import Event
-from gpuwatch.state.journal import Journal, event_json
+from gpuwatch.state.journal import FLUSH_AT, Journal, event_json
 from gpuwatch.text.timefmt import parse_since
 
 T0 = 1_700_000_000.0
@@ -24,7 +25,7 @@ def test_events_survive_a_reopen_and_come_back_oldest_first(tmp_path: Path) -> N
     journal = Journal(tmp_path, retention=86400)
     for i in range(5):
         journal.record(xid_event(T0 + i, 48 + i))
-    journal.close()  # what a restart sees; every record() committed on its own
+    journal.close()  # what a restart sees
 
     again = Journal(tmp_path, retention=86400)
     assert [e.data["xid"] for e in again.events(T0 + 1, 100)] == [50, 51, 52]
@@ -96,3 +97,27 @@ def test_the_catalog_has_every_xid_nvidia_documents_with_its_resolution() -> Non
         assert {c: lookup(c).xid_class for c in codes} == dict.fromkeys(codes, cls)
     assert lookup(154).xid_class == "driver"
     assert lookup(173).xid_class == lookup(999).xid_class == "unknown"
+
+
+async def test_a_burst_in_one_turn_of_the_loop_is_one_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal(tmp_path, retention=86400)
+    flushes: list[int] = []
+    flush = journal.flush
+
+    def counted() -> None:
+        flushes.append(len(journal._held))
+        flush()
+
+    monkeypatch.setattr(journal, "flush", counted)
+    for i in range(2500):  # a kernel log read of XID 13s, published in one go
+        journal.record(xid_event(T0 + i / 1000, 13))
+    assert flushes == [FLUSH_AT, FLUSH_AT]  # held no more than FLUSH_AT at a time
+    assert len(journal.events(T0 - 1, 10_000)) == 2500  # read before the turn ends: all
+    await asyncio.sleep(0)  # the turn ends
+    assert flushes == [FLUSH_AT, FLUSH_AT, 500]
+    journal.record(xid_event(T0 + 3, 79))
+    journal.close()  # whatever is held is written as it closes
+    again = Journal(tmp_path, retention=86400)
+    assert len(again.events(T0 - 1, 10_000)) == 2501

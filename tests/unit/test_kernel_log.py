@@ -15,10 +15,16 @@ from gpuwatch.clock import ManualClock
 from gpuwatch.kernel import kmsg
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
-from gpuwatch.kernel.merge import WINDOW_S, EventMerger
+from gpuwatch.kernel.merge import MAX_KEYS, WINDOW_S, EventMerger
 from gpuwatch.kernel.nvrm import read_driver_line
 from gpuwatch.kernel.records import parse_record
-from gpuwatch.kernel.watcher import MAX_BATCHES_QUEUED, OTHER_PER_MINUTE, Batch, KernelLog
+from gpuwatch.kernel.watcher import (
+    MAX_BATCHES_QUEUED,
+    OTHER_PER_MINUTE,
+    RECORDS_A_TURN,
+    Batch,
+    KernelLog,
+)
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
 from gpuwatch.text.pci import pci_address
 
@@ -293,6 +299,24 @@ def test_the_reader_waits_while_the_loop_is_behind(tmp_path: Path) -> None:
     assert len(published) == 1  # the same record, taken once
 
 
+def test_a_storm_is_taken_a_few_hundred_records_a_turn_of_the_loop(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    loop = asyncio.new_event_loop()
+    watcher._loop = loop
+    storm = records([XID_79] * (2 * RECORDS_A_TURN + 200))
+    assert watcher._hand_over(storm, threading.Event())
+    turns = []
+    while len(published) < len(storm.records) and len(turns) < 10:
+        loop.call_soon(loop.stop)  # one turn: the callbacks ready now, then stop
+        loop.run_forever()
+        turns.append(len(published))
+    loop.close()
+    # The rest of the loop's work (scrapes, sampling) runs between these turns.
+    assert max(b - a for a, b in zip([0, *turns], turns, strict=False)) <= RECORDS_A_TURN
+    assert len(published) == len(storm.records) and len(turns) >= 3
+    assert [e.data["kmsg_seq"] for e in published] == list(range(len(storm.records)))
+
+
 def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path: Path) -> None:
     head = "nvidia-nvswitch1: SXid (PCI:0000:86:00.0): 12028"
     lines = [f"{head}, Non-fatal, Link 37 egress non-posted PRIV error (First)",
@@ -382,6 +406,19 @@ def test_repeats_pair_one_to_one_and_other_gpus_or_codes_never_pair() -> None:
     clock.advance(WINDOW_S + 1)
     merger.publish(xid("nvml", 31))  # the kernel log's 31 is too long ago to be its twin
     assert out[-1].kind == "xid" and "source" not in out[-1].data
+
+
+def test_reports_awaiting_a_twin_are_kept_for_a_bounded_number_of_faults() -> None:
+    clock = ManualClock()
+    out: list[Event] = []
+    merger = EventMerger(clock, out.append)
+    for code in range(MAX_KEYS + 100):  # a log of made-up codes, none with a twin
+        merger.publish(xid("kernel_log", 100_000 + code))
+    assert len(merger._unpaired) == MAX_KEYS and len(out) == MAX_KEYS + 100
+    merger.publish(xid("nvml", 100_000 + MAX_KEYS + 99))  # the newest still pairs: once
+    assert merger.merged == 1 and len(out) == MAX_KEYS + 100
+    merger.publish(xid("nvml", 100_000))  # the first was forgotten: counted on its own
+    assert merger.merged == 1 and len(out) == MAX_KEYS + 101
 
 
 def test_addresses_keep_a_vmd_domain_and_daemons_lines_are_not_the_drivers() -> None:

@@ -5,8 +5,8 @@ fires, for its remaining time only."""
 from __future__ import annotations
 
 from gpuwatch import metrics as m
-from gpuwatch.health.xid_counter import xid_history
-from gpuwatch.model import Event, Sample
+from gpuwatch.health.xid_counter import OTHER, UNLISTED_PER_GPU, XidCounter, xid_history
+from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.store.tsdb import Store
 
@@ -70,3 +70,17 @@ def test_an_xid_of_a_gpu_without_an_index_is_replayed_on_no_series() -> None:
     history = xid_history([xid(NOW - 120.0, 13), unlisted], NOW, NOW - 3600.0)
     labels = {s.labels for _, samples in history for s in samples}
     assert labels == {(("gpu", "1"), ("uuid", UUID), ("xid", "13"))}
+
+
+def test_codes_past_the_numbered_ones_make_few_series_and_the_real_ones_always_count() -> None:
+    counter = XidCounter()
+    events = [xid(NOW - 600 + i, code) for i, code in enumerate(range(1000, 1040))]
+    events += [xid(NOW - 500, 79), xid(NOW - 499, 1039)]
+    counted = [counter.record(UUID, int(e.data["xid"])) for e in events]
+    assert counted == [*range(1000, 1000 + UNLISTED_PER_GPU), *[OTHER] * 24, 79, OTHER]
+    gpu = GpuState(GpuInfo(1, UUID, "H100", "0000:1b:00.0", "s", "v", 18), GpuStatus.OK)
+    live = {dict(s.labels)["xid"]: s.value for s in counter.samples([gpu])}
+    assert live == {**{str(c): 1.0 for c in range(1000, 1016)}, "79": 1.0, "other": 25.0}
+    # Replayed after a restart, the same series with the same counts.
+    [(_, replayed)] = [h for h in xid_history(events, NOW, NOW - 3600.0) if h[0] == NOW - 499]
+    assert {dict(s.labels)["xid"]: s.value for s in replayed} == live
