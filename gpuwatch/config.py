@@ -24,6 +24,7 @@ from gpuwatch.text.yamlfile import (
     http_url,
     load,
     one_of,
+    plain_path,
     positive_duration,
     relative_to,
     text,
@@ -176,7 +177,9 @@ def _paths(config_file: str) -> Callable[[Any], tuple[str, ...]]:
     """A list of paths or globs; relative ones are relative to the config file."""
 
     def convert(value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v and "\0" not in v for v in value
+        ):
             raise ValueError(f"expected a list of file paths or globs, got {value!r}")
         return tuple(relative_to(config_file, v) for v in value)
 
@@ -273,7 +276,7 @@ def from_doc(doc: YamlDoc) -> Config:
     base_dir = Path(doc.file).parent
     config = Config(
         listen=r.value(top, (), "listen", _listen, base.listen),
-        state_dir=r.value(top, (), "state_dir", text, base.state_dir),
+        state_dir=r.value(top, (), "state_dir", plain_path, base.state_dir),
         node_name=r.value(top, (), "node_name", lambda v: _node_name(v, base_dir), base.node_name),
         sampling=sampling,
         store=store,

@@ -216,12 +216,19 @@ def relative_to(config_file: str, path: str) -> str:
     return path if Path(path).is_absolute() else str(Path(config_file).parent / path)
 
 
+def plain_path(value: Any) -> str:
+    """A path taken as written (the state directory: relative to where gpuwatch runs)."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ValueError(f"expected a path, got {value!r}")
+    return value
+
+
 def file_path(config_file: str, what: str) -> Callable[[Any], str]:
     """One path (`what`: "directory", "file"...); a relative one is relative to the config
     file."""
 
     def convert(value: Any) -> str:
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value or "\0" in value:
             raise ValueError(f"expected a {what} path, got {value!r}")
         return relative_to(config_file, value)
 

@@ -258,3 +258,21 @@ def test_the_node_name_can_come_from_the_environment(
     path.write_text("node_name: [a, b]\n")
     with pytest.raises(FileError, match=r"c\.yaml:1: node_name: expected a string"):
         load_config(path)
+
+
+def test_a_path_with_a_nul_byte_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    # Every system call refuses such a path; the daemon would stop at start, or fail each cycle.
+    bad = tmp_path / "nul.yaml"
+    bad.write_text(
+        'state_dir: "/var/lib/gw\\0"\n'
+        'sources: {kmsg: {path: "/dev/kmsg\\0"}, host: {sysfs_root: "/sys\\0"}}\n'
+        'rules: {files: ["rules/\\0*.yaml"]}\n'
+    )
+    with pytest.raises(FileError) as raised:
+        load_config(bad)
+    assert sorted((p.line, p.field) for p in raised.value.problems) == [
+        (1, "state_dir"),
+        (2, "sources.host.sysfs_root"),
+        (2, "sources.kmsg.path"),
+        (3, "rules.files"),
+    ]
