@@ -38,6 +38,7 @@ from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
 from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
 from gpuwatch.kernel.records import Record
+from gpuwatch.kernel.sxids import SxidCounts
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Event, Sample
 
@@ -60,7 +61,6 @@ TEXT_LIMIT = 1024  # of a driver line kept in an event
 # Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;
 # a driver that prints a storm of them is counted, not journaled line by line.
 OTHER_PER_MINUTE = 30
-MAX_SXID_SERIES = 1000
 MAX_BATCHES_QUEUED = 16
 RECORDS_A_TURN = 500  # about 25 ms of the loop's time on the development VM
 
@@ -104,13 +104,7 @@ class KernelLog:
         self._queued: deque[Batch] = deque()  # handed to the loop, not yet taken
         self._queue_lock = threading.Lock()
         self._draining = False  # a _drain is scheduled on the loop
-        self._sxids: Counter[tuple[str, str, str]] = Counter()
-        self._sxid_last: dict[tuple[str, str, str], float] = {}  # when each was last printed
-        for event in restored:
-            if event.kind == "sxid":
-                self._count_sxid(str(event.data.get("pci_bus_id", "")),
-                                 str(event.data.get("sxid", "")),
-                                 str(event.data.get("severity", "")), event.time)  # fmt: skip
+        self._sxids = SxidCounts(restored)
         self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
         self._suppressed = 0
@@ -272,6 +266,9 @@ class KernelLog:
         elif batch.identity != self._identity:  # the first read of a log: where it was left
             self._identity = batch.identity
             fallback = self._cursors.get("", -1) if self._unnamed else -1
+            # Journaled before a file's identity had its first line's checksum: its inode's.
+            if batch.identity.count(":") == 2:
+                fallback = self._cursors.get(batch.identity.rsplit(":", 1)[0], fallback)
             self._cursor = self._cursors.get(batch.identity, fallback)
         for record in batch.records:
             if record.seq <= self._cursor:
@@ -338,7 +335,7 @@ class KernelLog:
             data.update(sxid=line.code, severity=line.severity)
             if line.link is not None:
                 data["link"] = line.link
-            self._count_sxid(line.pci_bus_id, str(line.code), line.severity, when)
+            self._sxids.count(line.pci_bus_id, str(line.code), line.severity, when)
             level = "fatal" if line.severity == "fatal" else "non-fatal"
             message = f"NVSwitch {line.pci_bus_id}: {level} SXid {line.code}: {line.detail[:200]}"
             return Event(when, "sxid", None, None, message, data)
@@ -361,12 +358,6 @@ class KernelLog:
         kind = "nvlink" if line.kind == "nvlink" else "kernel_log"
         return Event(when, kind, gpu, uuid, f"kernel log: {line.text[:TEXT_LIMIT]}", data)
 
-    def _count_sxid(self, address: str, code: str, severity: str, when: float) -> None:
-        key = (address, code, severity)
-        if key in self._sxids or len(self._sxids) < MAX_SXID_SERIES:
-            self._sxids[key] += 1
-            self._sxid_last[key] = max(when, self._sxid_last.get(key, when))
-
     # -- own metrics --------------------------------------------------------------------------
     def collect(self) -> Iterable[Sample]:
         if self._loop is not None:  # started: before, only what it kept from before
@@ -375,10 +366,7 @@ class KernelLog:
             yield Sample(m.KMSG_DRIVER_LINES, (("kind", kind),), float(count))
         yield Sample(m.KMSG_SUPPRESSED, (), float(self._suppressed))
         yield Sample(m.KMSG_OVERWRITTEN, (), float(self._reader.counts.overwritten))
-        for (address, code, severity), count in sorted(self._sxids.items()):
-            labels = (("pci_bus_id", address), ("sxid", code), ("severity", severity))
-            yield Sample(m.NVSWITCH_SXID_ERRORS, labels, float(count))
-            yield Sample(m.NVSWITCH_SXID_LAST, labels, self._sxid_last[(address, code, severity)])
+        yield from self._sxids.samples()
 
 
 def _said(text: str) -> str:
