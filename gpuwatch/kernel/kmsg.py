@@ -18,6 +18,7 @@ import os
 import select
 import stat
 import time
+import zlib
 from dataclasses import dataclass
 
 from gpuwatch.kernel.inotify import FileWatch
@@ -50,7 +51,8 @@ class KmsgReader:
         self._inode: tuple[int, int] | None = None
         self._offset = 0
         self._head = b""  # the file's first bytes read (up to HEAD_BYTES)
-        self._line = 0  # lines read from a plain file, which numbers its records
+        self._line = 0  # lines read from a plain file: a record's number is its first line's
+        self._first: int | None = None  # the CRC-32 of a plain file's first line, once read
         self.restarts = 0  # times a file was replaced or truncated and read from its start
         self._left_at: int | None = None  # a replaced file's size once its successor was seen
         self._rotating = False  # the file was replaced: read on, then its successor
@@ -69,6 +71,7 @@ class KmsgReader:
         self._inode = (info.st_dev, info.st_ino)
         self._offset = 0
         self._line = 0
+        self._first = None
         self._head = b""
         self._left_at = None
         self._rotating = False
@@ -90,10 +93,13 @@ class KmsgReader:
     @property
     def identity(self) -> str:
         """Which log the records' numbers belong to: "" for /dev/kmsg (numbered for the whole
-        boot), the open file's device and inode for a file (numbered from its first line)."""
+        boot); for a file (numbered by line), its device and inode, and once read a checksum
+        of its first line: a file deleted and written again while gpuwatch was stopped may get
+        the same inode, and is another log all the same."""
         if self._device or self._inode is None:
             return ""
-        return f"{self._inode[0]}:{self._inode[1]}"
+        first = "" if self._first is None else f":{self._first:08x}"
+        return f"{self._inode[0]}:{self._inode[1]}{first}"
 
     def close(self) -> None:
         if self._watch is not None:
@@ -211,9 +217,14 @@ class KmsgReader:
         data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, end - base), base)
         out: list[Record] = []
         for chunk, past in split_records(data):
-            self._line += 1
+            if base == 0 and self._first is None:
+                self._first = zlib.crc32(chunk.split(b"\n", 1)[0])
+            # Numbered by its first line, not counted: a message whose continuation lines came
+            # in later writes was read as several records, and is one when read again.
+            number = self._line + 1
+            self._line += chunk.count(b"\n") + 1
             self._offset = base + past
-            record = parse_record(chunk, self._line)
+            record = parse_record(chunk, number)
             if record is not None:
                 out.append(record)
             if len(out) >= MAX_RECORDS_A_READ:

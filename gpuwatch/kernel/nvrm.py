@@ -10,7 +10,9 @@ source); every other line from the driver is kept as it is.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from gpuwatch.text.pci import pci_address
 
@@ -50,8 +52,14 @@ _DRIVER = re.compile(
     r"(?:^|(?<=[\s\]]))(?:NVRM:|nvidia-nvswitch\d*:|nvidia:"
     r"|nvidia-(?!persistenced|smi|fabricmanager|container|ctk|cdi)[a-z]+(?=[:\s]))"
 )
-# The lines after the first of one message, as /dev/kmsg escapes them and dmesg indents them.
-_NEXT_LINE = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
+# The lines after the first of one message, as /dev/kmsg escapes them and dmesg indents them
+# (rsyslog writes the newline as `#012`).
+_NEXT_LINE = re.compile(r"\s*(?:\n|#012)\s*(?:NVRM:\s*)?")
+# The first lines of the lost GPU's message above, without its end. A syslog file fed from
+# the kernel's syslog interface has each line of that message as a line of its own.
+_OPENING = re.compile(
+    r"NVRM: The NVIDIA GPU [0-9a-fA-F:.]+(?: \(PCI ID: [^)]*\))?(?: installed in this system has)?"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +158,32 @@ def _sxid(message: str, match: re.Match[str]) -> DriverLine:
         severity=level,
         link=int(link.group(1)) if link else None,
     )
+
+
+R = TypeVar("R")
+
+
+class Joiner(Generic[R]):
+    """Driver lines as whole messages: the lost GPU's message, read a line at a time (a syslog
+    file has each of its lines on its own), is held until its end comes and read as one. Any
+    other line lets what was held go as it was."""
+
+    def __init__(self) -> None:
+        self._held: tuple[R, DriverLine] | None = None
+
+    def feed(self, record: R, line: DriverLine | None) -> Iterator[tuple[R, DriverLine]]:
+        """What to take now: (record, line) pairs, the record a joined line ended in."""
+        held, self._held = self._held, None
+        if held is not None:
+            joined = read_driver_line(f"{held[1].text}\n{line.text}") if line else None
+            if joined is not None and joined.kind == "fallen_off_bus":
+                line = joined
+            elif joined is not None and _OPENING.fullmatch(joined.text):
+                self._held = (record, joined)
+                return
+            else:
+                yield held
+        if line is not None and line.kind == "other" and _OPENING.fullmatch(line.text):
+            self._held = (record, line)
+        elif line is not None:
+            yield record, line

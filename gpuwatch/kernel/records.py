@@ -4,7 +4,8 @@ A /dev/kmsg record (Documentation/ABI/testing/dev-kmsg) is one line
 `PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS[,...];MESSAGE`, non-printable bytes escaped as `\\xNN`,
 followed by continuation lines that start with a space (` SUBSYSTEM=pci`, ` DEVICE=+pci:...`).
 A saved `dmesg` (`[ 1234.567890] NVRM: ...`) or a plain line of text is read as a record too,
-numbered by its line in the file, so a log copied off a broken machine can be replayed.
+so a log copied off a broken machine can be replayed; every record in a file is numbered by
+the line it starts on.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    seq: int  # the kernel's sequence number, or the line's number in a plain file
+    seq: int  # the kernel's sequence number (/dev/kmsg), or the line's number in a file
     uptime_us: int | None  # when it was printed, in microseconds since boot; None: unknown
     priority: int  # syslog level 0 (emerg) to 7 (debug); 6 (info) where the line has none
     message: str
@@ -31,7 +32,8 @@ class Record:
 def _unescape(text: str) -> str:
     """The kernel writes bytes outside printable ASCII as \\xNN; decode them back to text
     (as UTF-8 where they are, else one character a byte), so the driver's text reads as it was
-    printed. Control characters stay escaped: they are made printable again on output anyway."""
+    printed. Control characters come back too: whatever shows a message (the API, `gpuwatch
+    events`, the daemon's log) escapes them again."""
     if "\\x" not in text:
         return text
     raw = bytearray()
@@ -46,7 +48,9 @@ def _unescape(text: str) -> str:
 
 def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
     """One record: a /dev/kmsg record with its continuation lines, or one line of a saved
-    `dmesg` or of plain text (numbered `line_number`). None for an empty line."""
+    `dmesg` or of plain text. Numbered by the kernel's sequence number, or where `line_number`
+    is given (a record in a file) by it: a file can mix the forms, and its lines are in order
+    where sequence numbers from more than one boot are not. None for an empty line."""
     head, _, rest = chunk.partition(b"\n")
     head = head.rstrip(b"\r")[:MAX_RECORD_BYTES]
     match = _KMSG.match(head)
@@ -57,7 +61,7 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
                 key, _, value = line[1:].decode("utf-8", "replace").partition("=")
                 context[key] = value
         return Record(
-            seq=int(match.group(2)),
+            seq=line_number or int(match.group(2)),
             uptime_us=int(match.group(3)),
             priority=int(match.group(1)) & 7,
             message=_unescape(match.group(4).decode("utf-8", "replace")),

@@ -8,9 +8,9 @@ other driver line is journaled as it is. The GPU is found by its PCI address.
 
 At start the kernel's whole buffer is read, and every record after the last one this boot's
 journal holds is taken: the records of this boot on the first start, and on a restart only
-those printed since, so no XID is counted twice. A file's records are numbered from its first
-line, so its events also carry which file they came from: a file replaced while gpuwatch was
-stopped (rotated) is read from its start.
+those printed since, so no XID is counted twice. A file's records are numbered by their first
+line, so its events also carry which file they came from (its inode and first line): a file
+replaced or written again while gpuwatch was stopped is read from its start.
 
 The thread hands at most MAX_BATCHES_QUEUED batches to the loop before the loop has taken
 them; while the loop is that far behind, the thread waits and the kernel keeps the records
@@ -36,7 +36,7 @@ from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
-from gpuwatch.kernel.nvrm import DriverLine, read_driver_line
+from gpuwatch.kernel.nvrm import DriverLine, Joiner, read_driver_line
 from gpuwatch.kernel.records import Record
 from gpuwatch.kernel.sxids import SxidCounts
 from gpuwatch.logs import fields as log_fields
@@ -105,6 +105,7 @@ class KernelLog:
         self._queue_lock = threading.Lock()
         self._draining = False  # a _drain is scheduled on the loop
         self._sxids = SxidCounts(restored)
+        self._joiner: Joiner[Record] = Joiner()
         self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
         self._suppressed = 0
@@ -277,9 +278,10 @@ class KernelLog:
             self._record(record, backlog, batch.identity)
 
     def _record(self, record: Record, backlog: bool, identity: str) -> None:
-        line = read_driver_line(record.message)
-        if line is None:
-            return
+        for whole, line in self._joiner.feed(record, read_driver_line(record.message)):
+            self._take_line(whole, line, backlog, identity)
+
+    def _take_line(self, record: Record, line: DriverLine, backlog: bool, identity: str) -> None:
         self._lines[line.kind] += 1
         event = self._event(line, record, self._when(record, backlog))
         if event is None:

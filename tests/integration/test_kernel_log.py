@@ -5,6 +5,7 @@ record twice."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -53,8 +54,12 @@ def test_an_xid_printed_while_nvml_hangs_alerts_within_a_second(
     [xid] = [e for e in events if e["kind"] == "xid" and e.get("xid") == 48]
     assert xid["source"] == "kernel_log" and xid["gpu"] == 1
     assert xid["driver_text"].startswith("NVRM: Xid (PCI:0000:2a:00): 48, ")
-    # The simulated kernel numbers its records by the millisecond it printed them.
-    printed = int(xid["kmsg_seq"]) / 1000
+    # The simulated kernel numbers its records by the millisecond it printed them; the reader
+    # numbers a file's records by line: the event's number is the XID's line in the log.
+    host = re.search(r"simulated host \(.*\) under (\S+?)\"", daemon.log())
+    assert host is not None
+    log_lines = (Path(host.group(1)) / "kmsg").read_text().splitlines()
+    printed = int(log_lines[int(xid["kmsg_seq"]) - 1].split(",")[1]) / 1000
     latency = seconds(str(alert["activeAt"])) - printed
     assert 0 <= latency < 1.0, latency
     timeouts = parse_metrics(daemon.metrics())["gpuwatch_nvml_timeouts_total"]

@@ -73,7 +73,8 @@ def test_a_growing_file_is_read_in_whole_records_and_again_after_truncation(
     with open(path, "ab") as f:
         f.write(b"ond\n SUBSYSTEM=pci\n4,3,30,-;third\n")
     got = reader.read()
-    assert [(r.seq, r.message) for r in got] == [(2, "second"), (3, "third")]
+    # In a file, records are numbered by the line they start on, not by the kernel.
+    assert [(r.seq, r.message) for r in got] == [(2, "second"), (4, "third")]
     assert got[0].context == {"SUBSYSTEM": "pci"}
     assert reader.read() == []
     path.write_bytes(b"4,9,90,-;after rotation\n")  # shorter than what was read: truncated
@@ -434,3 +435,83 @@ def test_addresses_keep_a_vmd_domain_and_daemons_lines_are_not_the_drivers() -> 
     record = parse_record(b"[  12.5] NVRM: first\nsecond", 7)
     assert record is not None
     assert (record.uptime_us, record.message) == (12_500_000, "NVRM: first\nsecond")
+
+
+def test_the_lost_gpus_message_is_one_whichever_way_a_log_splits_its_lines(tmp_path: Path) -> None:
+    # The probe's message of tests/fixtures/kmsg/nvsentinel-155.log, as a syslog file holds it:
+    # fed from the kernel's syslog interface, each of its lines has a line of its own; from
+    # rsyslog's /dev/kmsg input, one line with the newlines written as #012.
+    head = "Mar  4 10:12:01 node7 kernel: [ 1843.308145] "
+    lines = ["NVRM: The NVIDIA GPU 0000:b3:00.0",
+             "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+             "NVRM: fallen off the bus and is not responding to commands."]  # fmt: skip
+    for split in ([head + line for line in lines], [head + "#012".join(lines)]):
+        watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(5, "b3")))
+        watcher.take(
+            records([*split, head + "NVRM: The NVIDIA probe routine failed for 1 device(s)."])
+        )
+        assert [(e.kind, e.gpu) for e in published] == [("gpu_lost", 5), ("kernel_log", None)]
+        assert published[0].data["kmsg_seq"] == len(split) - 1  # taken as its last line is
+    # An opening that no end follows is kept as it was, once the next line shows it ended.
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(5, "b3")))
+    watcher.take(records([head + lines[0], head + XID_79]))
+    assert [e.kind for e in published] == ["kernel_log", "xid"]
+
+
+def test_a_files_records_are_numbered_by_line_however_its_writes_fell(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text("[ 1.0] NVRM: The NVIDIA GPU 0000:b3:00.0\n")
+    live = KmsgReader(str(path))
+    live.open()
+    seqs = [r.seq for r in live.read()]
+    with path.open("a") as log:  # its continuation lines, written later
+        log.write("         NVRM: (PCI ID: 10de:26b5) installed in this system has\n")
+        log.write("         NVRM: fallen off the bus and is not responding to commands.\n")
+    seqs += [r.seq for r in live.read()]
+    with path.open("a") as log:
+        log.write(f"[ 2.0] {XID_79}\n")
+    seqs += [r.seq for r in live.read()]
+    again = KmsgReader(str(path))  # a restart reads the message as one record
+    again.open()
+    assert [r.seq for r in again.read()] == [1, 4]
+    assert seqs == [1, 2, 4]  # so the XID is record 4 either way: taken once
+    assert again.identity == live.identity
+
+
+def test_a_file_written_again_in_place_is_another_log(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n")
+    before = KmsgReader(str(path))
+    before.open()
+    before.read()
+    path.write_text("[ 5.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=0, DBE\n")  # same inode
+    after = KmsgReader(str(path))
+    after.open()
+    after.read()
+    assert after.identity.split(":")[:2] == before.identity.split(":")[:2]
+    assert after.identity != before.identity  # its first line tells it apart
+    # Numbered by its inode alone, as journals written before did: still found.
+    head = before.identity.rsplit(":", 1)[0]
+    older = [replace(e, data={**e.data, "kmsg_file": head}) for e in [xid("kernel_log")]]
+    older[0].data["kmsg_seq"] = 2
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), older)
+    watcher._reader.open()
+    path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n[ 3.0] {XID_79}\n")
+    watcher._reader.open()
+    watcher.take(watcher._read())
+    assert [e.data["kmsg_seq"] for e in published] == [3]
+
+
+def test_a_file_mixing_kmsg_records_and_dmesg_lines_loses_none(tmp_path: Path) -> None:
+    path = tmp_path / "kmsg"
+    path.write_text(f"4,99999999,1,-;{XID_79}\n" + f"[ 2.0] {XID_79}\n" * 3)
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    watcher._reader.open()
+    watcher.take(watcher._read())
+    assert [e.data["kmsg_seq"] for e in published] == [1, 2, 3, 4]
+    with path.open("a") as log:
+        log.write(f"4,100000000,5,-;{XID_79}\n")
+    again, taken, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), published)
+    again._reader.open()
+    again.take(again._read())
+    assert [e.data["kmsg_seq"] for e in taken] == [5]
