@@ -25,6 +25,7 @@ from gpuwatch.kernel.inotify import FileWatch
 from gpuwatch.kernel.records import MAX_RECORD_BYTES, Record, parse_record, split_records
 
 MAX_RECORDS_A_READ = 10_000
+KMSG_DEVICE = (1, 11)  # /dev/kmsg's major and minor, wherever a container mounts it
 MAX_FILE_BYTES_A_READ = 4 * 1024 * 1024
 POLL_S = 0.5  # how often a file inotify cannot watch is looked at
 # A file truncated and written again past where it was read (copytruncate rotation) has the
@@ -66,6 +67,9 @@ class KmsgReader:
         if not self._device and not stat.S_ISREG(info.st_mode):
             # A FIFO's open would block until a writer came, and hold up the daemon's start.
             raise OSError(errno.EINVAL, "neither /dev/kmsg (a character device) nor a file")
+        if self._device and (os.major(info.st_rdev), os.minor(info.st_rdev)) != KMSG_DEVICE:
+            # /dev/zero or /dev/urandom would be read as fast as a core can, for nothing.
+            raise OSError(errno.EINVAL, "a character device, but not /dev/kmsg (1:11)")
         # Non-blocking for a file too: a FIFO put in its place after the look above.
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._inode = (info.st_dev, info.st_ino)

@@ -177,12 +177,15 @@ def test_a_file_truncated_and_refilled_past_where_it_was_read_is_read_again(
     assert reader.restarts == 1
 
 
-def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+def test_a_fifo_or_another_device_is_refused_not_read(tmp_path: Path) -> None:
     path = tmp_path / "kmsg"
     os.mkfifo(path)
     reader = KmsgReader(str(path))
     with pytest.raises(OSError, match="neither /dev/kmsg"):
         reader.open()  # at once: no writer is waited for
+    # Another character device would be read as fast as a core can, for nothing.
+    with pytest.raises(OSError, match="not /dev/kmsg"):
+        KmsgReader("/dev/zero").open()
 
 
 def test_records_left_or_a_rotation_under_way_do_not_wait_on_the_watch(
