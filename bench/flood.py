@@ -45,6 +45,7 @@ import bcrypt
 USER, PASSWORD = "prometheus", "bench-password"
 TOKEN = "bench-push-token"
 SERVING = re.compile(r"gpuwatch serving on ([\d.]+):(\d+)")
+SIM_HOST = re.compile(r"simulated host \(.*\) under (\S+?)\"")
 
 
 def auth(password: str) -> dict[str, str]:
@@ -79,7 +80,7 @@ class Daemon:
             "  stale_after: 10s\n"
         )
         self.state = work / "state"
-        log_path = work / "daemon.log"
+        self.log_path = log_path = work / "daemon.log"
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
         # systemd's default soft limit on descriptors, as a unit without LimitNOFILE has it.
         trampoline = (
@@ -245,6 +246,21 @@ def nothing(d: Daemon, seconds: float) -> None:
     time.sleep(seconds)
 
 
+XID_LINE = "NVRM: Xid (PCI:0000:2a:00): 13, pid=4242, name=python3, Graphics SM Warp Exception"
+
+
+def xid_storm(d: Daemon, seconds: float) -> None:
+    """100,000 XID 13s in one write to the simulated node's kernel log (GPU 1's address): an
+    application faulting in a loop."""
+    found = SIM_HOST.search(d.log_path.read_text())
+    if found is None:
+        raise SystemExit("the daemon did not log its simulated host's directory")
+    records = "".join(f"4,{10**13 + i},1,-;{XID_LINE}\n" for i in range(100_000))
+    with open(Path(found.group(1)) / "kmsg", "a", encoding="utf-8") as log:
+        log.write(records)
+    time.sleep(seconds)
+
+
 FLOODS: dict[str, Callable[[Daemon, float], None]] = {
     "none (baseline)": nothing,
     "1100 idle connections": idle_connections,
@@ -253,6 +269,7 @@ FLOODS: dict[str, Callable[[Daemon, float], None]] = {
     "100k-series pushes": big_pushes,
     "10,000 textfiles": textfiles,
     "10,000 jobs pushing": many_jobs,
+    "100,000 XIDs in the kernel log": xid_storm,
 }
 
 
