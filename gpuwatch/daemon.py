@@ -104,7 +104,8 @@ class Daemon:
         # Which GPU sits at which PCI address, for the watchers; refreshed every cycle.
         self.gpus = gpus if gpus is not None else GpuDirectory()
         if journal is not None:
-            events.listeners.append(journal.record)  # on disk before anything else acts on it
+            # First: held by the journal before the others act on it, on disk as the turn ends.
+            events.listeners.append(journal.record)
         self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
         self.xids = XidCounter()

@@ -205,7 +205,8 @@ class HealthJudge:
             what = f"XID {code} ({xid.meaning})"
             if code == OTHER:
                 what = (
-                    f"XIDs of codes above {OWN_SERIES_BELOW - 1} past the first {UNLISTED_PER_GPU}"
+                    f"XIDs of codes above {OWN_SERIES_BELOW - 1} that NVIDIA has not numbered "
+                    f"(after the first {UNLISTED_PER_GPU} such codes):"
                 )
             out.append(
                 Cause(

@@ -80,11 +80,27 @@ class KmsgReader:
         self._left_at = None
         self._rotating = False
         if not self._device:
+            first = os.pread(self._fd, MAX_RECORD_BYTES, 0)
+            if b"\n" in first:  # else once its first line is whole, as it is read
+                self._first = zlib.crc32(first.split(b"\n", 1)[0])
             try:
                 self._watch = FileWatch(self.path)
                 self.watch_problem = ""
             except OSError as exc:
                 self.watch_problem = str(exc)
+
+    def skip_to_end(self) -> None:
+        """Take a file as read up to its last whole line."""
+        assert self._fd is not None and not self._device
+        size = os.fstat(self._fd).st_size
+        at = end = lines = 0
+        while at < size and (data := os.pread(self._fd, min(1 << 20, size - at), at)):
+            lines += data.count(b"\n")
+            if (last := data.rfind(b"\n")) >= 0:
+                end = at + last + 1
+            at += len(data)
+        self._offset, self._line = end, lines
+        self._head = os.pread(self._fd, min(HEAD_BYTES, end), 0)
 
     @property
     def is_open(self) -> bool:
@@ -240,3 +256,13 @@ class KmsgReader:
         if len(self._head) < HEAD_BYTES:
             self._head = os.pread(self._fd, min(HEAD_BYTES, self._offset), 0)
         return out
+
+
+def open_problem(path: str, exc: OSError) -> str:
+    """Why `path` could not be opened, as the log and the API say it."""
+    if isinstance(exc, PermissionError) and path.startswith("/dev/"):
+        return (
+            f"{path}: permission denied: reading the kernel log needs CAP_SYSLOG "
+            "(the shipped systemd unit grants it) or kernel.dmesg_restrict=0"
+        )
+    return f"{path}: {exc.strerror or exc}"

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwatch.clock import Clock
+from gpuwatch.health.xid_counter import OWN_SERIES_BELOW as NUMBERED_BELOW
 from gpuwatch.model import Event
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,11 @@ WINDOW_S = 300.0  # a hung GPU's NVML events come when the hang ends
 MERGED_KINDS = frozenset({"xid", "gpu_lost"})
 KERNEL_LOG = "kernel_log"
 MAX_UNPAIRED = 256  # reports awaiting their twin, per fault and GPU
-# Faults and GPUs with reports awaiting a twin: 8 GPUs with a few XIDs each need dozens. A log
-# of thousands of codes makes room by forgetting the fault first reported longest ago.
-MAX_KEYS = 1024
+# Faults and GPUs with reports awaiting a twin: 8 GPUs with a few XIDs each need dozens, and
+# with every code NVIDIA numbers (below 256) 2,056. A log of thousands of made-up codes makes
+# room by forgetting the oldest that no twin can come for any more or that NVIDIA has not
+# numbered, else the fault first reported.
+MAX_KEYS = 4096
 
 
 def source_of(event: Event) -> str:
@@ -54,7 +57,7 @@ class EventMerger:
         waiting = self._unpaired.get(key)
         if waiting is None:
             if len(self._unpaired) >= MAX_KEYS:
-                del self._unpaired[next(iter(self._unpaired))]
+                del self._unpaired[self._least_needed(now)]
             waiting = self._unpaired[key] = deque(maxlen=MAX_UNPAIRED)
         while waiting and waiting[0][0] < now - WINDOW_S:
             waiting.popleft()
@@ -71,3 +74,10 @@ class EventMerger:
         if source == KERNEL_LOG:  # keep the driver's words, as an event that counts nothing
             text = event.data.get("driver_text", "")
             self._publish(replace(event, kind=KERNEL_LOG, message=f"kernel log: {text}"))
+
+    def _least_needed(self, now: float) -> tuple[str, str, str]:
+        for key, waiting in self._unpaired.items():  # oldest first
+            expired = not waiting or waiting[-1][0] < now - WINDOW_S
+            if expired or (key[2].isdigit() and int(key[2]) >= NUMBERED_BELOW):
+                return key
+        return next(iter(self._unpaired))

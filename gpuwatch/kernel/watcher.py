@@ -35,7 +35,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.kernel.kmsg import KmsgReader
+from gpuwatch.kernel.kmsg import KmsgReader, open_problem
 from gpuwatch.kernel.nvrm import DriverLine, Joiner, read_driver_line
 from gpuwatch.kernel.records import Record
 from gpuwatch.kernel.sxids import SxidCounts
@@ -136,6 +136,7 @@ class KernelLog:
         # Each start has a stop flag and a wake pipe of its own: a thread an earlier stop()
         # gave up waiting for keeps the ones it was told to stop by.
         self._stop = threading.Event()
+        self._in_flight = threading.Semaphore(MAX_BATCHES_QUEUED)  # a stop left none queued
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(
@@ -153,6 +154,10 @@ class KernelLog:
                 os.close(self._wake_r)
                 os.close(self._wake_w)
         self._reader.close()
+        # Left untaken, as the journal closes after this: the journal does not say they were
+        # taken, so the next start reads them again from the kernel's buffer or the file.
+        with self._queue_lock:
+            self._queued.clear()
 
     async def read(self) -> list[Sample]:
         return list(self.collect())
@@ -172,13 +177,27 @@ class KernelLog:
     def _open(self) -> Batch:
         try:
             self._reader.open()
+            self._skip_if_numbered_otherwise()
             batch = self._read()
         except OSError as exc:
             self._reader.close()
-            self._report(_open_problem(self.path, exc))
+            self._report(open_problem(self.path, exc))
             return Batch([], self._reader.restarts, "")
         self._report("")
         return batch
+
+    def _skip_if_numbered_otherwise(self) -> None:
+        """A file an earlier gpuwatch journaled by its inode alone (numbered by count or by the
+        kernel, not by line) is taken as read up to now: nothing is taken twice or skipped for
+        good. Once: the events after name the file as this one does."""
+        identity = self._reader.identity
+        older = identity.rsplit(":", 1)[0] if identity.count(":") == 2 else ""
+        if older in self._cursors and identity not in self._cursors:
+            del self._cursors[older]
+            self._reader.skip_to_end()
+            log.info(
+                "kernel log %s: journaled by an earlier gpuwatch; read from its end", self.path
+            )
 
     def _report(self, problem: str) -> None:
         """Runs in either thread: one assignment, and one log line a change."""
@@ -267,9 +286,6 @@ class KernelLog:
         elif batch.identity != self._identity:  # the first read of a log: where it was left
             self._identity = batch.identity
             fallback = self._cursors.get("", -1) if self._unnamed else -1
-            # Journaled before a file's identity had its first line's checksum: its inode's.
-            if batch.identity.count(":") == 2:
-                fallback = self._cursors.get(batch.identity.rsplit(":", 1)[0], fallback)
             self._cursor = self._cursors.get(batch.identity, fallback)
         for record in batch.records:
             if record.seq <= self._cursor:
@@ -375,12 +391,3 @@ def _said(text: str) -> str:
     """Text as compared for saying the same: the driver's `GPU has fallen off the bus.` and
     the catalogue's `GPU has fallen off the bus`."""
     return text.strip().rstrip(".").lower()
-
-
-def _open_problem(path: str, exc: OSError) -> str:
-    if isinstance(exc, PermissionError) and path.startswith("/dev/"):
-        return (
-            f"{path}: permission denied: reading the kernel log needs CAP_SYSLOG "
-            "(the shipped systemd unit grants it) or kernel.dmesg_restrict=0"
-        )
-    return f"{path}: {exc.strerror or exc}"

@@ -76,6 +76,7 @@ class Journal:
         self._next_trim = 0.0
         self._held: deque[Event] = deque(maxlen=HELD_LIMIT)  # not yet on disk
         self._flush_due = False  # a flush is scheduled for the end of the loop's turn
+        self._failing = False  # the last write failed: tried again by flush_if_needed only
 
     def close(self) -> None:
         if self._held:
@@ -84,6 +85,8 @@ class Journal:
 
     def record(self, event: Event) -> None:
         self._held.append(event)
+        if self._failing:  # a storm must not try a full disk again for each event
+            return
         if len(self._held) >= FLUSH_AT:
             self.flush()
             return
@@ -126,8 +129,10 @@ class Journal:
                 self._next_trim = newest + TRIM_EVERY_S
                 self._db.execute("DELETE FROM events WHERE time < ?", (newest - self.retention,))
         except (sqlite3.Error, OSError) as exc:
+            self._failing = True
             self.problems.write_failed(FILE_NAME, str(exc))
         else:
+            self._failing = False
             self.problems.write_ok(FILE_NAME)
 
     def events_carrying(self, key: str, limit: int) -> list[Event]:

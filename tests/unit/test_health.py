@@ -10,6 +10,7 @@ from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
+from gpuwatch.health.xid_counter import OTHER
 from gpuwatch.model import (
     BackendState,
     GpuInfo,
@@ -349,4 +350,16 @@ def test_a_storm_of_one_xid_is_one_cause_counted_from_its_first() -> None:
     assert cause.key == "xid-48"
     assert cause.reason == (
         "GPU 3: XID 48 (Double-bit ECC error) 100000 times since 1970-01-01T00:16:40.010000Z"
+    )
+
+
+def test_xids_counted_as_other_are_one_cause_that_says_what_they_are() -> None:
+    judge = HealthJudge(AckStore(None))
+    judge.record_xid("GPU-3", 10.0, OTHER)
+    judge.record_xid("GPU-3", 11.0, OTHER)
+    [cause] = judge_at(judge, 12.0).causes
+    assert (cause.key, cause.state) == ("xid-other", Health.DEGRADED)
+    assert cause.reason == (
+        "GPU 3: XIDs of codes above 255 that NVIDIA has not numbered (after the first 16 such"
+        " codes): 2 times since 1970-01-01T00:00:10.000000Z"
     )

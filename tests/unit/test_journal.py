@@ -10,7 +10,7 @@ import pytest
 
 from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import Event
-from gpuwatch.state.journal import FLUSH_AT, Journal, event_json
+from gpuwatch.state.journal import FLUSH_AT, SCHEMA, Journal, event_json
 from gpuwatch.text.timefmt import parse_since
 
 T0 = 1_700_000_000.0
@@ -121,3 +121,26 @@ async def test_a_burst_in_one_turn_of_the_loop_is_one_transaction(
     journal.close()  # whatever is held is written as it closes
     again = Journal(tmp_path, retention=86400)
     assert len(again.events(T0 - 1, 10_000)) == 2501
+
+
+def test_a_storm_on_a_disk_that_refuses_tries_it_once_then_each_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal(tmp_path, retention=86400)
+    journal._db.execute("DROP TABLE events")  # the same failure path as a full disk
+    flushes: list[int] = []
+    flush = journal.flush
+
+    def counted() -> None:
+        flushes.append(len(journal._held))
+        flush()
+
+    monkeypatch.setattr(journal, "flush", counted)
+    for i in range(5000):
+        journal.record(xid_event(T0 + i / 1000, 13))
+    assert flushes == [1]  # not one full write of everything held for each event
+    journal._db.executescript(SCHEMA)  # the disk takes writes again
+    journal.flush_if_needed()  # as after each cycle
+    assert flushes == [1, 5000] and len(journal.events(T0 - 1, 10_000)) == 5000
+    journal.record(xid_event(T0 + 10, 79))  # and back to writing as events come
+    assert flushes == [1, 5000, 1]

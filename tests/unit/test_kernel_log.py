@@ -318,6 +318,23 @@ def test_a_storm_is_taken_a_few_hundred_records_a_turn_of_the_loop(tmp_path: Pat
     assert [e.data["kmsg_seq"] for e in published] == list(range(len(storm.records)))
 
 
+def test_what_a_stop_leaves_untaken_is_not_taken_after_it(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
+    loop = asyncio.new_event_loop()
+    watcher._loop = loop
+    assert watcher._hand_over(records([XID_79] * 3 * RECORDS_A_TURN), threading.Event())
+    loop.call_soon(loop.stop)
+    loop.run_forever()  # one turn takes its share
+    loop.run_until_complete(watcher.stop())  # the journal closes after this
+    taken = len(published)
+    for _ in range(5):
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    loop.close()
+    # The rest was not taken, so the journal does not say it was: read again at the next start.
+    assert len(published) == taken < 3 * RECORDS_A_TURN
+
+
 def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path: Path) -> None:
     head = "nvidia-nvswitch1: SXid (PCI:0000:86:00.0): 12028"
     lines = [f"{head}, Non-fatal, Link 37 egress non-posted PRIV error (First)",
@@ -413,13 +430,15 @@ def test_reports_awaiting_a_twin_are_kept_for_a_bounded_number_of_faults() -> No
     clock = ManualClock()
     out: list[Event] = []
     merger = EventMerger(clock, out.append)
-    for code in range(MAX_KEYS + 100):  # a log of made-up codes, none with a twin
+    merger.publish(xid("kernel_log", 79))  # a real one, whose NVML twin is late (a hang)
+    for code in range(MAX_KEYS + 100):  # then a log of made-up codes, none with a twin
         merger.publish(xid("kernel_log", 100_000 + code))
-    assert len(merger._unpaired) == MAX_KEYS and len(out) == MAX_KEYS + 100
+    assert len(merger._unpaired) == MAX_KEYS and len(out) == MAX_KEYS + 101
     merger.publish(xid("nvml", 100_000 + MAX_KEYS + 99))  # the newest still pairs: once
-    assert merger.merged == 1 and len(out) == MAX_KEYS + 100
-    merger.publish(xid("nvml", 100_000))  # the first was forgotten: counted on its own
-    assert merger.merged == 1 and len(out) == MAX_KEYS + 101
+    merger.publish(xid("nvml", 79))  # and so does the real one, the oldest
+    assert merger.merged == 2 and len(out) == MAX_KEYS + 101
+    merger.publish(xid("nvml", 100_000))  # the first made-up one was forgotten
+    assert merger.merged == 2 and len(out) == MAX_KEYS + 102
 
 
 def test_addresses_keep_a_vmd_domain_and_daemons_lines_are_not_the_drivers() -> None:
@@ -490,16 +509,26 @@ def test_a_file_written_again_in_place_is_another_log(tmp_path: Path) -> None:
     after.read()
     assert after.identity.split(":")[:2] == before.identity.split(":")[:2]
     assert after.identity != before.identity  # its first line tells it apart
-    # Numbered by its inode alone, as journals written before did: still found.
-    head = before.identity.rsplit(":", 1)[0]
-    older = [replace(e, data={**e.data, "kmsg_file": head}) for e in [xid("kernel_log")]]
-    older[0].data["kmsg_seq"] = 2
-    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), older)
-    watcher._reader.open()
-    path.write_text(f"[ 1.0] {XID_79}\n[ 2.0] {XID_79}\n[ 3.0] {XID_79}\n")
-    watcher._reader.open()
+
+
+def test_a_file_journaled_by_an_earlier_numbering_is_read_from_its_end(tmp_path: Path) -> None:
+    """Journals written before files were numbered by line name a file by its inode alone,
+    with the kernel's numbers (or a count of records): where they got to cannot be found in
+    the file, so it is read from its end, and no record is taken twice or skipped for good."""
+    path = tmp_path / "kmsg"
+    path.write_text("".join(f"4,{5000 + n},1,-;{XID_79}\n SUBSYSTEM=pci\n" for n in range(1, 6)))
+    reader = KmsgReader(str(path))
+    reader.open()
+    inode = reader.identity.rsplit(":", 1)[0]
+    journaled = xid("kernel_log")
+    journaled.data.update(kmsg_file=inode, kmsg_seq=5005)
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")), [journaled])
+    watcher.take(watcher._open(), backlog=True)
+    with path.open("a") as log:
+        log.write(f"4,5006,1,-;{XID_79}\n SUBSYSTEM=pci\n")
     watcher.take(watcher._read())
-    assert [e.data["kmsg_seq"] for e in published] == [3]
+    assert [e.data["kmsg_seq"] for e in published] == [11]  # its line: only the new one
+    assert published[0].data["kmsg_file"] == watcher._reader.identity != inode
 
 
 def test_a_file_mixing_kmsg_records_and_dmesg_lines_loses_none(tmp_path: Path) -> None:
