@@ -158,6 +158,7 @@ class KernelLog:
         # taken, so the next start reads them again from the kernel's buffer or the file.
         with self._queue_lock:
             self._queued.clear()
+            self._draining = False  # a start on another loop schedules its own
 
     async def read(self) -> list[Sample]:
         return list(self.collect())
