@@ -99,10 +99,8 @@ def test_the_catalog_has_every_xid_nvidia_documents_with_its_resolution() -> Non
     assert lookup(173).xid_class == lookup(999).xid_class == "unknown"
 
 
-async def test_a_burst_in_one_turn_of_the_loop_is_one_transaction(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    journal = Journal(tmp_path, retention=86400)
+def count_flushes(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many events each write of the journal's found held, in order."""
     flushes: list[int] = []
     flush = journal.flush
 
@@ -111,6 +109,14 @@ async def test_a_burst_in_one_turn_of_the_loop_is_one_transaction(
         flush()
 
     monkeypatch.setattr(journal, "flush", counted)
+    return flushes
+
+
+async def test_a_burst_in_one_turn_of_the_loop_is_one_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal(tmp_path, retention=86400)
+    flushes = count_flushes(journal, monkeypatch)
     for i in range(2500):  # a kernel log read of XID 13s, published in one go
         journal.record(xid_event(T0 + i / 1000, 13))
     assert flushes == [FLUSH_AT, FLUSH_AT]  # held no more than FLUSH_AT at a time
@@ -128,14 +134,7 @@ def test_a_storm_on_a_disk_that_refuses_tries_it_once_then_each_cycle(
 ) -> None:
     journal = Journal(tmp_path, retention=86400)
     journal._db.execute("DROP TABLE events")  # the same failure path as a full disk
-    flushes: list[int] = []
-    flush = journal.flush
-
-    def counted() -> None:
-        flushes.append(len(journal._held))
-        flush()
-
-    monkeypatch.setattr(journal, "flush", counted)
+    flushes = count_flushes(journal, monkeypatch)
     for i in range(5000):
         journal.record(xid_event(T0 + i / 1000, 13))
     assert flushes == [1]  # not one full write of everything held for each event
