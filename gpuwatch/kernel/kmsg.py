@@ -80,9 +80,8 @@ class KmsgReader:
         self._left_at = None
         self._rotating = False
         if not self._device:
-            first = os.pread(self._fd, MAX_RECORD_BYTES, 0)
-            if b"\n" in first:  # else once its first line is whole, as it is read
-                self._first = zlib.crc32(first.split(b"\n", 1)[0])
+            # Else once its first line is whole, as it is read.
+            self._first = _first_line_crc(os.pread(self._fd, MAX_RECORD_BYTES, 0))
             try:
                 self._watch = FileWatch(self.path)
                 self.watch_problem = ""
@@ -236,9 +235,9 @@ class KmsgReader:
         base = self._offset
         data = os.pread(self._fd, min(MAX_FILE_BYTES_A_READ, end - base), base)
         out: list[Record] = []
+        if base == 0 and self._first is None:
+            self._first = _first_line_crc(data)
         for chunk, past in split_records(data):
-            if base == 0 and self._first is None:
-                self._first = zlib.crc32(chunk.split(b"\n", 1)[0])
             # Numbered by its first line, not counted: a message whose continuation lines came
             # in later writes was read as several records, and is one when read again.
             number = self._line + 1
@@ -256,6 +255,12 @@ class KmsgReader:
         if len(self._head) < HEAD_BYTES:
             self._head = os.pread(self._fd, min(HEAD_BYTES, self._offset), 0)
         return out
+
+
+def _first_line_crc(data: bytes) -> int | None:
+    """The CRC-32 of the first line of `data`, a file's first bytes; None until it is whole."""
+    line, newline, _ = data.partition(b"\n")
+    return zlib.crc32(line) if newline else None
 
 
 def open_problem(path: str, exc: OSError) -> str:
