@@ -28,6 +28,21 @@ class Sample(NamedTuple):
     value: float
 
 
+# The daemon's namespace: its own metrics and the shipped packs' records. No push or textfile
+# may use it, so a series named so is the hardware's (or the daemon's own account).
+HARDWARE_PREFIXES = ("gpuwatch_", "gpuwatch:")
+
+
+class Provenance(StrEnum):
+    """Where a series, an alert or a cause came from; only the hardware's may judge a GPU or
+    the node, or move an action. A series is the hardware's when its name is the daemon's
+    own (`gpuwatch_`, which nothing a job sends may carry), a job's otherwise; an alert is
+    the hardware's when its rule reads the hardware's series only."""
+
+    HARDWARE = "hardware"  # NVML, dcgm-exporter, records the kernel wrote, sysfs
+    JOB = "job"  # pushes and textfiles: a job's account of itself
+
+
 class GpuStatus(StrEnum):
     OK = "ok"
     LOST = "lost"

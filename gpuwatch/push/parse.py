@@ -17,14 +17,18 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.model import Labels, Sample
+from gpuwatch.model import HARDWARE_PREFIXES, Labels, Sample
 
 # Matched whole (fullmatch): with match() and "$", a name ending in a newline passed, and one
 # such name in /metrics broke the exposition for the whole node.
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}")
-RESERVED_PREFIXES = ("gpuwatch_", "gpuwatch:")  # the daemon's metrics and its packs' records
+# Label names that mean something to the daemon, its verdict, its routes or Prometheus: a
+# job's series carrying one would speak for a GPU, a cause or another node. As Prometheus does
+# with a scraped label that clashes with a target's, a pushed one is kept as `exported_NAME`.
+RESERVED_LABELS = frozenset({"cause", "uuid", "gpu", "node", "instance", "alertname",
+                             "alertstate", "severity", "provenance", "pci_bus_id"})  # fmt: skip
 MAX_LABEL_VALUE = 1024
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
 
@@ -59,7 +63,7 @@ def check_job(job: Any) -> str:
 def _check_name(name: str) -> None:
     if not METRIC_NAME.fullmatch(name):
         raise PushError(400, f"metric name {name!r} is not a valid Prometheus name")
-    if name.startswith(RESERVED_PREFIXES):
+    if name.startswith(HARDWARE_PREFIXES):
         raise PushError(
             400,
             f"metric name {name!r}: names starting with gpuwatch_ or gpuwatch: are the "
@@ -82,9 +86,20 @@ def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
             raise PushError(
                 400, f"{where}: label {key!r} is longer than {MAX_LABEL_VALUE} characters"
             )
-        out[_shared(key)] = value
+        out[_shared(_exported(key, raw, out))] = value
     out["job"] = job
     return tuple(sorted(out.items()))
+
+
+def _exported(key: str, raw: dict[str, Any], out: dict[str, str]) -> str:
+    """A reserved name as `exported_NAME`, prefixed again while that is taken (the job's own
+    `exported_gpu` stays as it was), as Prometheus renames a clash."""
+    if key not in RESERVED_LABELS:
+        return key
+    name = "exported_" + key
+    while name in raw or name in out:
+        name = "exported_" + name
+    return name
 
 
 def _utf8(text: str) -> bool:

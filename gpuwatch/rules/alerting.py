@@ -13,11 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuwatch.model import Event, Sample
+from gpuwatch.model import Event, Provenance, Sample
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.parse import QueryError, parse
 from gpuwatch.promql.values import NAME, EvalError, Labels, Scalar, Vector, VSample, drop_name
 from gpuwatch.rules.files import GroupDef, RuleDef
+from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.rules.template import QueryFn, TemplateData
 from gpuwatch.rules.template.functions import FuncError
 from gpuwatch.text.units import ascii_int
@@ -150,9 +151,11 @@ class AlertingRule:
         alerts_metric: str,
         *,
         external_url: str = "",
+        provenance: Provenance = Provenance.JOB,
     ) -> None:
         self.rule = rule
         self.source = source
+        self.provenance = provenance  # the hardware's only when it reads hardware series only
         self.status = RuleStatus()
         self.active: dict[Labels, Alert] = {}
         self._group_labels = group_labels
@@ -248,9 +251,14 @@ class RuleGroup:
         external_labels: Mapping[str, str] | None = None,
         alerts_metric: str = "ALERTS",
         external_url: str = "",
+        provenance: Mapping[tuple[str, int], Provenance] | None = None,
     ) -> RuleGroup:
+        """`provenance` is every loaded rule's (records in other groups decide it too); by
+        default, what this group alone shows."""
         group = cls(definition)
         external = external_labels or {}
+        if provenance is None:
+            provenance = rule_provenance([definition])
         for i, rule in enumerate(definition.rules):
             source = f"{rule.kind}:{definition.key}:{i}"
             if rule.kind == "alert":
@@ -262,6 +270,7 @@ class RuleGroup:
                         external,
                         alerts_metric,
                         external_url=external_url,
+                        provenance=provenance[definition.key, i],
                     )
                 )
             else:

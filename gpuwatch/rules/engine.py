@@ -19,6 +19,7 @@ from gpuwatch.promql.history import history_needed
 from gpuwatch.rules import statefile
 from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
 from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files
+from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.store.tsdb import DEFAULT_LOOKBACK_S, Store
 from gpuwatch.text.units import format_duration
 from gpuwatch.text.yamlfile import FileError
@@ -84,7 +85,8 @@ class RuleEngine:
 
     def load(self) -> None:
         """First load: a bad file is fatal here (the daemon refuses to start with it)."""
-        self.groups = [self._build(d) for d in self._definitions()]
+        definitions = self._definitions()
+        self.groups = self._built(definitions)
         self._keep_enough_history()
         if self.state_path is not None:
             restored = statefile.restore(self.state_path, self.alerting_rules())
@@ -93,8 +95,14 @@ class RuleEngine:
         self._saved = statefile.signature(self.alerting_rules())
         log.info("loaded %d rule groups from %d files", len(self.groups), len(self.paths()))
 
-    def _build(self, definition: GroupDef) -> RuleGroup:
-        return RuleGroup.build(definition, alerts_metric=m.ALERTS, external_url=self.external_url)
+    def _built(self, definitions: list[GroupDef]) -> list[RuleGroup]:
+        provenance = rule_provenance(definitions)
+        return [
+            RuleGroup.build(
+                d, alerts_metric=m.ALERTS, external_url=self.external_url, provenance=provenance
+            )
+            for d in definitions
+        ]
 
     def _definitions(self) -> list[GroupDef]:
         paths = self.paths()
@@ -123,7 +131,7 @@ class RuleEngine:
             return self.last_reload_error
         old = {statefile.rule_key(r): r for r in self.alerting_rules()}
         kept = {g.definition.key: g for g in self.groups}
-        groups = [self._build(d) for d in definitions]
+        groups = self._built(definitions)
         for group in groups:
             # As Prometheus: a group that stays keeps its schedule and its last evaluation.
             if (before := kept.get(group.definition.key)) is not None:

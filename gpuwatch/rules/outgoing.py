@@ -2,12 +2,18 @@
 or has fired and resolved within the engine's 15 minutes, as notify's own values. To the
 verdict: the firing alerts' labels and annotations. The rules
 know the notifier's alert type; the notifier knows nothing of rules (as Prometheus's rules
-package builds notifier.Alerts in SendAlerts)."""
+package builds notifier.Alerts in SendAlerts).
+
+Every alert leaves with its rule's `provenance` label (hardware or job), so routes can send a
+job's alerts to the job's owners; only the hardware's reach the verdict, and through it the
+actions. The daemon's `node` and `provenance` win over labels of the same name a series
+carried."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpuwatch.model import Provenance
 from gpuwatch.notify.alerts import NotifyAlert, fingerprint
 from gpuwatch.rules.alerting import AlertingRule, AlertState
 
@@ -24,7 +30,8 @@ def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert
                 ends_at = alert.resolved_at
             else:
                 continue  # pending: nobody hears of it
-            labels = tuple(sorted({"node": node, **dict(alert.labels)}.items()))
+            mine = {"node": node, "provenance": rule.provenance.value}
+            labels = tuple(sorted({**dict(alert.labels), **mine}.items()))
             out.append(
                 NotifyAlert(
                     labels,
@@ -39,15 +46,23 @@ def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert
 
 
 def firing_alerts(rules: Iterable[AlertingRule]) -> list[tuple[dict[str, str], dict[str, str]]]:
-    """The labels and annotations of every firing alert, for the causes they raise."""
+    """The labels and annotations of every firing alert of the hardware's, for the causes
+    they raise: a job's alerts page its route and judge nothing."""
     return [
         (dict(alert.labels), dict(alert.annotations))
         for rule in rules
+        if rule.provenance is Provenance.HARDWARE
         for alert in rule.active.values()
         if alert.state == AlertState.FIRING
     ]
 
 
 def cause_labels(rules: Iterable[AlertingRule]) -> set[str]:
-    """The `cause` labels the alerting rules carry, as written."""
-    return {template.source for r in rules for k, template in r.rule.labels if k == "cause"}
+    """The `cause` labels the hardware's alerting rules carry, as written."""
+    return {
+        template.source
+        for r in rules
+        if r.provenance is Provenance.HARDWARE
+        for k, template in r.rule.labels
+        if k == "cause"
+    }

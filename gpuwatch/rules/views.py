@@ -10,9 +10,10 @@ from gpuwatch.text.gofmt import format_e
 from gpuwatch.text.timefmt import rfc3339
 
 
-def alert_json(alert: Alert) -> dict[str, Any]:
+def alert_json(alert: Alert, rule: AlertingRule) -> dict[str, Any]:
     return {
         "labels": dict(alert.labels),
+        "provenance": rule.provenance.value,
         "annotations": dict(alert.annotations),
         "state": alert.state.value,
         "activeAt": rfc3339(alert.active_at),
@@ -25,7 +26,7 @@ def _live(rule: AlertingRule) -> list[Alert]:
 
 
 def alerts_payload(engine: RuleEngine) -> dict[str, Any]:
-    return {"alerts": [alert_json(a) for r in engine.alerting_rules() for a in _live(r)]}
+    return {"alerts": [alert_json(a, r) for r in engine.alerting_rules() for a in _live(r)]}
 
 
 def _rule_json(rule: AlertingRule | RecordingRule) -> dict[str, Any]:
@@ -46,11 +47,12 @@ def _rule_json(rule: AlertingRule | RecordingRule) -> dict[str, Any]:
     return {
         **common,
         "type": "alerting",
+        "provenance": rule.provenance.value,
         "state": state,
         "duration": rule.rule.hold,
         "keepFiringFor": rule.rule.keep_firing_for,
         "annotations": {k: t.source for k, t in rule.rule.annotations},
-        "alerts": [alert_json(a) for a in alerts],
+        "alerts": [alert_json(a, rule) for a in alerts],
     }
 
 

@@ -1,0 +1,109 @@
+"""What a job sends cannot move the node: a push naming a cause, a GPU and a node pages the
+job's route and changes neither the verdict, nor Slurm, nor the health check, in a real
+Slurm on loopback with the drain list docs/slurm.md gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import DaemonProcess, gpuwatch, start_daemon, stop_daemon, wait_for
+from tests.fake_services import FakeService
+from tests.slurm_server import Slurm, needs_slurm, start_slurm
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory every user can reach, as /run/gpuwatch is."""
+    path = Path(tempfile.mkdtemp(prefix="gpuwatch-prov-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def push(sock_path: Path, payload: dict[str, Any]) -> int:
+    body = json.dumps(payload).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(sock_path))
+        sock.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)  # fmt: skip
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return int(reply.split()[1])
+
+
+def firing(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:
+    alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+def start(
+    tmp_path: Path, shared: Path, hook: FakeService, slurm: Slurm | None = None
+) -> DaemonProcess:
+    config = tmp_path / "gpuwatch.yaml"
+    text = (f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
+            f"notify:\n  receivers:\n    - {{name: ops, type: webhook, url: '{hook.url}'}}\n")  # fmt: skip
+    if slurm is not None:
+        text += (
+            "actions:\n  slurm:\n    enabled: true\n    node: gw1\n    resume_after: 2s\n"
+            '    drain_on: [gpu-lost, "gpu-missing-*", "xid-*", remap-failed]\n'
+        )
+    config.write_text(text)
+    env = slurm.env if slurm is not None else None
+    return start_daemon(tmp_path, "--simulate", "healthy", "-c", str(config), env=env)
+
+
+def gpu_uuid(daemon: DaemonProcess, index: int) -> str:
+    gpus = wait_for(lambda: daemon.json("/api/v1/gpus")["data"])
+    return str(next(g["uuid"] for g in gpus if g["index"] == index))
+
+
+@needs_slurm
+def test_a_pushed_cause_pages_the_job_and_moves_neither_verdict_nor_slurm(
+    tmp_path: Path, shared: Path
+) -> None:
+    slurm = start_slurm(tmp_path / "slurm")
+    hook = FakeService().up()
+    daemon = start(tmp_path, shared, hook, slurm)
+    try:
+        uuid = gpu_uuid(daemon, 3)
+        hostile = {"job": "alice", "metrics": {"train_loss": "NaN"},
+                   "labels": {"rank": "0", "cause": "xid-79", "uuid": uuid, "gpu": "5",
+                              "node": "gw9", "severity": "critical"}}  # fmt: skip
+        for _ in range(3):  # kept fresh while the rules look
+            assert push(shared / "push.sock", hostile) == 200
+            time.sleep(0.5)
+        [alert] = wait_for(lambda: firing(daemon, "TrainingLossNaN"))
+        time.sleep(3)  # past resume_after, and a cycle or more of the verdict
+        node = daemon.json("/api/v1/node")["data"]
+        assert node["verdict"] == "healthy", node["reasons"]
+        assert "DRAIN" not in slurm.node()["State"], slurm.node()
+        actions = daemon.json("/api/v1/events?kind=action&since=1h")["data"]["events"]
+        assert actions == []
+        state = str(tmp_path / "state")
+        code, out, _ = gpuwatch("health", "--local", "--state-dir", state, "--npd")
+        assert code == 0, out
+        assert out.startswith("healthy"), out
+        assert alert["provenance"] == "job"
+        labels = alert["labels"]
+        assert "cause" not in labels and "uuid" not in labels and "gpu" not in labels
+        assert (labels["exported_cause"], labels["exported_gpu"]) == ("xid-79", "5")
+        # The job's page names this node, not the one the job wrote, and no other job's GPU.
+        [page] = [a for body in wait_for(hook.bodies) for a in body["alerts"]
+                  if a["labels"]["alertname"] == "TrainingLossNaN"]  # fmt: skip
+        assert (page["labels"]["node"], page["labels"]["provenance"]) == ("gw1", "job")
+        assert "running" not in page["annotations"]
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        hook.down()
+        slurm.stop()

@@ -1,0 +1,149 @@
+"""Provenance: which rules speak for the hardware, and that what a job pushes can neither
+judge a GPU nor speak for one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.health.raised import raised_causes
+from gpuwatch.model import Provenance, Sample
+from gpuwatch.push.parse import PushError, parse_json, parse_text
+from gpuwatch.rules.engine import RuleEngine, shipped_packs
+from gpuwatch.rules.files import load_rule_files
+from gpuwatch.rules.outgoing import alerts_to_send, cause_labels, firing_alerts
+from gpuwatch.rules.provenance import rule_provenance
+from gpuwatch.rules.views import alerts_payload
+from gpuwatch.store.tsdb import Store
+
+T0 = 1_700_000_000.0
+
+
+def provenance_of(tmp_path: Path, rules: str) -> dict[str, Provenance]:
+    path = tmp_path / "rules.yaml"
+    path.write_text(rules)
+    groups = load_rule_files([str(path)])
+    found = rule_provenance(groups)
+    return {r.name: found[g.key, i] for g in groups for i, r in enumerate(g.rules)}
+
+
+RULES = """\
+groups:
+  - name: a
+    rules:
+      - alert: Hot
+        expr: gpuwatch_gpu_temperature_celsius > 85
+      - alert: Nan
+        expr: train_loss != train_loss
+      - alert: Mixed
+        expr: gpuwatch_gpu_utilization_ratio > 0.5 and on(gpu) train_step
+      - alert: Unnamed
+        expr: '{__name__=~"gpuwatch_.+"} > 1'
+      - alert: NamedByMatcher
+        expr: '{__name__="gpuwatch_gpu_up"} == 0'
+      - alert: OnAlerts
+        expr: gpuwatch_alerts{alertname="Nan"}
+      - alert: QueriesInALabel
+        expr: gpuwatch_gpu_up == 0
+        labels:
+          cause: '{{ with query "train_loss" }}{{ . | first | label "cause" }}{{ end }}'
+      - record: gpuwatch:laundered
+        expr: max by (gpu) (train_loss)
+      - record: gpuwatch:twice_laundered
+        expr: gpuwatch:laundered * 2
+      - record: gpuwatch:clean
+        expr: max by (gpu) (gpuwatch_gpu_temperature_celsius)
+      - record: job:clean_but_pushable
+        expr: max by (gpu) (gpuwatch_gpu_temperature_celsius)
+  - name: b
+    rules:
+      - alert: OnLaundered
+        expr: gpuwatch:twice_laundered > 0
+      - alert: OnClean
+        expr: gpuwatch:clean > 85
+      - alert: OnUnprefixedRecord
+        expr: job:clean_but_pushable > 85
+"""
+
+
+def test_a_rule_is_the_hardwares_only_when_everything_it_reads_is(tmp_path: Path) -> None:
+    found = provenance_of(tmp_path, RULES)
+    hardware = {name for name, p in found.items() if p is Provenance.HARDWARE}
+    # A job may push any name outside gpuwatch_, a record's too, so only records named in the
+    # daemon's namespace and fed by hardware series stay the hardware's, across groups.
+    assert hardware == {"Hot", "NamedByMatcher", "gpuwatch:clean", "job:clean_but_pushable",
+                        "OnClean"}  # fmt: skip
+
+
+def test_the_shipped_packs_training_rules_are_a_jobs_and_the_rest_the_hardwares() -> None:
+    groups = load_rule_files(shipped_packs())
+    found = rule_provenance(groups)
+    jobs = {r.name for g in groups for i, r in enumerate(g.rules) if found[g.key, i] == "job"}
+    assert jobs == {"TrainingLossNaN", "TrainingStalled"}
+
+
+NAN_RULE = """\
+groups:
+  - name: training
+    rules:
+      - alert: TrainingLossNaN
+        expr: train_loss != train_loss
+        labels: {severity: critical}
+        annotations: {summary: "loss {{ $value }}"}
+      - alert: GpuLost
+        expr: gpuwatch_gpu_up == 0
+        labels: {severity: critical, cause: gpu-lost}
+        annotations: {summary: "GPU {{ $labels.gpu }} lost"}
+"""
+
+
+def test_a_pushed_cause_raises_nothing_and_the_daemon_names_node_and_provenance(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(NAN_RULE)
+    engine = RuleEngine(Store(3600), [str(path)], 1.0, None)
+    engine.load()
+    job, pushed = parse_json(json.dumps({
+        "job": "alice",
+        "labels": {"rank": "0", "cause": "xid-79", "uuid": "GPU-3", "node": "other", "gpu": "3"},
+        "metrics": {"train_loss": "NaN"},
+    }).encode())  # fmt: skip
+    assert job == "alice"
+    engine.store.ingest("push", T0, pushed)
+    engine.store.ingest("nvml", T0, [Sample("gpuwatch_gpu_up", (("gpu", "1"), ("uuid", "GPU-1")),
+                                            0.0)])  # fmt: skip
+    engine.evaluate(T0)
+    rules = list(engine.alerting_rules())
+    # Only the hardware's alert raises a cause; the pushed cause, GPU and node are the job's
+    # words, kept under exported_ names.
+    [raised] = raised_causes(firing_alerts(rules))
+    assert (raised.uuid, raised.cause.key) == ("GPU-1", "gpu-lost")
+    assert cause_labels(rules) == {"gpu-lost"}
+    sent = {dict(a.labels)["alertname"]: dict(a.labels) for a in alerts_to_send(rules, "gw1")}
+    nan = sent["TrainingLossNaN"]
+    assert (nan["node"], nan["provenance"]) == ("gw1", "job")
+    assert "cause" not in nan and "uuid" not in nan and "gpu" not in nan
+    assert (nan["exported_cause"], nan["exported_uuid"], nan["exported_node"]) == (
+        "xid-79", "GPU-3", "other")  # fmt: skip
+    assert sent["GpuLost"]["provenance"] == "hardware"
+    shown = {a["labels"]["alertname"]: a["provenance"] for a in alerts_payload(engine)["alerts"]}
+    assert shown == {"TrainingLossNaN": "job", "GpuLost": "hardware"}
+
+
+def test_reserved_labels_are_renamed_as_prometheus_renames_a_clash() -> None:
+    body = b'train_loss{gpu="3",exported_gpu="x",severity="critical",rank="0"} 1\n'
+    [sample] = parse_text(body, "bert")
+    assert dict(sample.labels) == {
+        "exported_exported_gpu": "3", "exported_gpu": "x", "exported_severity": "critical",
+        "rank": "0", "job": "bert",
+    }  # fmt: skip
+    assert math.isclose(sample.value, 1.0)
+
+
+def test_the_daemons_namespace_stays_closed_to_pushes() -> None:
+    with pytest.raises(PushError, match="daemon's own"):
+        parse_text(b'gpuwatch_gpu_up{gpu="0"} 0\n', "bert")
