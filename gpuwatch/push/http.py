@@ -110,7 +110,19 @@ def error_body(message: str) -> dict[str, Any]:
     return {"status": "error", "errorType": "bad_data", "error": message}
 
 
-async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.Response:
+# (samples, the sender's pid or None) -> the samples with the GPU they may speak for
+Stamp = Callable[[list[Sample], int | None], list[Sample]]
+
+
+def _unstamped(samples: list[Sample], pid: int | None) -> list[Sample]:
+    return samples
+
+
+async def handle_push(
+    request: web.Request, jobs: JobInputs, now: float, stamp: Stamp = _unstamped
+) -> web.Response:
+    """A push over aiohttp: the control socket's, whose sender the kernel names, and the TCP
+    listener's (with the token), whose sender nobody can name."""
     limits = jobs.pushed.limits
     job = request.query.get("job", "")  # for the log line when refused; a JSON body names it
     try:
@@ -121,7 +133,8 @@ async def handle_push(request: web.Request, jobs: JobInputs, now: float) -> web.
             job, samples = parse()
         else:
             job, samples = await asyncio.to_thread(parse)
-        count = jobs.pushed.apply(job, samples, now)
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        count = jobs.pushed.apply(job, stamp(samples, peer_pid(sock)), now)
     except PushError as exc:
         return error_response(exc, request, exc.job or job)
     return web.json_response(accepted(job, count))
@@ -131,17 +144,27 @@ def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
     return job, parse_text(body, job)
 
 
-def unix_peer(sock: socket.socket | None) -> str:
-    """Who is at the other end of a unix socket: the kernel's word for it (SO_PEERCRED), as
-    every local sender has the same empty address."""
-    if sock is None:
-        return "unix socket"
+def _peer_creds(sock: socket.socket | None) -> tuple[int, int] | None:
+    """(pid, uid) of the other end of a unix socket: the kernel's word for it (SO_PEERCRED),
+    as every local sender has the same empty address."""
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
-        return "unix socket"
+        return None
     pid, uid, _ = struct.unpack("3i", creds)
-    return f"uid {uid} pid {pid}"
+    return pid, uid
+
+
+def peer_pid(sock: socket.socket | None) -> int | None:
+    creds = _peer_creds(sock)
+    return creds[0] if creds is not None and creds[0] > 0 else None
+
+
+def unix_peer(sock: socket.socket | None) -> str:
+    creds = _peer_creds(sock)
+    return "unix socket" if creds is None else f"uid {creds[1]} pid {creds[0]}"
 
 
 def error_response(exc: PushError, request: web.Request, job: str = "") -> web.Response:

@@ -5,7 +5,8 @@ Slurm job, pod, container). For each job and each of its GPUs it keeps the count
 job's first sight and at its last (ECC errors, remapped rows, retired pages), the seconds each
 clock-event reason held the clocks down, and the events that came while the job was on the
 GPU: XIDs, ECC and memory-retirement events, a lost GPU, and alerts (an alert a job's own
-metrics raise, TrainingLossNaN say, names its GPU when the job reports with a `gpu` label).
+metrics raise, TrainingLossNaN say, names the GPU the kernel says its sender holds:
+push/attribution.py).
 A job whose processes have left every GPU for `ENDED_AFTER_S` has ended: its report is
 written then (again, whole, if the job comes back: a new step, a restarted rank);
 `report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).

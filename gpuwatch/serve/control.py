@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
-from gpuwatch.push.http import handle_push
+from gpuwatch.push.http import Stamp, handle_push
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import healthz_response
 from gpuwatch.serve.payloads import node_payload
@@ -55,11 +55,13 @@ class ControlApi:
         reload: Callable[[], Awaitable[str]],
         rules: RuleEngine | None,
         silences: Silences | None,
+        stamp: Stamp | None = None,
     ) -> None:
         self.daemon = daemon
         self._reload = reload  # empty when the reload applied, else why it did not
         self.rules = rules
         self.silences = silences
+        self.stamp = stamp  # the GPU a pushing process may speak for
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -83,7 +85,10 @@ class ControlApi:
 
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics; the socket's file permissions are the access control."""
-        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
+        now = self.daemon.clock.now()
+        if self.stamp is None:
+            return await handle_push(request, self.daemon.jobs, now)
+        return await handle_push(request, self.daemon.jobs, now, self.stamp)
 
     async def list_silences(self, request: web.Request) -> web.Response:
         silences = self.silences

@@ -29,9 +29,11 @@ from gpuwatch.clock import within
 from gpuwatch.model import Sample
 from gpuwatch.push.http import (
     PARSE_ON_LOOP_BYTES,
+    Stamp,
     accepted,
     error_body,
     parser_for,
+    peer_pid,
     refused,
     unix_peer,
 )
@@ -241,7 +243,7 @@ class PushProtocol(asyncio.Protocol):
                 return
             else:
                 parsed = self.server.parse(request)
-                self._write(request, *self.server.apply(request, parsed, self.peer))
+                self._write(request, *self.server.apply(request, parsed, self.peer, self.pid()))
             self.pending.popleft()
         if self.failure is not None and not self.pending:
             failure, self.failure = self.failure, None
@@ -250,7 +252,7 @@ class PushProtocol(asyncio.Protocol):
     async def _answer_large(self, request: Request) -> None:
         try:
             parsed = await asyncio.to_thread(self.server.parse, request)
-            self._write(request, *self.server.apply(request, parsed, self.peer))
+            self._write(request, *self.server.apply(request, parsed, self.peer, self.pid()))
         finally:
             self.pending.popleft()
             self.busy = False
@@ -293,14 +295,20 @@ class PushProtocol(asyncio.Protocol):
     def peer(self) -> str:
         return unix_peer(self.transport.get_extra_info("socket") if self.transport else None)
 
+    def pid(self) -> int | None:
+        return peer_pid(self.transport.get_extra_info("socket") if self.transport else None)
+
 
 class PushServer:
     """Serves the push socket (and the socket made again when its file is removed): the
     protocols' shared state, the jobs pushed into and the open connections."""
 
-    def __init__(self, jobs: JobInputs, clock_now: Callable[[], float]) -> None:
+    def __init__(
+        self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp | None = None
+    ) -> None:
         self.jobs = jobs
         self.clock_now = clock_now  # the daemon's clock, which dates a pushed series
+        self.stamp = stamp  # the GPU a sender may speak for, from its pid
         self.connections: dict[PushProtocol, None] = {}  # oldest first
         self.evicted = 0
         self._servers: list[asyncio.Server] = []
@@ -385,12 +393,14 @@ class PushServer:
             return _our_fault(exc)
 
     def apply(
-        self, request: Request, parsed: Parsed, peer: Callable[[], str]
+        self, request: Request, parsed: Parsed, peer: Callable[[], str], pid: int | None = None
     ) -> tuple[int, dict[str, Any]]:
         try:
             if isinstance(parsed, PushError):
                 raise parsed
             job, samples = parsed
+            if self.stamp is not None:
+                samples = self.stamp(samples, pid)
             count = self.jobs.pushed.apply(job, samples, self.clock_now())
         except PushError as exc:
             # The job for the log line: a JSON body's when it was read, else the URL's.

@@ -27,6 +27,7 @@ from gpuwatch.kernel.merge import EventMerger
 from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
+from gpuwatch.push.attribution import Attribution
 from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
@@ -303,18 +304,17 @@ async def _start(
     control_path = socket_path(config.state_dir)
     push = config.push
     push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
-    api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences)
+    stamp = Attribution(lambda: daemon.view.batch.gpus if daemon.view.batch else ()).stamp
+    api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences, stamp)
     sockets: list[UnixSocket] = []
     try:
         if _same_path(push_path, control_path):
             raise OSError(f"push.socket {push_path} is the control socket: give it its own path")
-        sockets.append(
-            await start_socket("control", AppServer(api.app()), control_path, CONTROL_MODE)
-        )
-        pushes = PushServer(daemon.jobs, daemon.clock.now)
-        sockets.append(
-            await start_socket("push", pushes, push_path, push.socket_mode, push.socket_group)
-        )
+        control = AppServer(api.app())
+        sockets.append(await start_socket("control", control, control_path, CONTROL_MODE))
+        pushes = PushServer(daemon.jobs, daemon.clock.now, stamp)
+        mode, group = push.socket_mode, push.socket_group
+        sockets.append(await start_socket("push", pushes, push_path, mode, group))
     except OSError as exc:
         for served in sockets:
             await served.close()

@@ -34,8 +34,9 @@ def push(sock_path: Path, payload: dict[str, Any]) -> int:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
         sock.connect(str(sock_path))
-        sock.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)  # fmt: skip
+        head = ("POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
+        sock.sendall(head.encode() + body)
         reply = b""
         while chunk := sock.recv(65536):
             reply += chunk
@@ -51,8 +52,9 @@ def start(
     tmp_path: Path, shared: Path, hook: FakeService, slurm: Slurm | None = None
 ) -> DaemonProcess:
     config = tmp_path / "gpuwatch.yaml"
-    text = (f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
-            f"notify:\n  receivers:\n    - {{name: ops, type: webhook, url: '{hook.url}'}}\n")  # fmt: skip
+    receiver = f"{{name: ops, type: webhook, url: '{hook.url}'}}"
+    text = f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
+    text += f"notify:\n  receivers:\n    - {receiver}\n"
     if slurm is not None:
         text += (
             "actions:\n  slurm:\n    enabled: true\n    node: gw1\n    resume_after: 2s\n"
@@ -103,6 +105,11 @@ def test_a_pushed_cause_pages_the_job_and_moves_neither_verdict_nor_slurm(
                   if a["labels"]["alertname"] == "TrainingLossNaN"]  # fmt: skip
         assert (page["labels"]["node"], page["labels"]["provenance"]) == ("gw1", "job")
         assert "running" not in page["annotations"]
+        # Nor does it land in the report of the Slurm job that runs on GPU 5.
+        code, out, err = gpuwatch("job-report", "81234", daemon.url, "--json")
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["gpus"] and all(g["alerts"] == [] for g in report["gpus"]), report
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
         hook.down()

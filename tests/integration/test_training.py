@@ -89,7 +89,10 @@ def test_nan_loss_fires_within_two_minutes_and_the_gpus_show_the_job(tmp_path: P
             assert process["name"].startswith("python") and process["gpu_memory_bytes"] > 1e9
             assert gpu["jobs"].startswith("Slurm job 81234 of ")
         metrics = daemon.metrics()
-        assert 'train_loss{gpu="1",job="llama",rank="1"} NaN' in metrics  # rank 1 runs on GPU 1
+        # Rank 1 says it runs on GPU 1, which the job's process holds: the series names it.
+        uuid = next(g["uuid"] for g in gpus if g["index"] == 1)
+        series = f'train_loss{{exported_gpu="1",gpu="1",job="llama",rank="1",uuid="{uuid}"}} NaN'
+        assert series in metrics
         assert 'gpuwatch_gpu_processes{gpu="1",' in metrics
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gpuwatch.health.raised import raised_causes
-from gpuwatch.model import Provenance, Sample
+from gpuwatch.host.processes import GpuProcess
+from gpuwatch.model import GpuInfo, GpuState, GpuStatus, Provenance, Sample
+from gpuwatch.push.attribution import Attribution
 from gpuwatch.push.parse import PushError, parse_json, parse_text
 from gpuwatch.rules.engine import RuleEngine, shipped_packs
 from gpuwatch.rules.files import load_rule_files
@@ -147,3 +150,34 @@ def test_reserved_labels_are_renamed_as_prometheus_renames_a_clash() -> None:
 def test_the_daemons_namespace_stays_closed_to_pushes() -> None:
     with pytest.raises(PushError, match="daemon's own"):
         parse_text(b'gpuwatch_gpu_up{gpu="0"} 0\n', "bert")
+
+
+def gpu(index: int, *processes: GpuProcess) -> GpuState:
+    info = GpuInfo(index, f"GPU-{index}", "H100", f"0000:{index:02x}:00.0", "S", "V", 18)
+    return GpuState(info, GpuStatus.OK, processes=processes)
+
+
+def test_a_push_speaks_for_the_gpus_its_sender_or_its_job_holds_and_no_other() -> None:
+    alice_rank = GpuProcess(1001, "python3", "alice", 1e9, "slurm", "81234")
+    alice_launcher_job = ("slurm", "81234")
+    bob = GpuProcess(2002, "python3", "bob", 1e9, "slurm", "99")
+    gpus = [gpu(0, alice_rank), gpu(1, replace(alice_rank, pid=1002)), gpu(5, bob)]
+    jobs = {3003: alice_launcher_job, 4004: ("", "")}
+    stamp = Attribution(lambda: gpus, lambda pid: jobs.get(pid, ("", ""))).stamp
+    [claim_5] = parse_text(b'train_loss{gpu="5",rank="0"} NaN\n', "alice")
+    [claim_1] = parse_text(b'train_loss{gpu="1",rank="0"} NaN\n', "alice")
+
+    def gpu_of(samples: list[Sample]) -> tuple[str | None, str | None]:
+        labels = dict(samples[0].labels)
+        return labels.get("gpu"), labels.get("uuid")
+
+    # A rank's own process holds one GPU: that is the one, whatever it wrote.
+    assert gpu_of(stamp([claim_5], 1001)) == ("0", "GPU-0")
+    # A launcher of the job holds none itself: its job holds two, and its word picks one of
+    # them, never bob's GPU 5.
+    assert gpu_of(stamp([claim_1], 3003)) == ("1", "GPU-1")
+    assert gpu_of(stamp([claim_5], 3003)) == (None, None)
+    # A process of no job on a GPU, and a push over TCP (no pid), speak for no GPU.
+    assert gpu_of(stamp([claim_5], 4004)) == (None, None)
+    assert gpu_of(stamp([claim_5], None)) == (None, None)
+    assert dict(stamp([claim_5], 3003)[0].labels)["exported_gpu"] == "5"
