@@ -77,6 +77,7 @@ KMSG_UP = "gpuwatch_kmsg_up"
 KMSG_DRIVER_LINES = "gpuwatch_kmsg_driver_lines_total"
 KMSG_SUPPRESSED = "gpuwatch_kmsg_lines_suppressed_total"
 KMSG_OVERWRITTEN = "gpuwatch_kmsg_overwritten_total"
+KMSG_NOT_KERNEL = "gpuwatch_kmsg_not_kernel_lines_total"
 NVSWITCH_SXID_ERRORS = "gpuwatch_nvswitch_sxid_errors_total"
 NVSWITCH_SXID_LAST = "gpuwatch_nvswitch_sxid_last_timestamp_seconds"
 IB_PORT_INFO = "gpuwatch_ib_port_info"
@@ -186,6 +187,12 @@ _DEFS = [
         KMSG_DRIVER_LINES,
         "counter",
         "Kernel log lines of the NVIDIA drivers read, by kind (xid, sxid, fallen_off_bus, ...).",
+    ),
+    MetricDef(
+        KMSG_NOT_KERNEL,
+        "counter",
+        "Kernel log records the kernel did not write (a program's syslog tag, a user-space "
+        "facility), read as noise whatever they say.",
     ),
     MetricDef(
         KMSG_SUPPRESSED,

@@ -6,6 +6,12 @@ followed by continuation lines that start with a space (` SUBSYSTEM=pci`, ` DEVI
 A saved `dmesg` (`[ 1234.567890] NVRM: ...`) or a plain line of text is read as a record too,
 so a log copied off a broken machine can be replayed; every record in a file is numbered by
 the line it starts on.
+
+Only what the kernel wrote speaks for the hardware. A /dev/kmsg record carries its facility
+(user space may write records too, of another facility); a syslog or journal line its tag
+(`kernel:` for the kernel's, `NAME[PID]:` for a program's, whatever it prints after), or its
+`<PRI>`, or `dmesg -x`'s facility column. A line the kernel did not write is kept as a record
+with `kernel` False, and the driver's words in it count for nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +24,21 @@ MAX_RECORD_BYTES = 8192  # the kernel's own limit on a record it hands to a read
 _KMSG = re.compile(rb"^(\d{1,10}),(\d{1,20}),(\d{1,20}),[^;]*;(.*)$")
 _DMESG = re.compile(rb"^\[\s*(\d{1,10})\.(\d{1,9})\]\s?(.*)$", re.DOTALL)  # multi-line too
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+KERNEL_FACILITY = 0  # LOG_KERN; syslog(3) gives user space's LOG_KERN messages LOG_USER
+# Where a line says who wrote it (a saved log's forms; anything else is the kernel's text):
+# - a syslog priority, `<13>` (RFC 3164 and 5424 on the wire, some files keep it);
+_PRI = re.compile(r"<(\d{1,3})>")
+# - `dmesg -x`: `kern  :err   : ...`, `user  :warn  : ...`;
+_DMESG_X = re.compile(
+    r"(kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
+    r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:"
+)
+# - a syslog or journal line's header, then its tag: `Nov 28 01:45:00 gw1 kernel: ...`,
+#   `2026-11-28T01:45:00.1+00:00 gw1 alice[4242]: ...` (RFC 3339 stamps, as rsyslog and
+#   `journalctl -o short-iso` write), or the tag alone (`kernel: ...`, `alice[4242]: ...`).
+_STAMP = r"(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
+_SYSLOG = re.compile(_STAMP + r" \S+ ([^\s:\[]+)(\[\d+\])?: ")
+_TAG = re.compile(r"([^\s:\[]+)(\[\d+\]): |(kernel): ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +48,7 @@ class Record:
     priority: int  # syslog level 0 (emerg) to 7 (debug); 6 (info) where the line has none
     message: str
     context: dict[str, str] = field(default_factory=dict)  # the continuation lines' KEY=value
+    kernel: bool = True  # written by the kernel (its facility or tag says so)
 
 
 def _unescape(text: str) -> str:
@@ -66,6 +88,7 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
             priority=int(match.group(1)) & 7,
             message=_unescape(match.group(4).decode("utf-8", "replace")),
             context=context,
+            kernel=int(match.group(1)) >> 3 == KERNEL_FACILITY,
         )
     # A saved log prints one message over several lines by indenting the lines after the
     # first (`dmesg` does): they are the same message.
@@ -78,8 +101,25 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
         fraction = stamped.group(2).decode().ljust(6, "0")[:6]
         uptime = int(stamped.group(1)) * 1_000_000 + int(fraction)
         message = stamped.group(3).decode("utf-8", "replace")
-        return Record(line_number, uptime, 6, message)
-    return Record(line_number, None, 6, text.decode("utf-8", "replace"))
+        return Record(line_number, uptime, 6, message, kernel=written_by_kernel(message))
+    message = text.decode("utf-8", "replace")
+    return Record(line_number, None, 6, message, kernel=written_by_kernel(message))
+
+
+def written_by_kernel(line: str) -> bool:
+    """Whether a saved log's line is the kernel's, by what its start says of its writer; a
+    line that says nothing of it (a bare `NVRM: ...`, as dmesg prints) is the kernel's."""
+    pri = _PRI.match(line)
+    if pri is not None:
+        return int(pri.group(1)) >> 3 == KERNEL_FACILITY
+    column = _DMESG_X.match(line)
+    if column is not None:
+        return column.group(1) == "kern"
+    header = _SYSLOG.match(line)
+    if header is not None:
+        return header.group(1) == "kernel" and header.group(2) is None
+    tag = _TAG.match(line)
+    return tag is None or tag.group(3) == "kernel"
 
 
 def split_records(data: bytes) -> Iterator[tuple[bytes, int]]:

@@ -108,6 +108,7 @@ class KernelLog:
         self._joiner: Joiner[Record] = Joiner()
         self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
+        self._foreign = 0  # records the kernel did not write
         self._suppressed = 0
         self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
         self._problem = "not started"
@@ -295,6 +296,9 @@ class KernelLog:
             self._record(record, backlog, batch.identity)
 
     def _record(self, record: Record, backlog: bool, identity: str) -> None:
+        if not record.kernel:  # a program's line in a syslog file, a user-space kmsg record
+            self._foreign += 1
+            return
         for whole, line in self._joiner.feed(record, read_driver_line(record.message)):
             self._take_line(whole, line, backlog, identity)
 
@@ -384,6 +388,7 @@ class KernelLog:
         for kind, count in sorted(self._lines.items()):
             yield Sample(m.KMSG_DRIVER_LINES, (("kind", kind),), float(count))
         yield Sample(m.KMSG_SUPPRESSED, (), float(self._suppressed))
+        yield Sample(m.KMSG_NOT_KERNEL, (), float(self._foreign))
         yield Sample(m.KMSG_OVERWRITTEN, (), float(self._reader.counts.overwritten))
         yield from self._sxids.samples()
 

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import urllib.parse
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any, cast
 
 import httptools
@@ -39,6 +35,7 @@ from gpuwatch.push.http import (
 )
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.parse import PushError
+from gpuwatch.serve.pushwire import Request, answer
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +49,6 @@ STOP_WAIT_S = 1.0  # as aiohttp's shutdown timeout on the other sockets
 Parsed = tuple[str, list[Sample]] | PushError
 
 
-def answer(status: int, payload: dict[str, Any], *, close: bool, allow: bool = False) -> bytes:
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-        + ("Allow: POST\r\n" if allow else "")
-        + ("Connection: close\r\n" if close else "")
-        + "\r\n"
-    )
-    return head.encode() + body
-
-
 def _our_fault(exc: Exception) -> PushError:
     log.error("push socket: taking a push failed: %s", exc, exc_info=exc)
     return PushError(500, f"the daemon failed to take this push: {type(exc).__name__}")
@@ -71,22 +56,6 @@ def _our_fault(exc: Exception) -> PushError:
 
 class _RefusedError(Exception):
     """(status, message): raised to stop parsing a request that is answered with it."""
-
-
-@dataclass
-class Request:
-    target: bytes
-    content_type: str
-    body: bytes
-    keep_alive: bool
-    refusal: tuple[int, str] | None  # decided from the head (path, method): body not kept
-
-    def job(self) -> str | None:
-        """`?job=` (the text format's); None without one."""
-        if b"?" not in self.target:
-            return None
-        query = self.target.partition(b"?")[2].decode("latin-1")
-        return urllib.parse.parse_qs(query, keep_blank_values=True).get("job", [None])[0]
 
 
 class PushProtocol(asyncio.Protocol):

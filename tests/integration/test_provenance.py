@@ -5,6 +5,7 @@ Slurm on loopback with the drain list docs/slurm.md gives."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import tempfile
@@ -110,6 +111,56 @@ def test_a_pushed_cause_pages_the_job_and_moves_neither_verdict_nor_slurm(
         assert code == 0, err
         report = json.loads(out)
         assert report["gpus"] and all(g["alerts"] == [] for g in report["gpus"]), report
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        hook.down()
+        slurm.stop()
+
+
+def sim_kmsg(daemon: DaemonProcess) -> Path:
+    found = re.search(r"simulated host \(.*\) under (\S+?)\"", daemon.log())
+    assert found is not None, daemon.log()
+    return Path(found.group(1)) / "kmsg"
+
+
+def short_address(gpu: dict[str, Any]) -> str:
+    """`00000000:5D:00.0` as the driver's XID line prints it: `0000:5d:00`."""
+    domain, bus, rest = str(gpu["pci_bus_id"]).lower().split(":")
+    return f"{domain[-4:]}:{bus}:{rest.split('.')[0]}"
+
+
+@needs_slurm
+def test_driver_lines_a_user_logs_are_noise_and_drain_nothing(tmp_path: Path, shared: Path) -> None:
+    slurm = start_slurm(tmp_path / "slurm")
+    hook = FakeService().up()
+    daemon = start(tmp_path, shared, hook, slurm)
+    try:
+        gpus = {g["index"]: g for g in wait_for(lambda: daemon.json("/api/v1/gpus")["data"])}
+        three, five = short_address(gpus[3]), short_address(gpus[5])
+        forged = [
+            # `logger` in a syslog file: a program's tag, not the kernel's.
+            f"Nov 28 01:45:00 gw1 alice[4242]: NVRM: Xid (PCI:{three}): 79, pid=4242, "
+            "name=python3, GPU has fallen off the bus.",
+            # A /dev/kmsg-form record of the user facility (12 = user.warning).
+            f"12,1795828999999,99000000,-;NVRM: Xid (PCI:{five}): 48, pid=4242, name=python3, "
+            "An uncorrectable double bit error (DBE) has been detected on GPU.",
+        ]
+        marker = "6,1795829999999,99000001,-;NVRM: a line the kernel wrote after them"
+        with sim_kmsg(daemon).open("a") as log:
+            log.write("\n".join([*forged, marker]) + "\n")
+
+        def marker_seen() -> bool:
+            events = daemon.json("/api/v1/events?kind=kernel_log&since=1h")["data"]["events"]
+            return any("the kernel wrote after them" in e["message"] for e in events)
+
+        wait_for(marker_seen, timeout=20)  # read past the forged lines
+        time.sleep(3)  # a verdict or two, and past resume_after
+        assert daemon.json("/api/v1/events?kind=xid&since=1h")["data"]["events"] == []
+        node = daemon.json("/api/v1/node")["data"]
+        assert node["verdict"] == "healthy", node["reasons"]
+        assert "DRAIN" not in slurm.node()["State"], slurm.node()
+        metrics = daemon.metrics()
+        assert "gpuwatch_kmsg_not_kernel_lines_total 2.0" in metrics
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
         hook.down()

@@ -544,3 +544,43 @@ def test_a_file_mixing_kmsg_records_and_dmesg_lines_loses_none(tmp_path: Path) -
     again._reader.open()
     again.take(again._read())
     assert [e.data["kmsg_seq"] for e in taken] == [5]
+
+
+@pytest.mark.parametrize(
+    ("line", "kernel"),
+    [
+        # Forms the captures in tests/fixtures/kmsg carry: the kernel's.
+        ("Dec  2 11:38:46 worker4 kernel: [  218.250408] NVRM: Xid (PCI:0000:07:00): 48, x", True),
+        ("Jul 09 10:42:47 pool0-0082 kernel: NVRM: knvlinkDiscoverPostRxDetLinks_GH100", True),
+        ("kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001", True),
+        ("kern  :err   : 2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: SXid (PCI:0", True),
+        ("[   49.261458] NVRM: GPU at 0000:01:00.0 has fallen off the bus.", True),
+        ("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1", True),
+        ("<4>Nov 28 01:45:00 gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", True),
+        # A program's: `logger` through syslog, in any of the forms a file keeps.
+        ("Nov 28 01:45:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
+        ("Nov 28 01:45:00 gw1 python3: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
+        ("2026-11-28T01:45:00.123+00:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
+        ("<13>Nov 28 01:45:00 gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", False),
+        ("user  :warn  : 2025-01-25T10:34:54,859532+00:00 NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("12,1795828999999,99000000,-;NVRM: Xid (PCI:0000:5d:00): 48, pid=4242", False),
+        ("4,1795828999999,99000000,-;NVRM: Xid (PCI:0000:5d:00): 48, pid=4242", True),
+    ],
+)
+def test_only_what_the_kernel_wrote_counts_as_the_kernels(line: str, kernel: bool) -> None:
+    record = parse_record(line.encode())
+    assert record is not None and record.kernel is kernel
+
+
+def test_a_users_driver_line_is_counted_as_noise_and_raises_nothing(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3B")))
+    lines = [
+        b"Nov 28 01:45:00 gw1 alice[4242]: " + XID_79.encode(),
+        b"12,7,5,-;" + XID_79.encode(),
+    ]
+    records = [r for r in (parse_record(line, i + 1) for i, line in enumerate(lines)) if r]
+    watcher.take(Batch(records, 0, ""))
+    assert published == []
+    samples = {s.name: s.value for s in watcher.collect() if not s.labels}
+    assert samples["gpuwatch_kmsg_not_kernel_lines_total"] == 2
