@@ -13,7 +13,7 @@ from itertools import chain
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.config import Config
-from gpuwatch.health.acks import AckStore
+from gpuwatch.health.acks import AckStore, acknowledgeable
 from gpuwatch.health.judge import HealthJudge
 from gpuwatch.health.own import state_causes
 from gpuwatch.health.raised import RaisedCause, raised_causes
@@ -48,7 +48,12 @@ RESTORE_LIMIT = 1_000_000  # XIDs restored from the journal at start, at most
 
 
 class AckError(Exception):
-    """An acknowledgement that names no current cause; the message says what there is."""
+    """An acknowledgement refused: one that names no current cause (404; the message says what
+    there is), or a cause that cannot be acknowledged (409)."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class EventLog:
@@ -302,10 +307,16 @@ class Daemon:
             verdict = view.gpu_verdicts.get(index)
             causes = verdict.causes if verdict else ()
         cause = next((c for c in causes if c.key == key), None)
+        where = "the node" if gpu == "node" else f"GPU {gpu}"
         if cause is None:
             keys = ", ".join(c.key for c in causes) or "none"
-            where = "the node" if gpu == "node" else f"GPU {gpu}"
             raise AckError(f"{where} has no current cause {key!r}; its causes: {keys}")
+        if not acknowledgeable(key):
+            raise AckError(
+                f"{cause.reason}: {key} ends by itself once the GPU answers again (after a "
+                "reset or a reboot) and cannot be acknowledged",
+                status=409,
+            )
         self.judge.acks.add(uuid, cause, self.clock.now(), note)
         message = f"acknowledged: {cause.reason}" + (f" ({note})" if note else "")
         self.events.publish(

@@ -139,9 +139,22 @@ def _health(base: str, fetch: Callable[[], Any]) -> int:
         action = f"; {actions[0]}" if actions else ""
         why = reasons[0] + action + more
     else:
-        why = f"{len(node.get('gpus', []))} GPUs, nothing wrong"
+        why = _nothing_new(node)
     print(f"{verdict}: {why}")
     return HEALTH_EXIT[verdict]
+
+
+def _nothing_new(node: dict[str, Any]) -> str:
+    """A verdict with no reasons: "nothing wrong" only when nothing is acknowledged either and
+    every GPU answers; an operator reading "healthy" must not miss a GPU that is down."""
+    gpus = node.get("gpus", [])
+    down = [f"GPU {g.get('index')} is {g.get('status')}" for g in gpus if g.get("status") != "ok"]
+    acked = [str(c.get("reason", "")) for c in node.get("acknowledged", [])]
+    if not down and not acked:
+        return f"{len(gpus)} GPUs, nothing wrong"
+    said = down + [f"acknowledged: {reason}" for reason in acked]
+    more = f" (+{len(said) - 1} more)" if len(said) > 1 else ""
+    return f"{len(gpus)} GPUs, {said[0]}{more}"
 
 
 def _alive(state_dir: str | None) -> int:

@@ -4,6 +4,11 @@ An acknowledgement names a GPU (by UUID, or "" for the node), a cause key, and t
 fingerprint and state when it was given. It holds while the fingerprint is unchanged and the
 state no worse (a degraded NVLink acknowledged does not hide the storm that follows), and is
 dropped once the cause clears, so the next occurrence is reported again.
+
+A GPU that does not answer (lost, unresponsive, failing every call) is not a fact to take note
+of but a state that ends by itself when the GPU answers again: those causes cannot be
+acknowledged, and an acknowledgement of one kept from an older gpuwatch covers nothing. A node
+with such a GPU is not a node to put back into service.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from gpuwatch.state.atomicfile import read_json_records, write_json
 log = logging.getLogger(__name__)
 
 FILE_NAME = "acks.json"
+# The causes of a GPU that does not answer: they clear when it answers (after a reset, or a
+# reboot) and only then.
+WHILE_DOWN = frozenset({"gpu-lost", "gpu-unresponsive", "gpu-nvml-error"})
+
+
+def acknowledgeable(key: str) -> bool:
+    return key not in WHILE_DOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,7 @@ class AckStore:
         ack = self._acks.get((uuid, cause.key))
         return (
             ack is not None
+            and acknowledgeable(cause.key)
             and ack.fingerprint == cause.fingerprint
             and SEVERITY[cause.state] <= SEVERITY[Health(ack.state)]
         )

@@ -158,7 +158,7 @@ class ControlApi:
         try:
             uuid, cause = self.daemon.acknowledge(str(gpu), str(key), str(note))
         except AckError as exc:
-            return _error(str(exc), 404)
+            return _error(str(exc), exc.status)
         return web.json_response({"status": "success", "data": {"uuid": uuid, **cause.as_json()}})
 
 

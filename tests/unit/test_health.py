@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwatch import metrics as m
+from gpuwatch.clients.commands import _nothing_new
 from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import RaisedCause, raised_causes
@@ -363,3 +364,23 @@ def test_xids_counted_as_other_are_one_cause_that_says_what_they_are() -> None:
         "GPU 3: XIDs of codes above 255 that NVIDIA has not numbered (after the first 16 such"
         " codes): 2 times since 1970-01-01T00:00:10.000000Z"
     )
+
+
+def test_an_acknowledgement_of_a_gpu_that_does_not_answer_covers_nothing(tmp_path: Path) -> None:
+    # As an older gpuwatch kept it in acks.json, or as a hand-edited file would.
+    acks = AckStore(tmp_path)
+    judge = HealthJudge(acks)
+    lost = GpuState(INFO, GpuStatus.LOST, "NVML: GPU is lost")
+    [cause] = judge_at(judge, 0.0, gpu=lost).causes
+    acks.add("GPU-3", cause, 0.0, "")
+    again = judge_at(judge, 1.0, gpu=lost)
+    assert again.state == Health.UNHEALTHY and [c.key for c in again.causes] == ["gpu-lost"]
+
+
+def test_the_health_line_says_nothing_wrong_only_when_nothing_is_acknowledged_or_down() -> None:
+    gpus = [{"index": i, "status": "ok"} for i in range(8)]
+    assert _nothing_new({"gpus": gpus}) == "8 GPUs, nothing wrong"
+    acked = {"gpus": gpus, "acknowledged": [{"reason": "GPU 1: XID 48"}, {"reason": "x"}]}
+    assert _nothing_new(acked) == "8 GPUs, acknowledged: GPU 1: XID 48 (+1 more)"
+    down = [*gpus[:1], {"index": 1, "status": "lost"}, *gpus[2:]]
+    assert _nothing_new({"gpus": down}) == "8 GPUs, GPU 1 is lost"

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.health.acks import AckStore
+from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import raised_causes
+from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.host.processes import GpuProcess
-from gpuwatch.model import GpuInfo, GpuState, GpuStatus, Provenance, Sample
+from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, Provenance, Sample
 from gpuwatch.push.attribution import Attribution
 from gpuwatch.push.parse import PushError, parse_json, parse_text
 from gpuwatch.rules.engine import RuleEngine, shipped_packs
@@ -23,6 +26,7 @@ from gpuwatch.rules.views import alerts_payload
 from gpuwatch.store.tsdb import Store
 
 T0 = 1_700_000_000.0
+UP = BackendState(up=True, name="nvml")
 
 
 def provenance_of(tmp_path: Path, rules: str) -> dict[str, Provenance]:
@@ -181,3 +185,49 @@ def test_a_push_speaks_for_the_gpus_its_sender_or_its_job_holds_and_no_other() -
     assert gpu_of(stamp([claim_5], 4004)) == (None, None)
     assert gpu_of(stamp([claim_5], None)) == (None, None)
     assert dict(stamp([claim_5], 3003)[0].labels)["exported_gpu"] == "5"
+
+
+CRC_RULES = """\
+groups:
+  - name: g
+    rules:
+      - alert: GpuNvlinkErrors
+        expr: gpuwatch_gpu_nvlink_errors_total > 0
+        labels: {severity: critical, cause: nvlink-crc}
+        annotations: {summary: "NVLink failing on GPU {{ $labels.gpu }}"}
+      - alert: TrainingLossNaN
+        expr: train_loss != train_loss
+        labels: {severity: critical}
+        annotations: {summary: "NaN"}
+"""
+
+
+def test_what_a_job_pushes_keeps_no_acknowledgement_alive(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(CRC_RULES)
+    engine = RuleEngine(Store(3600), [str(path)], 1.0, None)
+    engine.load()
+    judge = HealthJudge(AckStore(None))
+    three = gpu(3)
+    hardware = (("gpu", "3"), ("uuid", "GPU-3"), ("link", "0"))
+    pushed = {"job": "alice", "metrics": {"train_loss": "NaN"},
+              "labels": {"cause": "nvlink-crc", "uuid": "GPU-3"}}  # fmt: skip
+    _, nan = parse_json(json.dumps(pushed).encode())
+
+    def cycle(t: float, crc: float) -> Verdict:
+        engine.store.ingest("nvml", t, [Sample("gpuwatch_gpu_nvlink_errors_total", hardware, crc)])
+        engine.store.ingest("push", t, nan)  # the job keeps pushing all along
+        engine.evaluate(t)
+        raised = raised_causes(firing_alerts(engine.alerting_rules()))
+        return judge.judge(t, UP, [three], [], raised=raised)[0][3]
+
+    first = cycle(T0, 5.0)
+    [cause] = first.causes
+    judge.acks.add("GPU-3", cause, T0, "link reseated")
+    assert cycle(T0 + 1, 5.0).state == Health.HEALTHY  # acknowledged
+    t = T0 + 2
+    while t < T0 + RAISED_ACK_GRACE_S + 30:  # the link's errors are over; the job pushes on
+        assert cycle(t, 0.0).state == Health.HEALTHY
+        t += 10
+    # The acknowledgement ended with the fault it saw: the next fault is news.
+    assert cycle(t, 7.0).state == Health.UNHEALTHY
