@@ -118,6 +118,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.add_argument("--state-dir", help="the daemon's state directory, for --alive and --local")
     health.add_argument(
+        "--max-chars",
+        type=int,
+        metavar="N",
+        help="cut the line to N characters (never inside one), as a Slurm reason wants",
+    )
+    health.add_argument(
         "--npd",
         action="store_true",
         help="exit as node-problem-detector's custom plugins do: 0 healthy or degraded, "

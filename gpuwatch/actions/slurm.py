@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuwatch.clock import within
+from gpuwatch.text.printable import one_line
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,9 @@ def parse_sinfo(output: str) -> list[SlurmNode]:
     """Nodes from `sinfo -N -h -O <SINFO_FIELDS, SEP-separated>`; a node in several
     partitions is one node with all of them. A line that does not parse is skipped."""
     nodes: dict[str, SlurmNode] = {}
-    for line in output.splitlines():
+    # sinfo ends its lines with \n alone; splitlines() would also split a reason at U+2028
+    # or \x1c-\x1e, and one crafted reason would count as several nodes.
+    for line in output.split("\n"):
         fields = line.split(SEP, len(SINFO_FIELDS) - 1)
         if len(fields) != len(SINFO_FIELDS):
             continue
@@ -109,8 +112,9 @@ def sinfo_format() -> str:
 
 def own_reason(text: str) -> str:
     """A reason gpuwatch sets: its prefix marks it as ours, so an admin's is never undone."""
-    reason = OWN_REASON_PREFIX + " ".join(text.split())  # one line: scontrol keeps it whole
-    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 3] + "..."
+    # One line, no control characters: scontrol keeps it whole, and `sinfo -R` shows it as
+    # written; a label's ESC or NUL would reach every admin's terminal, or cut the reason.
+    return one_line(OWN_REASON_PREFIX + text, MAX_REASON_CHARS)
 
 
 class SlurmCli:

@@ -15,7 +15,7 @@ from typing import Any
 from gpuwatch.clients.control import ControlError, default_socket, request
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.reports.report import text as report_text
-from gpuwatch.text.printable import printable, printable_json
+from gpuwatch.text.printable import one_line, printable, printable_json
 
 EXIT_CONFIG = 2
 EXIT_UNREACHABLE = 3
@@ -115,23 +115,29 @@ def cmd_health(args: argparse.Namespace) -> int:
         def fetch() -> Any:
             return _fetch_json(f"{base}/api/v1/node", args.ca_file)
 
-    status = _health(where, fetch)
+    status = _health(where, fetch, args.max_chars)
     return NPD_EXIT[status] if args.npd else status
 
 
-def _health(base: str, fetch: Callable[[], Any]) -> int:
+def _health(base: str, fetch: Callable[[], Any], limit: int | None = None) -> int:
+    """The verdict as one line, made safe once here for whatever reads it: a terminal, the
+    health check's drain reason, the prolog's message in slurmd's log."""
+
+    def say(line: str) -> None:
+        print(one_line(line, limit))
+
     try:
         node = fetch().get("data", {})
     except ControlError as exc:
-        print(f"unreachable: {exc}")
+        say(f"unreachable: {exc}")
         return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"unreachable: {base}: {_why(exc)}")
+        say(f"unreachable: {base}: {_why(exc)}")
         return EXIT_UNREACHABLE
     verdict = str(node.get("verdict", "unknown"))
     reasons = [str(r) for r in node.get("reasons", []) if r]
     if verdict not in HEALTH_EXIT:
-        print(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
+        say(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
         return EXIT_UNREACHABLE
     actions = [str(a) for a in node.get("actions", [])]
     if reasons:
@@ -140,7 +146,7 @@ def _health(base: str, fetch: Callable[[], Any]) -> int:
         why = reasons[0] + action + more
     else:
         why = _nothing_new(node)
-    print(f"{verdict}: {why}")
+    say(f"{verdict}: {why}")
     return HEALTH_EXIT[verdict]
 
 

@@ -1,9 +1,14 @@
-"""Text from a process name, a label, a file or another daemon, made safe to print on a terminal.
+"""Text from a process name, a label, a file or another daemon, made safe to print on a terminal
+or hand to another program.
 
 A process can name itself with ESC sequences (which move the cursor, retitle the window or
 rewrite what was printed before) and newlines (which forge lines of `gpuwatch events`). Every
 control character, and the Unicode controls that reorder or hide text, is shown as a visible
-escape instead: `\\x1b`, `\\n`, `\\u202e`."""
+escape instead: `\\x1b`, `\\n`, `\\u202e`.
+
+`one_line` is the form for what leaves gpuwatch as a single line (a Slurm drain reason, the
+health check's line): its whitespace, line and record separators included, made single
+spaces, every other control escaped, no NUL, and cut on a character, never inside one."""
 
 from __future__ import annotations
 
@@ -23,6 +28,14 @@ def _escape(match: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """`text` as one printable line of at most `limit` characters (ending "..." when cut)."""
+    line = printable(" ".join(text.split()))  # split() takes \x1c-\x1f and U+2028 too
+    if limit is not None and len(line) > limit:
+        line = line[: max(0, limit - 3)].rstrip() + "..."
+    return line
 
 
 def printable_json(value: Any) -> Any:

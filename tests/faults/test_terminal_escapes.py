@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from aiohttp import web
 from gpuwatch.tui.http import JsonClient
 
+from gpuwatch.clients.commands import _health
 from gpuwatch.text.printable import printable, printable_json
 
 HOSTILE = "train\x1b]0;pwned\x07\x1b[2J\nfake 2026-01-01T00:00:00Z xid GPU 0 forged\u202eevil"
@@ -84,3 +87,25 @@ async def test_gpuwatch_events_prints_one_line_per_event_and_no_escape() -> None
     assert "\x1b" not in text and "\x07" not in text
     assert text.count("\n") == 1  # the forged second line stays on the first
     assert "\\x1b[2J" in text
+
+
+def test_the_health_line_is_one_printable_line_cut_on_a_character(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The control socket's reply (`health --local`, the health check's and the prolog's way
+    # in) is printed as the listener's is: escaped, on one line.
+    node = {"verdict": "unhealthy", "reasons": [f"GPU 3: {HOSTILE}\x00"], "actions": ["é" * 300]}
+    assert _health("sock", lambda: {"data": node}, 160) == 2
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith("unhealthy: GPU 3: train\\x1b]0;pwned\\x07") and "\\x00" in line
+    assert not any(ord(c) < 0x20 for c in line) and "\u202e" not in line
+    # 160 characters, not bytes: the health check's `cut -c` in slurmd's C locale split an é.
+    assert len(line) == 160 and line.endswith("é...")
+    line.encode("utf-8")
+
+
+def test_the_shipped_health_check_leaves_the_cut_to_gpuwatch() -> None:
+    check = (Path(__file__).parents[2] / "deploy" / "slurm" / "gpuwatch-healthcheck").read_text()
+    calls = [line for line in check.splitlines() if "health --local" in line]
+    assert calls and all("--max-chars 160" in line for line in calls)
+    assert "/usr/bin/cut" not in check
