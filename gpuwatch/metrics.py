@@ -72,6 +72,7 @@ INSTANCE_PROCESSES = "gpuwatch_gpu_instance_processes"
 NOTIFICATIONS = "gpuwatch_notifications_total"
 OUTBOX_PENDING = "gpuwatch_outbox_pending"
 NOTIFICATIONS_UNRENDERED = "gpuwatch_notifications_unrendered_total"
+NOTIFICATIONS_HELD = "gpuwatch_notifications_held_total"
 STATE_WRITE_FAILURES = "gpuwatch_state_write_failures_total"
 KMSG_UP = "gpuwatch_kmsg_up"
 KMSG_DRIVER_LINES = "gpuwatch_kmsg_driver_lines_total"
@@ -176,6 +177,12 @@ _DEFS = [
         NOTIFICATIONS_UNRENDERED,
         "counter",
         "Notifications a receiver's format could not render in full; sent as plain text.",
+    ),
+    MetricDef(
+        NOTIFICATIONS_HELD,
+        "counter",
+        "Notifications of jobs' alerts that waited for the receiver's hourly budget "
+        "(notify.job_notifications_per_hour).",
     ),
     MetricDef(
         STATE_WRITE_FAILURES,

@@ -2,8 +2,11 @@
 
 Routing follows Alertmanager's route tree (matchers, group_by, group_wait, group_interval,
 repeat_interval, continue, child routes inheriting from their parent). Without a `route`, every
-receiver gets every alert through gpuwatch's default tree: critical alerts one by one at once,
-everything else folded into one message per node and alert name.
+receiver gets every hardware alert through gpuwatch's default tree: critical alerts one by one
+at once, everything else folded into one message per node and alert name. A job's alerts
+(`provenance="job"`) go to `job_receivers` only (by default every receiver but PagerDuty's:
+a job's NaN is its owner's news, not the on-call's page), one message per node, job and alert
+however many ranks fire.
 """
 
 from __future__ import annotations
@@ -77,9 +80,21 @@ DEFAULT_INHIBIT_RULES = (
 )
 
 
-def default_route(receivers: tuple[str, ...]) -> Route:
-    """Critical alerts alone and at once (resolved within a minute); the rest folded per node
+JOB_GROUP_BY = ("node", "job", "alertname")
+
+
+def default_route(receivers: tuple[str, ...], job_receivers: tuple[str, ...] = ()) -> Route:
+    """A job's alerts to its owners' receivers, one message per job and alert; the hardware's
+    critical alerts alone and at once (resolved within a minute), the rest folded per node
     and alert name after 30 s, so a burst of warnings is one message per incident."""
+    jobs = Route(
+        job_receivers,
+        _m('provenance="job"'),
+        group_by=JOB_GROUP_BY,
+        group_wait=30.0,
+        group_interval=300.0,
+        name="root/job",
+    )
     critical = Route(
         receivers,
         _m('severity="critical"'),
@@ -88,7 +103,7 @@ def default_route(receivers: tuple[str, ...]) -> Route:
         group_interval=60.0,
         name="root/critical",
     )
-    return Route(receivers, routes=(critical,))
+    return Route(receivers, routes=(jobs, critical))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +113,18 @@ class NotifyConfig:
     inhibit_rules: tuple[InhibitRule, ...] = DEFAULT_INHIBIT_RULES
     external_url: str = ""  # where a reader of a message can look; default the daemon's URL
     runbook_url: str = ""  # prefix for a per-alert runbook link: runbook_url + alertname
+    job_receivers: tuple[str, ...] | None = None  # None: every receiver but PagerDuty's
+    job_notifications_per_hour: int = 6  # per receiver and job; more wait for the next hour
+
+    @property
+    def jobs_to(self) -> tuple[str, ...]:
+        if self.job_receivers is not None:
+            return self.job_receivers
+        return tuple(r.name for r in self.receivers if r.type != "pagerduty")
 
     @property
     def tree(self) -> Route:
-        return self.route or default_route(tuple(r.name for r in self.receivers))
+        return self.route or default_route(tuple(r.name for r in self.receivers), self.jobs_to)
 
     def as_dict(self) -> dict[str, Any]:
         """For `config check`: the config file's own keys, so the output is a config that
@@ -123,6 +146,9 @@ class NotifyConfig:
         for key in ("external_url", "runbook_url"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
+        if self.job_receivers is not None:
+            out["job_receivers"] = list(self.job_receivers)
+        out["job_notifications_per_hour"] = self.job_notifications_per_hour
         return out
 
 
@@ -154,6 +180,8 @@ def _route_dict(route: Route, parent_receiver: str) -> dict[str, Any]:
 
 
 # -- parsing -------------------------------------------------------------------------------
+NOTIFY_KEYS = ("receivers", "route", "inhibit_rules", "external_url", "runbook_url",
+               "job_receivers", "job_notifications_per_hour")  # fmt: skip
 RECEIVER_KEYS = ("name", "type", "url", "send_resolved", "rate_limit", "timeout", "routing_key")
 ROUTE_KEYS = (
     "receiver",
@@ -184,6 +212,18 @@ def _labels(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of label names (or ['...']), got {value!r}")
     return tuple(value)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"expected a list of receiver names ([] for none), got {value!r}")
+    return tuple(value)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"expected a whole number of at least 1, got {value!r}")
+    return value
 
 
 def _matchers(value: Any) -> tuple[Matcher, ...]:
@@ -301,9 +341,7 @@ def parse_notify(r: Checker, doc: YamlDoc, raw: Any) -> NotifyConfig:
         return NotifyConfig()
     p = _Parser(r, doc)
     path: PathKey = ("notify",)
-    data = r.section(
-        raw, path, ("receivers", "route", "inhibit_rules", "external_url", "runbook_url")
-    )
+    data = r.section(raw, path, NOTIFY_KEYS)
     raw_receivers = data.get("receivers") or []
     if not isinstance(raw_receivers, list):
         r.problems.append(doc.problem((*path, "receivers"), "expected a list of receivers"))
@@ -322,10 +360,17 @@ def parse_notify(r: Checker, doc: YamlDoc, raw: Any) -> NotifyConfig:
             r.problems.append(doc.problem((*path, "inhibit_rules"), "expected a list"))
             items = []
         inhibit = tuple(p.inhibit_rule(x, (*path, "inhibit_rules", i)) for i, x in enumerate(items))
+    job_receivers = r.value(data, path, "job_receivers", _names, None)
+    for i, name in enumerate(job_receivers or ()):
+        if name not in seen:
+            where = (*path, "job_receivers", i)
+            r.problems.append(doc.problem(where, f"no receiver named {name!r}"))
     return NotifyConfig(
         receivers=receivers,
         route=route,
         inhibit_rules=inhibit,
         external_url=r.value(data, path, "external_url", http_url, ""),
         runbook_url=r.value(data, path, "runbook_url", http_url, ""),
+        job_receivers=job_receivers,
+        job_notifications_per_hour=r.value(data, path, "job_notifications_per_hour", _count, 6),
     )

@@ -5,6 +5,10 @@ The outbox holds every notification from before it is sent until a receiver answ
 notification log records, per group and receiver, which alerts were last notified firing and
 resolved, so a restart neither repeats a notification nor forgets to send a resolve. A
 notification and its log entry are written in one transaction.
+
+Each receiver's outbox has two lanes: a notification that carries a hardware alert (lane 0)
+leaves before any that carries only jobs' alerts (lane 1), so a job's flood of pages never
+holds up a GPU that fell off the bus. Within a lane they leave in order.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from gpuwatch.state.statedir import open_sqlite, reopen_if_unlinked
 
 FILE_NAME = "notify.db"
+HARDWARE_LANE, JOB_LANE = 0, 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY,
@@ -28,7 +33,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     created REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     next_attempt REAL NOT NULL,
-    coalesce_key TEXT
+    coalesce_key TEXT,
+    lane INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS outbox_receiver ON outbox (receiver, id);
 CREATE TABLE IF NOT EXISTS nflog (
@@ -80,6 +86,7 @@ class Outgoing:
     body: bytes
     headers: dict[str, str]
     coalesce_key: str | None = None  # a newer one with the same key replaces one not yet sent
+    lane: int = HARDWARE_LANE
 
 
 class NotifyDb:
@@ -91,11 +98,13 @@ class NotifyDb:
         else:
             self.db = sqlite3.connect(self.path, isolation_level=None)
             self.db.executescript(SCHEMA)
+        _with_lanes(self.db)
 
     def reopen_if_unlinked(self) -> None:
         """Recreate the file, with everything it held, if it was deleted while open."""
         if self.file is not None:
             self.db = reopen_if_unlinked(self.db, self.file, SCHEMA)
+            _with_lanes(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -118,7 +127,7 @@ class NotifyDb:
                     )
                 self.db.execute(
                     "INSERT INTO outbox (receiver, key, body, headers, created, next_attempt,"
-                    " coalesce_key) VALUES (?,?,?,?,?,?,?)",
+                    " coalesce_key, lane) VALUES (?,?,?,?,?,?,?,?)",
                     (
                         item.receiver,
                         item.key,
@@ -127,6 +136,7 @@ class NotifyDb:
                         now,
                         now,
                         item.coalesce_key,
+                        item.lane,
                     ),
                 )
             for group_key, receiver, entry in log:
@@ -148,10 +158,10 @@ class NotifyDb:
                     )
 
     def head(self, receiver: str) -> Pending | None:
-        """The oldest notification for a receiver: they leave in order."""
+        """The next notification for a receiver: the hardware's lane first, each in order."""
         row = self.db.execute(
             "SELECT id, receiver, key, body, headers, created, attempts, next_attempt"
-            " FROM outbox WHERE receiver = ? ORDER BY id LIMIT 1",
+            " FROM outbox WHERE receiver = ? ORDER BY lane, id LIMIT 1",
             (receiver,),
         ).fetchone()
         if row is None:
@@ -182,3 +192,12 @@ class NotifyDb:
             (g, r): LogEntry(frozenset(json.loads(f)), frozenset(json.loads(res)), t)
             for g, r, f, res, t in rows
         }
+
+
+def _with_lanes(db: sqlite3.Connection) -> None:
+    """An outbox from before lanes gains its column (its rows the hardware's lane: before, they
+    all left in order) and the index the next notification is found by."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(outbox)")}
+    if "lane" not in columns:
+        db.execute("ALTER TABLE outbox ADD COLUMN lane INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE INDEX IF NOT EXISTS outbox_lane ON outbox (receiver, lane, id)")

@@ -7,6 +7,12 @@ firing alert it was not told about, when alerts it was told about resolved, or w
 repeat_interval has passed (Alertmanager's rules, with its notification log kept in notify.db).
 Inhibited or silenced firing alerts are left out; their resolution is still sent to a receiver
 that was told they fired.
+
+A notification that carries only jobs' alerts (`provenance="job"`) goes into its receiver's
+job lane, behind the hardware's, and each receiver takes at most
+`job_notifications_per_hour` of them per job: one more waits in its group, nothing lost,
+until the hour allows it. A job that flaps its NaN, or a user pushing under many names, cannot
+drown the channel.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from dataclasses import dataclass, field, replace
 
 from gpuwatch.model import Labels
 from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.notify.budget import JobBudget, lane_of
 from gpuwatch.notify.config import ALL_LABELS, InhibitRule, NotifyConfig, ReceiverConfig, Route
-from gpuwatch.notify.db import LogEntry, NotifyDb, Outgoing
+from gpuwatch.notify.db import JOB_LANE, LogEntry, NotifyDb, Outgoing
 from gpuwatch.notify.matchers import matches_all
 from gpuwatch.notify.message import GpuIdentity, Notification
 from gpuwatch.notify.silences import Silences
@@ -95,6 +102,7 @@ class Dispatcher:
         self._gpus: Mapping[str, GpuIdentity] = {}
         self._silences_seen = silences.generation
         self.render_failures: Counter[str] = Counter()  # by receiver
+        self.job_budget = JobBudget(config.job_notifications_per_hour)
 
     def update(
         self, now: float, alerts: list[NotifyAlert], gpus: Mapping[str, GpuIdentity]
@@ -194,6 +202,9 @@ class Dispatcher:
         told = entry.firing if entry is not None else frozenset()
         told_resolved = [a for a in resolved if a.fingerprint in told and receiver.send_resolved]
         shown = sorted(firing, key=_order) + sorted(told_resolved, key=_order)
+        lane = lane_of(shown)
+        if shown and lane == JOB_LANE and not self.job_budget.take(now, receiver_name, shown):
+            return  # not remembered as told: it goes out once the hour allows
         if shown:
             notification = Notification(
                 receiver=receiver_name,
@@ -209,7 +220,7 @@ class Dispatcher:
             outgoing = self._render(receiver, notification)
             if outgoing is None:
                 return  # not remembered as told: tried again at the next flush
-            items.append(outgoing)
+            items.append(replace(outgoing, lane=lane))
         new_entry = LogEntry(firing_ids, resolved_ids, now) if firing_ids else None
         log.append((group.key, receiver_name, new_entry))
 

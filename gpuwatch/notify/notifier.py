@@ -209,6 +209,8 @@ class Notifier:
                     )
                 )
             out.append(Sample(m.OUTBOX_PENDING, labels, float(pending.get(r.name, 0))))
+            held = float(self.dispatcher.job_budget.held[r.name])
+            out.append(Sample(m.NOTIFICATIONS_HELD, labels, held))
             failures = float(self.dispatcher.render_failures[r.name])
             out.append(Sample(m.NOTIFICATIONS_UNRENDERED, labels, failures))
         return out

@@ -11,6 +11,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,18 @@ def shared() -> Iterator[Path]:
 
 
 def push(sock_path: Path, payload: dict[str, Any]) -> int:
-    body = json.dumps(payload).encode()
+    return _post(sock_path, "/api/v1/push", "application/json", json.dumps(payload).encode())
+
+
+def push_text(sock_path: Path, job: str, text: str) -> int:
+    return _post(sock_path, f"/api/v1/push?job={job}", "text/plain", text.encode())
+
+
+def _post(sock_path: Path, target: str, content_type: str, body: bytes) -> int:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
         sock.connect(str(sock_path))
-        head = ("POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = (f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
         sock.sendall(head.encode() + body)
         reply = b""
@@ -165,3 +173,57 @@ def test_driver_lines_a_user_logs_are_noise_and_drain_nothing(tmp_path: Path, sh
         assert stop_daemon(daemon) == 0, daemon.log()
         hook.down()
         slurm.stop()
+
+
+# GPU 1 falls off the bus 40 s in: while the jobs' messages (flushed 30 s in) still queue at a
+# receiver that takes 2 a second.
+FALLS_LATE = """\
+name: fall-off-late
+node: {gpus: 2, model: H100, workload: training, seed: 1}
+faults:
+  - {kind: fall_off_bus, gpu: 1, at: 40s}
+"""
+
+
+def test_a_flood_of_job_pages_is_one_message_a_job_and_the_hardwares_goes_first(
+    tmp_path: Path, shared: Path
+) -> None:
+    hook = FakeService().up()
+    config = tmp_path / "gpuwatch.yaml"
+    receiver = f"{{name: ops, type: webhook, url: '{hook.url}', rate_limit: 2}}"
+    config.write_text(f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
+                      f"notify:\n  receivers:\n    - {receiver}\n")  # fmt: skip
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(FALLS_LATE)
+    daemon = start_daemon(tmp_path, "--simulate", str(scenario), "-c", str(config))
+    try:
+        # 40 jobs of 5 ranks each go NaN: 200 series, one push each job.
+        jobs = [f"job{j:02d}" for j in range(40)]
+        for job in jobs:
+            ranks = "".join(f'train_loss{{rank="{r}"}} NaN\n' for r in range(5))
+            assert push_text(shared / "push.sock", job, ranks) == 200
+
+        def pages(name: str) -> list[tuple[float, dict[str, Any]]]:
+            """(when it arrived, the alert) of each alert of this name the receiver took."""
+            with hook.lock:
+                got = [(r.time, r.json) for r in hook.received]
+            return [(t, a) for t, body in got for a in body["alerts"]
+                    if a["labels"]["alertname"] == name]  # fmt: skip
+
+        lost = wait_for(lambda: pages("GpuFellOffBus"), timeout=90)
+        fired = lost[0][1]["startsAt"]
+        nan = wait_for(lambda: len({a["labels"]["job"] for _, a in pages("TrainingLossNaN")}) == 40
+                       and pages("TrainingLossNaN"), timeout=90)  # fmt: skip
+        with hook.lock:
+            messages = [r.json for r in hook.received]
+        job_messages = [m for m in messages if m["commonLabels"].get("provenance") == "job"]
+        # One message per job, whatever its ranks: 40, not 200.
+        assert len(job_messages) == 40, [m["groupLabels"] for m in job_messages]
+        assert all(len(m["alerts"]) == 5 for m in job_messages)
+        # The hardware's page went out ahead of the jobs' still queued.
+        assert lost[0][0] < max(t for t, _ in nan), "the lost GPU waited behind every job"
+        took = lost[0][0] - datetime.fromisoformat(fired.replace("Z", "+00:00")).timestamp()
+        assert took < 3.0, f"GpuFellOffBus reached the receiver {took:.1f}s after it fired"
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        hook.down()
