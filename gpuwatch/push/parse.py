@@ -30,6 +30,7 @@ JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}")
 RESERVED_LABELS = frozenset({"cause", "uuid", "gpu", "node", "instance", "alertname",
                              "alertstate", "severity", "provenance", "pci_bus_id"})  # fmt: skip
 MAX_LABEL_VALUE = 1024
+MAX_LABELS_PER_SERIES = 32  # beside `job`; Prometheus's label_limit, set as a scrape might
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf}
 
 
@@ -72,6 +73,10 @@ def _check_name(name: str) -> None:
 
 
 def _labels(job: str, raw: dict[str, Any], where: str) -> Labels:
+    if len(raw) > MAX_LABELS_PER_SERIES:
+        raise PushError(
+            400, f"{where}: {len(raw)} labels; a series may have {MAX_LABELS_PER_SERIES}"
+        )
     out: dict[str, str] = {}
     for key, value in raw.items():
         if not isinstance(key, str) or not LABEL_NAME.fullmatch(key) or key.startswith("__"):

@@ -8,12 +8,14 @@ Bounds: a request not whole within REQUEST_TIMEOUT_S of its first byte is answer
 over MAX_HEAD_BYTES 431, a body over push.max_body_bytes 413, each then closed; a connection
 idle (or not reading) for KEEPALIVE_S is closed; past MAX_CONNECTIONS the oldest idle ones
 are. A body over PARSE_ON_LOOP_BYTES is parsed on a thread, later requests answered after it.
+What each local user (the kernel names it) may open and cost is pushgate.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -22,20 +24,11 @@ from typing import Any, cast
 import httptools
 
 from gpuwatch.clock import within
-from gpuwatch.model import Sample
-from gpuwatch.push.http import (
-    PARSE_ON_LOOP_BYTES,
-    Stamp,
-    accepted,
-    error_body,
-    parser_for,
-    peer_pid,
-    refused,
-    unix_peer,
-)
+from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, Stamp, error_body, peer_creds
 from gpuwatch.push.jobs import JobInputs
-from gpuwatch.push.parse import PushError
-from gpuwatch.serve.pushwire import Request, answer
+from gpuwatch.serve.pushgate import MAX_CONNECTIONS_PER_UID, PushGate
+from gpuwatch.serve.pushtake import PushTaker
+from gpuwatch.serve.pushwire import RefusedError, Request, answer, our_fault
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +39,6 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these and the listener's
 SWEEP_EVERY_S = 5.0
 STOP_WAIT_S = 1.0  # as aiohttp's shutdown timeout on the other sockets
-Parsed = tuple[str, list[Sample]] | PushError
-
-
-def _our_fault(exc: Exception) -> PushError:
-    log.error("push socket: taking a push failed: %s", exc, exc_info=exc)
-    return PushError(500, f"the daemon failed to take this push: {type(exc).__name__}")
-
-
-class _RefusedError(Exception):
-    """(status, message): raised to stop parsing a request that is answered with it."""
 
 
 class PushProtocol(asyncio.Protocol):
@@ -70,8 +53,12 @@ class PushProtocol(asyncio.Protocol):
         self.pending: deque[Request] = deque()  # complete, not yet answered
         self.busy = False  # a large body is being parsed on a thread
         self.writing_paused = False
-        self.failure: tuple[int, str] | None = None  # to answer once the pending are answered
+        # (status, message, Retry-After): to answer once the pending are answered
+        self.failure: tuple[int, str, float | None] | None = None
         self.closing = False
+        self.pid: int | None = None
+        self.uid = -1
+        self.counted = False  # among its user's open connections
         self._new_request()
 
     def _new_request(self) -> None:
@@ -90,11 +77,24 @@ class PushProtocol(asyncio.Protocol):
         # A stream transport; uvloop's have asyncio.Transport's methods but not its class.
         self.transport = cast(asyncio.Transport, transport)
         self.last_active = self.server.now()
+        # The kernel's word for who is there, fixed for the connection's life.
+        creds = peer_creds(transport.get_extra_info("socket"))
+        self.pid, self.uid = creds if creds is not None else (None, -1)
+        if not self.server.gate.connect(self.uid):
+            self.closing = True
+            message = f"uid {self.uid} has {MAX_CONNECTIONS_PER_UID} connections open already"
+            self.transport.write(answer(429, error_body(message), close=True, retry_after=1))
+            self.transport.close()
+            return
+        self.counted = True
         self.server.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.pop(self, None)
+        if self.counted:
+            self.counted = False
+            self.server.gate.disconnect(self.uid)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.now()
@@ -104,21 +104,28 @@ class PushProtocol(asyncio.Protocol):
         limit = self.server.jobs.pushed.limits.max_body_bytes
         try:
             if self.wire_bytes > MAX_HEAD_BYTES + 2 * limit + len(data):
-                raise _RefusedError(413, f"request over {limit} bytes (push.max_body_bytes)")
+                raise RefusedError(413, f"request over {limit} bytes (push.max_body_bytes)")
             self.parser.feed_data(data)
             if self.in_head and self.wire_bytes > MAX_HEAD_BYTES:
-                raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
-        except _RefusedError as refusal:
+                raise RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
+        except RefusedError as refusal:
             self.fail(*refusal.args)
         except httptools.HttpParserError as exc:
-            cause = exc.__context__
-            if isinstance(cause, _RefusedError):
-                self.fail(*cause.args)
-            elif isinstance(cause, Exception):  # our bug, not the client's
-                fault = _our_fault(cause)
-                self.fail(fault.status, str(fault))
-            else:
-                self.fail(400, f"not valid HTTP/1.1: {exc}")
+            self._failed(exc)
+
+    def _failed(self, exc: httptools.HttpParserError) -> None:
+        """Answer what stopped the parser. A method of its own: a local naming the cause in
+        data_received would hold the cause's traceback, its frame and the chunk read (256 KiB)
+        in a cycle until the collector's next pass, and a flood of refused pushes grew the
+        daemon by hundreds of MiB."""
+        cause = exc.__context__
+        if isinstance(cause, RefusedError):
+            self.fail(*cause.args)
+        elif isinstance(cause, Exception):  # our bug, not the client's
+            fault = our_fault(cause)
+            self.fail(fault.status, str(fault))
+        else:
+            self.fail(400, f"not valid HTTP/1.1: {exc}")
 
     def pause_writing(self) -> None:  # the client sends and does not read its answers
         self.writing_paused = True
@@ -143,7 +150,7 @@ class PushProtocol(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.in_head:
-            raise _RefusedError(400, "trailers are not taken: send the body's headers first")
+            raise RefusedError(400, "trailers are not taken: send the body's headers first")
         self._count(len(name) + len(value) + 4)
         lower = name.lower()
         if lower == b"content-type":
@@ -158,12 +165,12 @@ class PushProtocol(asyncio.Protocol):
         data_received)."""
         self.head_bytes += size
         if self.head_bytes > MAX_HEAD_BYTES:
-            raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
+            raise RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
 
     def on_headers_complete(self) -> None:
         self.in_head = False
         if self.parser.should_upgrade():  # llhttp would take the body for the new protocol's
-            raise _RefusedError(400, "protocol upgrades are not served here: plain HTTP/1.1")
+            raise RefusedError(400, "protocol upgrades are not served here: plain HTTP/1.1")
         method = self.parser.get_method()
         path = self.target.partition(b"?")[0]
         limit = self.server.jobs.pushed.limits.max_body_bytes
@@ -173,10 +180,15 @@ class PushProtocol(asyncio.Protocol):
         elif method != b"POST":
             self.refusal = (405, f"method {method.decode('latin-1')} not allowed: POST only")
         elif self.content_length is not None and self.content_length > limit:
-            raise _RefusedError(
+            raise RefusedError(
                 413, f"body of {self.content_length} bytes; the limit is {limit} "
                 "(push.max_body_bytes)"
             )  # fmt: skip
+        elif over := self.server.gate.refusal(
+            self.uid, (self.content_length or 0) > PARSE_ON_LOOP_BYTES
+        ):
+            # Refused before its body is read: a user over its budget costs a header's read.
+            raise RefusedError(429, over.message, over.retry_after)
         elif self.expect and self.transport is not None and not self.pending and not self.busy:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -185,7 +197,7 @@ class PushProtocol(asyncio.Protocol):
             return  # read and dropped: the answer does not depend on it
         limit = self.server.jobs.pushed.limits.max_body_bytes
         if len(self.body) + len(chunk) > limit:
-            raise _RefusedError(413, f"body over {limit} bytes (push.max_body_bytes)")
+            raise RefusedError(413, f"body over {limit} bytes (push.max_body_bytes)")
         self.body += chunk
 
     def on_message_complete(self) -> None:
@@ -202,17 +214,21 @@ class PushProtocol(asyncio.Protocol):
     def _answer_pending(self) -> None:
         while self.pending and self.transport is not None and not self.transport.is_closing():
             request = self.pending[0]
+            large = len(request.body) > PARSE_ON_LOOP_BYTES
             if request.refusal is not None:
                 status, message = request.refusal
                 self._write(request, status, error_body(message), allow=status == 405)
-            elif len(request.body) > PARSE_ON_LOOP_BYTES:
+            elif (over := self.server.gate.refusal(self.uid, large)) is not None:
+                self._write(request, 429, error_body(over.message), retry=over.retry_after)
+            elif large:
                 self.busy = True  # the event loop keeps answering while it is parsed
                 self.transport.pause_reading()
                 self.server.spawn(self._answer_large(request))
                 return
             else:
-                parsed = self.server.parse(request)
-                self._write(request, *self.server.apply(request, parsed, self.peer, self.pid()))
+                parse = functools.partial(self.server.take.parse, request)
+                parsed = self.server.gate.parse_here(self.uid, parse)
+                self._write(request, *self.server.take.apply(request, parsed, self.peer, self.pid))
             self.pending.popleft()
         if self.failure is not None and not self.pending:
             failure, self.failure = self.failure, None
@@ -220,8 +236,9 @@ class PushProtocol(asyncio.Protocol):
 
     async def _answer_large(self, request: Request) -> None:
         try:
-            parsed = await asyncio.to_thread(self.server.parse, request)
-            self._write(request, *self.server.apply(request, parsed, self.peer, self.pid()))
+            parse = functools.partial(self.server.take.parse, request)
+            parsed = await self.server.gate.parse_large(self.uid, parse)
+            self._write(request, *self.server.take.apply(request, parsed, self.peer, self.pid))
         finally:
             self.pending.popleft()
             self.busy = False
@@ -229,29 +246,34 @@ class PushProtocol(asyncio.Protocol):
             self._answer_pending()
 
     def _write(
-        self, request: Request, status: int, payload: dict[str, Any], allow: bool = False
+        self,
+        request: Request,
+        status: int,
+        payload: dict[str, Any],
+        allow: bool = False,
+        retry: float | None = None,
     ) -> None:
         if self.transport is None or self.transport.is_closing():
             return
         close = not request.keep_alive
-        self.transport.write(answer(status, payload, close=close, allow=allow))
+        self.transport.write(answer(status, payload, close=close, allow=allow, retry_after=retry))
         self.last_active = self.server.now()
         if close:
             self.closing = True
             self.transport.close()  # after what is written has gone
 
-    def fail(self, status: int, message: str) -> None:
+    def fail(self, status: int, message: str, retry: float | None = None) -> None:
         """Answer and close, after the requests before it: what else this connection sent is
         not read."""
         if self.transport is None or self.transport.is_closing():
             return
         if self.pending or self.busy:  # answered after the requests before it
-            self.failure = (status, message)
+            self.failure = (status, message, retry)
             self.closing = True  # read no more
             self.transport.pause_reading()
             return
         self.closing = True
-        self.transport.write(answer(status, error_body(message), close=True))
+        self.transport.write(answer(status, error_body(message), close=True, retry_after=retry))
         self.transport.close()
 
     def evict(self) -> None:
@@ -262,10 +284,7 @@ class PushProtocol(asyncio.Protocol):
             self.transport.abort()
 
     def peer(self) -> str:
-        return unix_peer(self.transport.get_extra_info("socket") if self.transport else None)
-
-    def pid(self) -> int | None:
-        return peer_pid(self.transport.get_extra_info("socket") if self.transport else None)
+        return "unix socket" if self.pid is None else f"uid {self.uid} pid {self.pid}"
 
 
 class PushServer:
@@ -276,8 +295,8 @@ class PushServer:
         self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp | None = None
     ) -> None:
         self.jobs = jobs
-        self.clock_now = clock_now  # the daemon's clock, which dates a pushed series
-        self.stamp = stamp  # the GPU a sender may speak for, from its pid
+        self.take = PushTaker(jobs, clock_now, stamp)
+        self.gate = PushGate()  # what each user may open and cost
         self.connections: dict[PushProtocol, None] = {}  # oldest first
         self.evicted = 0
         self._servers: list[asyncio.Server] = []
@@ -350,30 +369,3 @@ class PushServer:
             elif now - c.last_active > KEEPALIVE_S and (c.started is None or c.closing):
                 # Idle, or answered and closing but not reading what it was sent.
                 c.evict()
-
-    def parse(self, request: Request) -> Parsed:
-        """On the loop for a usual push, on a thread for a large one."""
-        try:
-            limits = self.jobs.pushed.limits
-            return parser_for(request.body, request.content_type, request.job(), limits)()
-        except PushError as exc:
-            return exc
-        except Exception as exc:  # our bug, not the client's: said so, and logged
-            return _our_fault(exc)
-
-    def apply(
-        self, request: Request, parsed: Parsed, peer: Callable[[], str], pid: int | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        try:
-            if isinstance(parsed, PushError):
-                raise parsed
-            job, samples = parsed
-            if self.stamp is not None:
-                samples = self.stamp(samples, pid)
-            count = self.jobs.pushed.apply(job, samples, self.clock_now())
-        except PushError as exc:
-            # The job for the log line: a JSON body's when it was read, else the URL's.
-            return exc.status, refused(exc, peer(), exc.job or request.job() or "")
-        except Exception as exc:
-            return 500, error_body(str(_our_fault(exc)))
-        return 200, accepted(job, count)
