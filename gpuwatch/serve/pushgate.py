@@ -11,7 +11,8 @@ per connection a user can open more of:
   Retry-After, unparsed;
 - large bodies (parsed on a thread) are parsed one at a time, whoever sent them: a parse holds
   the interpreter lock, and eight at once starved the sampling loop for seconds. A user may
-  have at most MAX_LARGE_PER_UID waiting or being parsed; one more is answered 429.
+  have at most MAX_LARGE_PER_UID being received, waiting or being parsed (each up to
+  push.max_body_bytes in memory); one more is answered 429 as soon as it shows it is large.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class PushGate:
             self.open.pop(uid, None)
 
     # -- parsing --------------------------------------------------------------------------
-    def refusal(self, uid: int, large: bool) -> Refusal | None:
+    def refusal(self, uid: int) -> Refusal | None:
         """Why `uid` may not have a push parsed now; None when it may."""
         now = self._clock()
         spent = self._recent(uid, now)
@@ -79,13 +80,23 @@ class PushGate:
                 f"{WINDOW_S:.0f} s (the most a user may is {SHARE * WINDOW_S:.1f} s)",
                 retry,
             )
-        if large and self._large.get(uid, 0) >= MAX_LARGE_PER_UID:
-            self.refused += 1
-            return Refusal(
-                f"uid {uid} has {MAX_LARGE_PER_UID} large pushes waiting to be parsed already",
-                1.0,
-            )
         return None
+
+    def hold_large(self, uid: int) -> Refusal | None:
+        """Take one of `uid`'s places for a large body (release_large gives it back); why not,
+        when it has none left."""
+        if self._large.get(uid, 0) >= MAX_LARGE_PER_UID:
+            self.refused += 1
+            return Refusal(f"uid {uid} has {MAX_LARGE_PER_UID} large pushes under way already", 1.0)
+        self._large[uid] = self._large.get(uid, 0) + 1
+        return None
+
+    def release_large(self, uid: int) -> None:
+        left = self._large.get(uid, 0) - 1
+        if left > 0:
+            self._large[uid] = left
+        else:
+            self._large.pop(uid, None)
 
     def charge(self, uid: int, seconds: float) -> None:
         now = self._clock()
@@ -100,18 +111,10 @@ class PushGate:
     async def parse_large(self, uid: int, work: Callable[[], T]) -> T:
         """`work` on a thread, one large push at a time, its CPU time charged to `uid` (on
         the loop: the books are the loop's alone)."""
-        self._large[uid] = self._large.get(uid, 0) + 1
-        try:
-            async with self._lane:
-                result, seconds = await asyncio.to_thread(_timed, work)
-            self.charge(uid, seconds)
-            return result
-        finally:
-            left = self._large[uid] - 1
-            if left:
-                self._large[uid] = left
-            else:
-                del self._large[uid]
+        async with self._lane:
+            result, seconds = await asyncio.to_thread(_timed, work)
+        self.charge(uid, seconds)
+        return result
 
     def _recent(self, uid: int, now: float) -> deque[tuple[float, float]]:
         spent = self._spent.pop(uid, None)

@@ -26,6 +26,7 @@ import httptools
 from gpuwatch.clock import within
 from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, Stamp, error_body, peer_creds
 from gpuwatch.push.jobs import JobInputs
+from gpuwatch.serve.connlimit import widen_backlog
 from gpuwatch.serve.pushgate import MAX_CONNECTIONS_PER_UID, PushGate
 from gpuwatch.serve.pushtake import PushTaker
 from gpuwatch.serve.pushwire import RefusedError, Request, answer, our_fault
@@ -59,6 +60,7 @@ class PushProtocol(asyncio.Protocol):
         self.pid: int | None = None
         self.uid = -1
         self.counted = False  # among its user's open connections
+        self.holds_large = False  # one of its user's places for a large body
         self._new_request()
 
     def _new_request(self) -> None:
@@ -92,9 +94,14 @@ class PushProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.server.connections.pop(self, None)
+        # The parser holds this protocol's methods, a cycle only the collector frees: what a
+        # client sent before it went (up to push.max_body_bytes) is dropped now, not then.
+        self.body = bytearray()
         if self.counted:
             self.counted = False
             self.server.gate.disconnect(self.uid)
+        if not self.busy:  # a parse under way gives its place back when it ends
+            self._release_large()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.now()
@@ -184,11 +191,11 @@ class PushProtocol(asyncio.Protocol):
                 413, f"body of {self.content_length} bytes; the limit is {limit} "
                 "(push.max_body_bytes)"
             )  # fmt: skip
-        elif over := self.server.gate.refusal(
-            self.uid, (self.content_length or 0) > PARSE_ON_LOOP_BYTES
-        ):
+        elif over := self.server.gate.refusal(self.uid):
             # Refused before its body is read: a user over its budget costs a header's read.
             raise RefusedError(429, over.message, over.retry_after)
+        elif (self.content_length or 0) > PARSE_ON_LOOP_BYTES:
+            self._hold_large()
         elif self.expect and self.transport is not None and not self.pending and not self.busy:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -198,6 +205,8 @@ class PushProtocol(asyncio.Protocol):
         limit = self.server.jobs.pushed.limits.max_body_bytes
         if len(self.body) + len(chunk) > limit:
             raise RefusedError(413, f"body over {limit} bytes (push.max_body_bytes)")
+        if len(self.body) + len(chunk) > PARSE_ON_LOOP_BYTES and not self.holds_large:
+            self._hold_large()  # chunked: large once it has grown so
         self.body += chunk
 
     def on_message_complete(self) -> None:
@@ -210,6 +219,20 @@ class PushProtocol(asyncio.Protocol):
         if not self.busy:
             self._answer_pending()
 
+    def _hold_large(self) -> None:
+        """One of the user's places for a large body, held until it is parsed (a request
+        pipelined behind it shares it: reading stops while the first is parsed)."""
+        if self.holds_large:
+            return
+        if over := self.server.gate.hold_large(self.uid):
+            raise RefusedError(429, over.message, over.retry_after)
+        self.holds_large = True
+
+    def _release_large(self) -> None:
+        if self.holds_large:
+            self.holds_large = False
+            self.server.gate.release_large(self.uid)
+
     # -- answers -----------------------------------------------------------------------------
     def _answer_pending(self) -> None:
         while self.pending and self.transport is not None and not self.transport.is_closing():
@@ -218,7 +241,8 @@ class PushProtocol(asyncio.Protocol):
             if request.refusal is not None:
                 status, message = request.refusal
                 self._write(request, status, error_body(message), allow=status == 405)
-            elif (over := self.server.gate.refusal(self.uid, large)) is not None:
+            elif (over := self.server.gate.refusal(self.uid)) is not None:
+                self._release_large()
                 self._write(request, 429, error_body(over.message), retry=over.retry_after)
             elif large:
                 self.busy = True  # the event loop keeps answering while it is parsed
@@ -240,6 +264,7 @@ class PushProtocol(asyncio.Protocol):
             parsed = await self.server.gate.parse_large(self.uid, parse)
             self._write(request, *self.server.take.apply(request, parsed, self.peer, self.pid))
         finally:
+            self._release_large()
             self.pending.popleft()
             self.busy = False
             self._resume_reading()
@@ -305,7 +330,9 @@ class PushServer:
 
     async def listen(self, path: str) -> None:
         loop = asyncio.get_running_loop()
-        self._servers.append(await loop.create_unix_server(lambda: PushProtocol(self), path))
+        server = await loop.create_unix_server(lambda: PushProtocol(self), path)
+        widen_backlog(server.sockets)  # a burst of connects waits in the kernel, not refused
+        self._servers.append(server)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="push socket sweeper")
 

@@ -5,6 +5,8 @@ Slurm on loopback with the drain list docs/slurm.md gives."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import re
 import shutil
 import socket
@@ -225,5 +227,58 @@ def test_a_flood_of_job_pages_is_one_message_a_job_and_the_hardwares_goes_first(
         took = lost[0][0] - datetime.fromisoformat(fired.replace("Z", "+00:00")).timestamp()
         assert took < 3.0, f"GpuFellOffBus reached the receiver {took:.1f}s after it fired"
     finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        hook.down()
+
+
+def _trickle(path: str, count: int, ready: Any, done: Any) -> None:
+    """As user 60001: `count` connections that each announce a 4 MiB body and send a byte."""
+    os.setgid(60001)
+    os.setuid(60001)
+    held: list[socket.socket] = []
+    deadline = time.monotonic() + 30
+    while len(held) < count and time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect(path)
+            s.sendall(b"POST /api/v1/push?job=slow HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 4194304\r\n\r\nx")  # fmt: skip
+        except BlockingIOError:  # the kernel's queue of connects is full: again
+            s.close()
+            time.sleep(0.01)
+            continue
+        except OSError:  # turned away
+            s.close()
+            continue
+        held.append(s)
+    ready.set()
+    done.wait(60)
+    for s in held:
+        s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user is needed: setuid takes root")
+def test_a_user_holding_hundreds_of_connections_locks_no_other_job_out(
+    tmp_path: Path, shared: Path
+) -> None:
+    hook = FakeService().up()
+    daemon = start(tmp_path, shared, hook)
+    context = multiprocessing.get_context("fork")
+    ready, done = context.Event(), context.Event()
+    trickler = context.Process(target=_trickle, args=(str(shared / "push.sock"), 520, ready, done))
+    try:
+        trickler.start()
+        assert ready.wait(60)
+        # Another user's job (root here) still gets in, and is answered at once.
+        for rank in range(5):
+            body = f'train_step{{rank="{rank}"}} 1\n'
+            assert push_text(shared / "push.sock", "other", body) == 200
+        state = str(tmp_path / "state")
+        code, out, _ = gpuwatch("health", "--local", "--state-dir", state)
+        assert code == 0, out
+    finally:
+        done.set()
+        trickler.join(30)
         assert stop_daemon(daemon) == 0, daemon.log()
         hook.down()

@@ -1,0 +1,150 @@
+"""What one local user may cost through the push socket: connections, parsing time, large
+bodies, and memory a refusal must not keep. The user is the kernel's (SO_PEERCRED)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.push.http import MAX_LABEL_PAIRS, parser_for
+from gpuwatch.push.parse import PushError
+from gpuwatch.push.registry import PushLimits
+from gpuwatch.serve import pushgate
+from gpuwatch.serve.pushgate import MAX_CONNECTIONS_PER_UID, SHARE, WINDOW_S, PushGate
+from gpuwatch.serve.pushserver import PushServer
+from tests.unit.test_push_socket import PUSH, connect, large_push, post, served, turns_until
+
+__all__ = ["served"]  # the fixture, shared
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_users_connections_are_bounded_and_another_user_still_gets_in() -> None:
+    gate = PushGate()
+    assert all(gate.connect(1000) for _ in range(MAX_CONNECTIONS_PER_UID))
+    assert not gate.connect(1000)
+    assert gate.connect(1001)
+    gate.disconnect(1000)
+    assert gate.connect(1000)
+
+
+async def test_the_connection_past_a_users_bound_is_answered_429_and_closed(
+    served: tuple[PushServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pushgate, "MAX_CONNECTIONS_PER_UID", 3)
+    monkeypatch.setattr("gpuwatch.serve.pushserver.MAX_CONNECTIONS_PER_UID", 3)
+    server, path = served
+    held = [await connect(path) for _ in range(3)]
+    for client in held:  # each trickles a request it never finishes
+        await client.send(post(PUSH)[:40])
+    await turns_until(lambda: server.gate.open.get(os.getuid()) == 3)
+    late = await connect(path)
+    status, headers, body = await late.answer()
+    assert status == 429 and headers["retry-after"] == "1"
+    assert f"uid {os.getuid()} has 3 connections open already".encode() in body
+    assert await late.closed()
+    held[0].sock.close()  # one of them goes: the user may open one again
+    await turns_until(lambda: server.gate.open.get(os.getuid()) == 2)
+    again = await connect(path)
+    await again.send(post(PUSH))
+    assert (await again.answer())[0] == 200
+
+
+def test_a_user_past_its_share_of_parsing_waits_and_others_do_not() -> None:
+    clock = Clock()
+    gate = PushGate(clock)
+    gate.charge(1000, SHARE * WINDOW_S + 0.1)
+    refusal = gate.refusal(1000)
+    assert refusal is not None and refusal.retry_after == pytest.approx(WINDOW_S)
+    assert "uid 1000 used 2.6 s" in refusal.message
+    assert gate.refusal(1001) is None
+    clock.now += WINDOW_S + 0.01
+    assert gate.refusal(1000) is None
+
+
+def test_a_user_has_two_places_for_large_bodies() -> None:
+    gate = PushGate()
+    assert gate.hold_large(1000) is None and gate.hold_large(1000) is None
+    assert gate.hold_large(1000) is not None
+    assert gate.hold_large(1001) is None
+    gate.release_large(1000)
+    assert gate.hold_large(1000) is None
+
+
+async def test_large_bodies_are_parsed_one_at_a_time_whoever_sent_them() -> None:
+    gate = PushGate()
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def work() -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.02)  # a parse holding its thread
+        with lock:
+            running -= 1
+        return 1
+
+    done = await asyncio.gather(*(gate.parse_large(uid, work) for uid in (1, 2, 3, 1)))
+    assert done == [1, 1, 1, 1] and most == 1
+
+
+def test_a_push_of_too_many_labels_is_refused_before_it_is_parsed() -> None:
+    labels = ",".join(f'l{i}="v{i}"' for i in range(100))
+    body = "".join(f'flood{{{labels},s="{s}"}} 1\n' for s in range(1000)).encode()
+    started = time.process_time()
+    with pytest.raises(PushError, match=f"the limit is {MAX_LABEL_PAIRS}") as refused:
+        parser_for(body, "text/plain", "flood", PushLimits())
+    assert refused.value.status == 422
+    assert time.process_time() - started < 0.05  # counted, not parsed (parsing takes ~0.5 s)
+    wide = ",".join(f'l{i}="v"' for i in range(33))
+    with pytest.raises(PushError, match="33 labels; a series may have 32"):
+        parser_for(f"x{{{wide}}} 1\n".encode(), "text/plain", "j", PushLimits())()
+
+
+async def test_refused_and_dropped_pushes_leave_no_body_for_the_collector(
+    served: tuple[PushServer, Path],
+) -> None:
+    # The daemon runs the collector rarely: a body kept in a reference cycle (a refusal's
+    # traceback, a connection closed mid-body) would stay for thousands of pushes.
+    _, path = served
+    text = "".join(f'bad name{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900)).encode()
+    bad = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(text)}\r\n\r\n".encode()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            client = await connect(path)
+            await client.send(bad + text)  # parsed on a thread, and refused
+            assert (await client.answer())[0] == 400
+            client.sock.close()
+            client = await connect(path)
+            await client.send(large_push()[:60_000])  # half a body, then gone
+            client.sock.close()
+            client = await connect(path)
+            await client.send(large_push()[:300] + b"\x00" * 300)  # not HTTP: closed at once
+            client.sock.close()
+        await asyncio.sleep(0.05)  # the server sees them go
+        gc.collect()
+        # Bytes are no containers: found through what the garbage refers to.
+        kept = [len(r) for o in gc.garbage for r in gc.get_referents(o)
+                if isinstance(r, bytes | bytearray) and len(r) > 4096]  # fmt: skip
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []
