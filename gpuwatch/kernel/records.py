@@ -35,8 +35,9 @@ _DMESG_X = re.compile(
 )
 # - a syslog or journal line's header, then its tag: `Nov 28 01:45:00 gw1 kernel: ...`,
 #   `2026-11-28T01:45:00.1+00:00 gw1 alice[4242]: ...` (RFC 3339 stamps, as rsyslog and
-#   `journalctl -o short-iso` write), or the tag alone (`kernel: ...`, `alice[4242]: ...`).
-_STAMP = r"(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
+#   `journalctl -o short-iso` write; `-o short-precise`'s fraction of a second too), or the tag
+#   alone (`kernel: ...`, `alice[4242]: ...`).
+_STAMP = r"(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
 _SYSLOG = re.compile(_STAMP + r" \S+ ([^\s:\[]+)(\[\d+\])?: ")
 _TAG = re.compile(r"([^\s:\[]+)(\[\d+\]): |(kernel): ")
 

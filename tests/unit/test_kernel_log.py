@@ -561,6 +561,7 @@ def test_a_file_mixing_kmsg_records_and_dmesg_lines_loses_none(tmp_path: Path) -
         ("Nov 28 01:45:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
         ("Nov 28 01:45:00 gw1 python3: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
         ("2026-11-28T01:45:00.123+00:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("Nov 28 01:45:00.123456 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
         ("alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
         ("<13>Nov 28 01:45:00 gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", False),
         ("user  :warn  : 2025-01-25T10:34:54,859532+00:00 NVRM: Xid (PCI:0000:3a:00): 79", False),
