@@ -48,23 +48,17 @@ class PushGate:
         self._spent: OrderedDict[int, deque[tuple[float, float]]] = OrderedDict()
         self._large: dict[int, int] = {}  # uid -> large pushes waiting or being parsed
         self._lane = asyncio.Lock()
-        self.refused = 0
 
     # -- connections ----------------------------------------------------------------------
     def connect(self, uid: int) -> bool:
         """Count a new connection of `uid`; False when it has as many as it may."""
         if self.open.get(uid, 0) >= MAX_CONNECTIONS_PER_UID:
-            self.refused += 1
             return False
         self.open[uid] = self.open.get(uid, 0) + 1
         return True
 
     def disconnect(self, uid: int) -> None:
-        left = self.open.get(uid, 0) - 1
-        if left > 0:
-            self.open[uid] = left
-        else:
-            self.open.pop(uid, None)
+        _one_less(self.open, uid)
 
     # -- parsing --------------------------------------------------------------------------
     def refusal(self, uid: int) -> Refusal | None:
@@ -73,7 +67,6 @@ class PushGate:
         spent = self._recent(uid, now)
         used = sum(seconds for _, seconds in spent)
         if used > SHARE * WINDOW_S:
-            self.refused += 1
             retry = max(1.0, spent[0][0] + WINDOW_S - now) if spent else WINDOW_S
             return Refusal(
                 f"uid {uid} used {used:.1f} s of the daemon's CPU parsing pushes in the last "
@@ -86,17 +79,12 @@ class PushGate:
         """Take one of `uid`'s places for a large body (release_large gives it back); why not,
         when it has none left."""
         if self._large.get(uid, 0) >= MAX_LARGE_PER_UID:
-            self.refused += 1
             return Refusal(f"uid {uid} has {MAX_LARGE_PER_UID} large pushes under way already", 1.0)
         self._large[uid] = self._large.get(uid, 0) + 1
         return None
 
     def release_large(self, uid: int) -> None:
-        left = self._large.get(uid, 0) - 1
-        if left > 0:
-            self._large[uid] = left
-        else:
-            self._large.pop(uid, None)
+        _one_less(self._large, uid)
 
     def charge(self, uid: int, seconds: float) -> None:
         now = self._clock()
@@ -134,3 +122,12 @@ def _timed(work: Callable[[], T]) -> tuple[T, float]:
     started = time.thread_time()
     result = work()
     return result, time.thread_time() - started
+
+
+def _one_less(counts: dict[int, int], uid: int) -> None:
+    """One fewer for `uid`, forgotten at none: the books keep only users with something open."""
+    left = counts.get(uid, 0) - 1
+    if left > 0:
+        counts[uid] = left
+    else:
+        counts.pop(uid, None)
