@@ -104,7 +104,7 @@ def test_a_name_the_daemon_would_refuse_is_left_out_once_and_the_rest_still_arri
     for body in bodies:
         _, samples = parse_json(body)  # the daemon's own parser takes every push whole
         assert [(s.name, s.labels) for s in samples] == [
-            ("train_loss", (("job", "llama"), ("node", "a"), ("rank", "1")))
+            ("train_loss", (("exported_node", "a"), ("job", "llama"), ("rank", "1")))
         ]
     warned = sorted(r.getMessage() for r in caplog.records)
     assert len(warned) == 5, warned  # each bad name once, though reported twice

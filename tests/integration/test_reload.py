@@ -26,6 +26,8 @@ def config(rules: Path, token: str, hook: str) -> str:
         f"rules: {{files: [{rules}]}}\n"
         f"push: {{token: {token}}}\n"
         f"notify:\n  receivers:\n    - {{name: hooks, type: webhook, url: '{hook}'}}\n"
+        # At once: without a route, a job's alerts wait 30 s to be one message per job.
+        "  route: {receiver: hooks, group_wait: 0s}\n"
     )
 
 
@@ -61,7 +63,7 @@ def test_sighup_applies_a_good_config_and_keeps_everything_on_a_bad_one(tmp_path
         path.write_text(config(rules, "token-three", second.url) + "sampling: {interval: fast}\n")
         daemon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "reload failed" in daemon.log(), timeout=10)
-        assert f"{path}:6: sampling.interval: expected a duration" in daemon.log()
+        assert f"{path}:7: sampling.interval: expected a duration" in daemon.log()
         assert over_tcp(daemon, hello, "token-two")[0] == 200
         assert over_tcp(daemon, hello, "token-three")[0] == 401
 
