@@ -181,8 +181,8 @@ _DEFS = [
     MetricDef(
         NOTIFICATIONS_HELD,
         "counter",
-        "Notifications of jobs' alerts that waited for the receiver's hourly budget "
-        "(notify.job_notifications_per_hour).",
+        "Times a notification of a job's alerts was due and waited for the receiver's hourly "
+        "budget (notify.job_notifications_per_hour).",
     ),
     MetricDef(
         STATE_WRITE_FAILURES,

@@ -33,13 +33,22 @@ _DMESG_X = re.compile(
     r"(kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
     r"\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:"
 )
-# - a syslog or journal line's header, then its tag: `Nov 28 01:45:00 gw1 kernel: ...`,
-#   `2026-11-28T01:45:00.1+00:00 gw1 alice[4242]: ...` (RFC 3339 stamps, as rsyslog and
-#   `journalctl -o short-iso` write; `-o short-precise`'s fraction of a second too), or the tag
-#   alone (`kernel: ...`, `alice[4242]: ...`).
-_STAMP = r"(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)"
-_SYSLOG = re.compile(_STAMP + r" \S+ ([^\s:\[]+)(\[\d+\])?: ")
-_TAG = re.compile(r"([^\s:\[]+)(\[\d+\]): |(kernel): ")
+# - a syslog or journal line's stamp and host, then whoever wrote it: only `kernel: ` is the
+#   kernel (`Nov 28 01:45:00 gw1 kernel: ...`); anything else, `alice[4242]: `, a tag with a
+#   space or without its colon, is not. The stamps: syslog's (`Nov 28 01:45:00`, with
+#   `journalctl -o short-precise`'s fraction), RFC 3339's (rsyslog, `-o short-iso`), the same
+#   with a space and a weekday and zone (`-o short-full`), seconds since the epoch
+#   (`-o short-unix`);
+_STAMP = (
+    r"(?:[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"|(?:[A-Z][a-z]{2} )?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*(?: [A-Z][A-Za-z0-9+-]{1,5})?"
+    r"|\d{9,11}\.\d+)"
+)
+_SYSLOG = re.compile(_STAMP + r" \S+ ")
+# - a tag alone at the start (`kernel: ...`, `alice[4242]: ...`), or after a dmesg-style stamp
+#   and a host (`journalctl -o short-monotonic`: `[ 1234.5] gw1 alice[4242]: ...`); the kernel
+#   prints no `NAME[PID]:` of its own before the driver's words.
+_TAG = re.compile(r"(?:\S+ )?([^\s:\[]+)(\[\d+\]): |(?:\S+ )?(kernel): ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +127,7 @@ def written_by_kernel(line: str) -> bool:
         return column.group(1) == "kern"
     header = _SYSLOG.match(line)
     if header is not None:
-        return header.group(1) == "kernel" and header.group(2) is None
+        return line.startswith("kernel: ", header.end())
     tag = _TAG.match(line)
     return tag is None or tag.group(3) == "kernel"
 

@@ -36,19 +36,24 @@ class JobBudget:
         self.held: Counter[str] = Counter()  # by receiver: notifications that waited
         self._told: dict[tuple[str, str], float] = {}  # when a hold was last logged
 
-    def take(self, now: float, receiver: str, alerts: Sequence[NotifyAlert]) -> bool:
-        """Whether one more notification of these alerts' job may go to `receiver` now; if
-        so, it is counted."""
-        job = ",".join(sorted({a.label("job") for a in alerts}))
-        mine = self._recent((receiver, job), now)
-        everyone = self._recent((receiver, ""), now)
+    def allows(self, now: float, receiver: str, alerts: Sequence[NotifyAlert]) -> bool:
+        """Whether one more notification of these alerts' job may go to `receiver` now."""
+        mine, everyone = self._books(now, receiver, alerts)
         if len(mine) >= self.per_hour or len(everyone) >= self.per_hour * ALL_JOBS:
             self.held[receiver] += 1
-            self._log(now, receiver, job, len(mine) >= self.per_hour)
+            self._log(now, receiver, _job(alerts), len(mine) >= self.per_hour)
             return False
-        mine.append(now)
-        everyone.append(now)
         return True
+
+    def spend(self, now: float, receiver: str, alerts: Sequence[NotifyAlert]) -> None:
+        """Count one that went into the outbox (not one its format could not render)."""
+        for times in self._books(now, receiver, alerts):
+            times.append(now)
+
+    def _books(
+        self, now: float, receiver: str, alerts: Sequence[NotifyAlert]
+    ) -> tuple[deque[float], deque[float]]:
+        return self._recent((receiver, _job(alerts)), now), self._recent((receiver, ""), now)
 
     def _recent(self, key: tuple[str, str], now: float) -> deque[float]:
         times = self._sent.pop(key, None)
@@ -73,3 +78,7 @@ class JobBudget:
             receiver, which, self.per_hour * (1 if alone else ALL_JOBS),
             "notify.job_notifications_per_hour" + ("" if alone else f", times {ALL_JOBS}"),
         )  # fmt: skip
+
+
+def _job(alerts: Sequence[NotifyAlert]) -> str:
+    return ",".join(sorted({a.label("job") for a in alerts}))

@@ -203,7 +203,7 @@ class Dispatcher:
         told_resolved = [a for a in resolved if a.fingerprint in told and receiver.send_resolved]
         shown = sorted(firing, key=_order) + sorted(told_resolved, key=_order)
         lane = lane_of(shown)
-        if shown and lane == JOB_LANE and not self.job_budget.take(now, receiver_name, shown):
+        if shown and lane == JOB_LANE and not self.job_budget.allows(now, receiver_name, shown):
             return  # not remembered as told: it goes out once the hour allows
         if shown:
             notification = Notification(
@@ -221,6 +221,8 @@ class Dispatcher:
             if outgoing is None:
                 return  # not remembered as told: tried again at the next flush
             items.append(replace(outgoing, lane=lane))
+            if lane == JOB_LANE:
+                self.job_budget.spend(now, receiver_name, shown)
         new_entry = LogEntry(firing_ids, resolved_ids, now) if firing_ids else None
         log.append((group.key, receiver_name, new_entry))
 

@@ -24,7 +24,7 @@ from gpuwatch.push.parse import (
     check_job,
     parse_json,
     parse_text,
-    sample_lines,
+    text_shape,
 )
 from gpuwatch.push.registry import PushLimits
 
@@ -86,20 +86,22 @@ def parser_for(body: bytes, content_type: str, query_job: str | None, limits: Pu
     if content_type == "application/json":
         return functools.partial(parse_json, body)
     job = check_job(query_job)
-    lines = sample_lines(body)  # a cheap upper bound, before any parsing
-    if lines > limits.max_series_per_job:
+    shape = text_shape(body)  # cheap upper bounds, before any parsing
+    if shape.lines > limits.max_series_per_job:
         raise PushError(
             422,
-            f"too many series: {lines} sample lines for job {job!r}, the limit per job"
+            f"too many series: {shape.lines} sample lines for job {job!r}, the limit per job"
             f" is {limits.max_series_per_job} (push.max_series_per_job)",
             job,
         )
-    pairs = body.count(b'="')  # at least the label pairs (a value may hold `="` too)
-    if pairs > MAX_LABEL_PAIRS:
+    # A series' labels cost the parser more than linearly: bounded on each line, not only
+    # in all. A `=` in a label value counts too; a series of 32 labels leaves room for it.
+    if shape.most_on_a_line > 2 * MAX_LABELS_PER_SERIES or shape.equals > MAX_LABEL_PAIRS:
         raise PushError(
             422,
-            f"too many labels: {pairs} in one push for job {job!r}, the limit is {MAX_LABEL_PAIRS}"
-            f" ({MAX_LABELS_PER_SERIES} a series)",
+            f"too many labels for job {job!r}: {shape.equals} `=` in the push, "
+            f"{shape.most_on_a_line} on one line; a push may have {MAX_LABEL_PAIRS} label "
+            f"pairs, a series {MAX_LABELS_PER_SERIES}",
             job,
         )
     return functools.partial(_parse_text_of, body, job)

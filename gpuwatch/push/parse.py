@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -126,12 +127,27 @@ def _value(value: Any, where: str) -> float:
     raise PushError(400, f"{where}: expected a number, NaN, +Inf or -Inf, got {value!r}")
 
 
-def sample_lines(body: bytes) -> int:
-    """Lines that may hold a sample (not blank, not a comment): at least the series a text
-    body carries, counted without parsing it."""
-    return sum(
-        1 for line in body.split(b"\n") if line.strip() and not line.lstrip().startswith(b"#")
-    )
+@dataclass(frozen=True, slots=True)
+class TextShape:
+    """What a text body can cost to parse, counted without parsing it: its sample lines (at
+    least the series it carries), and the `=` signs in them (at least its label pairs, in
+    all and on one line: the parser accepts `a = "x"`, so `="` is no count)."""
+
+    lines: int
+    equals: int
+    most_on_a_line: int
+
+
+def text_shape(body: bytes) -> TextShape:
+    lines = equals = most = 0
+    for line in body.split(b"\n"):
+        if not line.strip() or line.lstrip().startswith(b"#"):
+            continue
+        lines += 1
+        here = line.count(b"=")
+        equals += here
+        most = max(most, here)
+    return TextShape(lines, equals, most)
 
 
 def parse_text(body: bytes, job: str) -> list[Sample]:

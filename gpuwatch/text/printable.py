@@ -34,7 +34,7 @@ def one_line(text: str, limit: int | None = None) -> str:
     """`text` as one printable line of at most `limit` characters (ending "..." when cut)."""
     line = printable(" ".join(text.split()))  # split() takes \x1c-\x1f and U+2028 too
     if limit is not None and len(line) > limit:
-        line = line[: max(0, limit - 3)].rstrip() + "..."
+        line = line[: limit - 3].rstrip() + "..." if limit > 3 else line[: max(0, limit)]
     return line
 
 

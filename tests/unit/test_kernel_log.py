@@ -562,6 +562,18 @@ def test_a_file_mixing_kmsg_records_and_dmesg_lines_loses_none(tmp_path: Path) -
         ("Nov 28 01:45:00 gw1 python3: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
         ("2026-11-28T01:45:00.123+00:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
         ("Nov 28 01:45:00.123456 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        # journalctl -o short-full, short-unix, a space for the T, short-monotonic
+        ("Sat 2026-11-28 01:45:00 UTC gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("Sat 2026-11-28 01:45:00 UTC gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79", True),
+        ("1732758300.123456 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("2026-11-28 01:45:00 gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("[ 1234.567890] gw1 alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", False),
+        ("[ 1234.567890] gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", True),
+        # a tag with a space, or without its colon: not `kernel: `, so not the kernel
+        ("Nov 28 01:45:00 gw1 my prog[1]: NVRM: Xid (PCI:0000:3a:00): 79", False),
+        ("Nov 28 01:45:00 gw1 alice[4242] NVRM: Xid (PCI:0000:3a:00): 79", False),
+        # the driver's own words that look like a tag are still the kernel's
+        ("[   12.345678] NVRM: nvlink: link 3 is down", True),
         ("alice[4242]: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242", False),
         ("<13>Nov 28 01:45:00 gw1 kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1", False),
         ("user  :warn  : 2025-01-25T10:34:54,859532+00:00 NVRM: Xid (PCI:0000:3a:00): 79", False),

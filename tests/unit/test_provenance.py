@@ -16,7 +16,7 @@ from gpuwatch.health.raised import raised_causes
 from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.host.processes import GpuProcess
 from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, Provenance, Sample
-from gpuwatch.push.attribution import Attribution
+from gpuwatch.push.attribution import Attribution, job_cgroup
 from gpuwatch.push.parse import PushError, parse_json, parse_text
 from gpuwatch.rules.engine import RuleEngine, shipped_packs
 from gpuwatch.rules.files import load_rule_files
@@ -163,11 +163,17 @@ def gpu(index: int, *processes: GpuProcess) -> GpuState:
 
 def test_a_push_speaks_for_the_gpus_its_sender_or_its_job_holds_and_no_other() -> None:
     alice_rank = GpuProcess(1001, "python3", "alice", 1e9, "slurm", "81234")
-    alice_launcher_job = ("slurm", "81234")
     bob = GpuProcess(2002, "python3", "bob", 1e9, "slurm", "99")
     gpus = [gpu(0, alice_rank), gpu(1, replace(alice_rank, pid=1002)), gpu(5, bob)]
-    jobs = {3003: alice_launcher_job, 4004: ("", "")}
-    stamp = Attribution(lambda: gpus, lambda pid: jobs.get(pid, ("", ""))).stamp
+    slurm = "/system.slice/slurmstepd.scope/job_"
+    jobs = {  # pid -> its job's cgroup path, as /proc/PID/cgroup names it
+        1001: f"{slurm}81234", 1002: f"{slurm}81234", 2002: f"{slurm}99",
+        3003: f"{slurm}81234",  # alice's launcher, on no GPU itself
+        # A user's own cgroup of the same name, under what systemd delegates to them: the
+        # environment's SLURM_JOB_ID is not asked at all.
+        4004: "/user.slice/user-1000.slice/user@1000.service/job_99",
+    }  # fmt: skip
+    stamp = Attribution(lambda: gpus, lambda pid: jobs.get(pid, "")).stamp
     [claim_5] = parse_text(b'train_loss{gpu="5",rank="0"} NaN\n', "alice")
     [claim_1] = parse_text(b'train_loss{gpu="1",rank="0"} NaN\n', "alice")
 
@@ -181,10 +187,22 @@ def test_a_push_speaks_for_the_gpus_its_sender_or_its_job_holds_and_no_other() -
     # them, never bob's GPU 5.
     assert gpu_of(stamp([claim_1], 3003)) == ("1", "GPU-1")
     assert gpu_of(stamp([claim_5], 3003)) == (None, None)
-    # A process of no job on a GPU, and a push over TCP (no pid), speak for no GPU.
+    # A cgroup that only looks like bob's job, a process of no job, and a push over TCP (no
+    # pid) speak for no GPU.
     assert gpu_of(stamp([claim_5], 4004)) == (None, None)
+    assert gpu_of(stamp([claim_5], 5005)) == (None, None)
     assert gpu_of(stamp([claim_5], None)) == (None, None)
     assert dict(stamp([claim_5], 3003)[0].labels)["exported_gpu"] == "5"
+
+
+def test_a_job_is_its_cgroups_path_down_to_the_jobs_directory() -> None:
+    v2 = "0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0\n"
+    assert job_cgroup(v2) == "/system.slice/slurmstepd.scope/job_81234"
+    v1 = "12:pids:/slurm/uid_1000/job_81234/step_0\n11:cpu:/slurm/uid_1000/job_81234/step_0\n"
+    assert job_cgroup(v1) == "/slurm/uid_1000/job_81234"
+    mine = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_81234\n"
+    assert job_cgroup(mine) != job_cgroup(v2)
+    assert job_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") == ""
 
 
 CRC_RULES = """\
