@@ -17,8 +17,14 @@ from typing import Generic, TypeVar
 from gpuwatch.text.pci import pci_address
 
 # `NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=..., GPU has fallen off the bus.`; drivers
-# before R470 print no pid or name, some print the address without `PCI:`.
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d{1,6}),\s*(.*)")
+# before R470 print no pid or name, some print the address without `PCI:`. An XID the driver
+# attributes to a MIG instance carries it after the address, `GPU-I:05` and maybe
+# `GPU-CI:02` (the open driver's krcReportXid, src/nvidia/src/kernel/gpu/rc/kernel_rc.c; the
+# example in src/common/sdk/nvidia/inc/nverror.h).
+_XID = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)(?: GPU-I:(\d{1,4}))?(?: GPU-CI:(\d{1,4}))?\): "
+    r"(\d{1,6}),\s*(.*)"
+)
 _PID = re.compile(r"pid=('?<?[\w ]*>?'?|\d+),\s*")
 _NAME = re.compile(r"name=(.*?), ")
 # `nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 24007, Fatal, Link 44 ...`: the first line of
@@ -78,6 +84,19 @@ class DriverLine:
     severity: str = ""  # an SXid's: fatal or non_fatal
     link: int | None = None  # the NVLink or NVSwitch port an SXid or NVLink line names
     uuid: str = ""  # identity lines
+    gpu_instance: int | None = None  # the MIG GPU instance an XID is attributed to
+    compute_instance: int | None = None  # and its compute instance, where the driver says
+
+    def mig_instance(self) -> tuple[str, dict[str, int]]:
+        """The MIG instance the line names, as words for a message and as event fields."""
+        if self.gpu_instance is None:
+            return "", {}
+        if self.compute_instance is None:
+            return f" in MIG GPU instance {self.gpu_instance}", {"gpu_instance": self.gpu_instance}
+        return (
+            f" in MIG GPU instance {self.gpu_instance}, compute instance {self.compute_instance}",
+            {"gpu_instance": self.gpu_instance, "compute_instance": self.compute_instance},
+        )
 
 
 def read_driver_line(text: str) -> DriverLine | None:
@@ -116,7 +135,7 @@ def read_driver_line(text: str) -> DriverLine | None:
 
 
 def _xid(message: str, match: re.Match[str]) -> DriverLine:
-    rest = match.group(3)
+    rest = match.group(5)
     pid: int | None = None
     process = ""
     found = _PID.match(rest)
@@ -134,10 +153,12 @@ def _xid(message: str, match: re.Match[str]) -> DriverLine:
         "xid",
         message,
         pci_address(match.group(1)),
-        code=int(match.group(2)),
+        code=int(match.group(4)),
         detail=rest.strip(),
         pid=pid,
         process=process,
+        gpu_instance=int(match.group(2)) if match.group(2) else None,
+        compute_instance=int(match.group(3)) if match.group(3) else None,
     )
 
 

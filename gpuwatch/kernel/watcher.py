@@ -327,11 +327,8 @@ class KernelLog:
         at = self._gpus.find(line.pci_bus_id) if line.pci_bus_id else None
         gpu, uuid = (at.index, at.uuid) if at is not None else (None, None)
         where = f"GPU {gpu}" if gpu is not None else f"GPU at {line.pci_bus_id or '?'}"
-        data: dict[str, int | float | str] = {
-            "source": SOURCE,
-            SEQ: record.seq,
-            "driver_text": line.text[:TEXT_LIMIT],
-        }
+        data: dict[str, int | float | str] = {"source": SOURCE, SEQ: record.seq}
+        data["driver_text"] = line.text[:TEXT_LIMIT]
         if line.pci_bus_id:
             data["pci_bus_id"] = line.pci_bus_id
         if line.kind == "xid" and line.code is not None:
@@ -343,6 +340,9 @@ class KernelLog:
                 data["pid"] = line.pid
             if line.process:
                 data["process"] = line.process[:64]
+            said, instance = line.mig_instance()  # a MIG instance's is the GPU's XID too
+            message += said
+            data.update(instance)
             if line.detail and _said(line.detail) != _said(str(about["meaning"])):
                 message += f" ({line.detail[:200]})"
             if at is not None and at.state is not None:

@@ -597,3 +597,33 @@ def test_a_users_driver_line_is_counted_as_noise_and_raises_nothing(tmp_path: Pa
     assert published == []
     samples = {s.name: s.value for s in watcher.collect() if not s.labels}
     assert samples["gpuwatch_kmsg_not_kernel_lines_total"] == 2
+
+
+# As the open driver prints an XID it attributes to a MIG instance: the GPU instance alone
+# (the example in NVIDIA/open-gpu-kernel-modules src/common/sdk/nvidia/inc/nverror.h, and in
+# NVIDIA's A100 memory error management document), or with its compute instance (the format
+# of krcReportXid in src/nvidia/src/kernel/gpu/rc/kernel_rc.c).
+MIG_XIDS = [
+    "NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). "
+    "RST: No, D-RST: No",
+    "NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9120, name=python3, "
+    "Graphics Exception: ESR 0x504648=0x80000000",
+]
+
+
+def test_an_xid_of_a_mig_instance_is_the_gpus_xid_with_its_instance(tmp_path: Path) -> None:
+    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3B")))
+    records = [parse_record(f"4,{100 + i},5,-;{line}".encode()) for i, line in enumerate(MIG_XIDS)]
+    watcher.take(Batch([r for r in records if r is not None], 0, ""))
+    contained, graphics = published
+    assert (contained.kind, contained.gpu, contained.data["xid"]) == ("xid", 3, 94)
+    assert contained.data["gpu_instance"] == 5 and "compute_instance" not in contained.data
+    assert contained.data["pid"] == 7194
+    assert "in MIG GPU instance 5" in contained.message
+    assert (graphics.kind, graphics.gpu, graphics.data["xid"]) == ("xid", 3, 13)
+    assert (graphics.data["gpu_instance"], graphics.data["compute_instance"]) == (1, 2)
+    assert graphics.data["process"] == "python3"
+    assert "in MIG GPU instance 1, compute instance 2" in graphics.message
+    # Counted as XIDs, not as plain lines held to the limit for those.
+    lines = {s.labels: s.value for s in watcher.collect() if s.name.endswith("driver_lines_total")}
+    assert lines[(("kind", "xid"),)] == 2
