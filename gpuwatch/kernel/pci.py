@@ -91,8 +91,29 @@ def bus_device(sysfs_root: str, address: str) -> BusDevice | None:
 
 def answers(device: BusDevice, read: Read = read_small) -> bool:
     """Whether the device is still there and answers config reads: one that fell off the
-    bus reads all ones (vendor 0xffff), one the kernel removed is gone from sysfs."""
-    return _hex(os.path.join(device.path, "vendor"), read) == NVIDIA
+    bus answers all ones (its vendor ID reads 0xffff in config space), one the kernel removed
+    is gone from sysfs. The `vendor` attribute cannot tell: the kernel shows the ID it read at
+    enumeration (drivers/pci/pci-sysfs.c), 0x10de whatever the device answers now. It serves
+    only a tree without `config` (a copy of /sys that left it out)."""
+    vendor = config_vendor(os.path.join(device.path, "config"))
+    if vendor is None:
+        vendor = _hex(os.path.join(device.path, "vendor"), read)
+    return vendor == NVIDIA
+
+
+def config_vendor(path: str) -> int | None:
+    """The vendor ID config space answers now: its first two bytes, little-endian."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 2, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int.from_bytes(head, "little") if len(head) == 2 else None
 
 
 def aer_counts(device: BusDevice, read: Read = read_small) -> dict[str, float]:

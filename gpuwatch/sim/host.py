@@ -53,6 +53,20 @@ XID_TEXT = {
 }
 GPU_FILE_KINDS = frozenset({"fall_off_bus", "pcie_replay_storm"})  # what a GPU's files show
 GPU_CLASS, SWITCH_CLASS, NIC_CLASS = "0x030200", "0x068000", "0x020700"
+CONFIG_HEADER = 64  # what sysfs's `config` shows a reader without CAP_SYS_ADMIN
+# A device that no longer answers: a config read completes with all ones (the kernel's
+# PCI_ERROR_RESPONSE, include/linux/pci.h).
+GONE = b"\xff" * CONFIG_HEADER
+
+
+def config_space(vendor: str, device: str, klass: str) -> bytes:
+    """A config space header, little-endian as the bus answers it: vendor and device IDs at
+    0x00 and 0x02, the class code (interface, subclass, class) at 0x09."""
+    header = bytearray(CONFIG_HEADER)
+    header[0:2] = int(vendor, 16).to_bytes(2, "little")
+    header[2:4] = int(device, 16).to_bytes(2, "little")
+    header[9:12] = int(klass, 16).to_bytes(3, "little")
+    return bytes(header)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +94,7 @@ class SimHost:
         self.kmsg.write_bytes(b"")
         self._clock = node.clock
         self._boot = node.start - BOOTED_BEFORE_S
-        self._written: dict[str, str] = {}
+        self._written: dict[str, bytes] = {}
         self._seq = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,6 +123,7 @@ class SimHost:
         path.mkdir(parents=True, exist_ok=True)
         for name, value in (("vendor", vendor), ("device", device), ("class", klass)):
             self._put(str(path / name), value)
+        self._put_raw(str(path / "config"), config_space(vendor, device, klass))
         link = self.sysfs / "bus" / "pci" / "devices" / chain[-1]
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
@@ -160,18 +175,20 @@ class SimHost:
             self._ports.append(str(ib / "ports" / "1"))
 
     def _put(self, path: str, text: str) -> None:
-        """Write a file whose text changed, in place in one write (a reader sees the old text
-        or the new, as sysfs answers a read), and cut what the old text had beyond it."""
-        if self._written.get(path) == text:
+        self._put_raw(path, (text + "\n").encode("ascii"))
+
+    def _put_raw(self, path: str, data: bytes) -> None:
+        """Write a file whose content changed, in place in one write (a reader sees the old
+        content or the new, as sysfs answers a read), and cut what the old had beyond it."""
+        if self._written.get(path) == data:
             return
-        data = (text + "\n").encode("ascii")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, data, 0)
             os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
-        self._written[path] = text
+        self._written[path] = data
 
     # -- the kernel log ---------------------------------------------------------------------
     def _kernel_lines(self, salt: int) -> list[_Line]:
@@ -233,8 +250,11 @@ class SimHost:
                 if index in self._gpus_written and gpu.fault_kinds.isdisjoint(GPU_FILE_KINDS):
                     continue  # its files change only with these faults
                 self._gpus_written.add(index)
+                # Fallen off the bus, the GPU answers config reads with all ones; `vendor` is
+                # what the kernel cached at enumeration and stays 0x10de (pci-sysfs.c).
                 lost = gpu.fault_now("fall_off_bus")
-                self._put(f"{path}/vendor", "0xffff" if lost else "0x10de")
+                config = GONE if lost else config_space("0x10de", "0x2330", GPU_CLASS)
+                self._put_raw(f"{path}/config", config)
                 replays = gpu.fault_count("pcie_replay_storm")
                 correctable = f"BadTLP {replays}\nTOTAL_ERR_COR {replays}"
                 self._put(f"{path}/aer_dev_correctable", correctable)

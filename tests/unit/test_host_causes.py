@@ -223,27 +223,27 @@ async def test_fabric_manager_down_and_an_unregistered_gpu_are_causes_that_clear
         assert not any("fabric-not-registered" in causes[g] for g in (0, 1, 3))
 
 
-def test_a_gpu_the_node_had_that_reads_all_ones_at_the_first_scan_is_lost(
+def test_a_gpu_that_answers_all_ones_is_lost_though_its_vendor_file_says_nvidia(
     tmp_path: Path, simulate: Simulate
 ) -> None:
-    """Fallen off the bus before gpuwatch started: the bus no longer says it is NVIDIA's, the
-    driver cannot open it, but the node's inventory knows its address."""
+    """Fallen off the bus before gpuwatch started: config space answers all ones, as a device
+    that no longer answers does (include/linux/pci.h, PCI_ERROR_RESPONSE), while sysfs's
+    `vendor` and `class` still show what the kernel read at enumeration
+    (drivers/pci/pci-sysfs.c). The driver cannot open it."""
     library = simulate(from_doc(parse(UNLISTED, "test.yaml"), "test"), ManualClock())
     host = SimHost(library.node, tmp_path / "host")
     devices = host.sysfs / "bus" / "pci" / "devices"
     lost = "0000:3a:00.0"
-    (devices / lost / "vendor").write_text("0xffff")
+    (devices / lost / "config").write_bytes(b"\xff" * 64)
+    assert (devices / lost / "vendor").read_text().strip() == "0x10de"
     gpus = GpuDirectory()
     gpus.update([], (MissingGpu("GPU-2", 2, "H100", "s", "00000000:3A:00.0"),), up=True)
-    watcher = SysfsWatcher(str(host.sysfs), ManualClock(), gpus, 1.0)
-    samples = watcher.read_now(gpus.listed, 3, rescan=True, known=gpus.known)
-    up = {dict(s.labels)["pci_bus_id"]: s.value for s in samples if s.name == m.PCI_DEVICE_UP}
-    assert up[lost] == 0.0
-    # Without what the node had, it would be invisible: the bus scan skips non-NVIDIA ids.
-    fresh = SysfsWatcher(str(host.sysfs), ManualClock(), GpuDirectory(), 1.0)
-    samples = fresh.read_now({}, 3, rescan=True, known=set())
-    assert lost not in {dict(s.labels)["pci_bus_id"] for s in samples
-                        if s.name == m.PCI_DEVICE_UP}  # fmt: skip
+    for known in (gpus, GpuDirectory()):  # whether the node had it or not: it is on the bus
+        watcher = SysfsWatcher(str(host.sysfs), ManualClock(), known, 1.0)
+        samples = watcher.read_now(known.listed, 3, rescan=True, known=known.known)
+        up = {dict(s.labels)["pci_bus_id"]: s.value for s in samples if s.name == m.PCI_DEVICE_UP}
+        assert up[lost] == 0.0
+        assert sorted(up.values()) == [0.0, 1.0, 1.0, 1.0]  # its neighbours answer
 
 
 def test_fabric_manager_is_asked_on_its_tcp_port_or_its_unix_socket(tmp_path: Path) -> None:
