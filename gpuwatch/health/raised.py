@@ -23,8 +23,8 @@ UNHEALTHY_SEVERITIES = frozenset({"critical", "page", "error", "high"})
 SILENT_SEVERITIES = frozenset({"info", "none", "ok"})  # raise no cause
 # The causes the shipped hardware pack raises (rules/hardware.yaml): without them loaded, the
 # verdict does not judge error rates, page counts, a lasting stall or the NVLink fabric.
-SHIPPED_CAUSES = ("gpu-unresponsive", "nvlink-crc", "nvlink-replay", "pcie-replays",
-                  "remapped-rows", "retired-pages", "fabric-not-registered",
+SHIPPED_CAUSES = ("gpu-unresponsive", "driver-unresponsive", "nvlink-crc", "nvlink-replay",
+                  "pcie-replays", "remapped-rows", "retired-pages", "fabric-not-registered",
                   "fabric-registration-failed", "fabric-unhealthy", "fabric-degraded")  # fmt: skip
 
 

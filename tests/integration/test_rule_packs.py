@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKS = ROOT / "rules"
 EXPECTED = {
     "hardware.yaml": {
-        "GpuFellOffBus", "GpuUnresponsive", "GpuMissing", "GpuXidCritical", "GpuXidApplication",
+        "GpuFellOffBus", "GpuUnresponsive", "GpuDriverUnresponsive", "GpuMissing",
+        "GpuXidCritical", "GpuXidApplication",
         "GpuEccUncorrectable", "GpuRowRemapFailed", "GpuRowRemapPending", "GpuRemappedRowsHigh",
         "GpuRetiredPagesHigh",
         "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
