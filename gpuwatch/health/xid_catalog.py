@@ -93,8 +93,11 @@ def _entries() -> dict[int, Xid]:
         ((79,), "GPU has fallen off the bus", "critical",
          "Drain the node and reboot it; reseat or RMA the GPU if it does not come back."),
         ((80,), "Corrupted data sent to the GPU", "application", APP),
-        ((92,), "Excessive single-bit ECC error rate", "info",
-         "None needed now (the errors were corrected); watch the ECC and remap trends."),
+        # The errors were corrected, but a storm of them is wear: NVIDIA's DCGM and the
+        # catalog ask to watch it, a warning.
+        ((92,), "Excessive single-bit ECC error rate", "warning",
+         "Watch the ECC and row-remap trends on this GPU; reset it when idle, and run "
+         "diagnostics (dcgmi diag -r 3) if the rate stays high."),
         ((93,), "InfoROM wear limit reached (as provisioned)", "info",
          "None needed; clear the provisioned limit with nvflash if it was not intended."),
         ((94,), "Contained memory error (one application affected)", "application",
@@ -119,8 +122,12 @@ def _entries() -> dict[int, Xid]:
         ((143,), "GPU initialisation error", "critical", RESET),
         # NVLink5 (Blackwell): fatal or not by the sub-code in the driver's text, which NVML
         # events do not carry. A fatal one comes with XID 154's recovery action, which has
-        # its own alert; alone, the GPU is held degraded until its text is read.
-        ((144, 145, 146, 147, 148, 150), "NVLink5 error; fatal or not by its sub-code in the "
+        # its own alert; alone, the GPU is held degraded until its text is read. XID 150 is
+        # not among them: NVIDIA's 144-150 decode sheet lists only fatal sub-codes for it,
+        # each with RESET_GPU.
+        ((150,), "NVLink5 fatal error (every sub-code NVIDIA lists for it is fatal)", "critical",
+         RESET),
+        ((144, 145, 146, 147, 148), "NVLink5 error; fatal or not by its sub-code in the "
          "driver's text", "warning",
          "Read the sub-code in the driver's text (dmesg) against NVIDIA's NVLink5 table; "
          "follow XID 154 if it follows."),
@@ -135,8 +142,9 @@ def _entries() -> dict[int, Xid]:
         ((155,), "NVLink software-defined error (a link taken down on purpose)", "critical",
          RESET),
         ((156,), "Resource retirement event", "critical", RESET),
-        ((157,), "Resource retirement failure (no spare resources left)", "info",
-         "None needed now; the same XID may come back."),
+        ((157,), "Resource retirement failure (no repairs are possible: no spare resources "
+         "left)", "warning", "Contact NVIDIA support or the vendor: the GPU cannot repair "
+         "more of its memory; plan to replace it."),
         ((158,), "GPU fatal timeout", "critical", RESET),
         ((159,), "CHI non-data error (C2C)", "warning", "Check the UVM driver; contact NVIDIA."),
         ((160, 161), "Channel retirement event or failure", "info", NONE),
