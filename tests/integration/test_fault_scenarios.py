@@ -36,10 +36,10 @@ class Expect(NamedTuple):
 
 
 EXPECTED = {
-    # Corrected errors and XID 92, for which NVIDIA asks no action: seen, counted, not alerted.
+    # Corrected errors, but a storm of them (XID 92) is wear to watch: a warning, degraded.
     "ecc_sbe": Expect(92, ("ecc", "sbe_storm"), "gpuwatch_gpu_ecc_errors_total",
-                      {"type": "corrected", "scope": "volatile"}, "nonzero", "",
-                      "healthy", ""),
+                      {"type": "corrected", "scope": "volatile"}, "nonzero", "GpuXidWarning",
+                      "degraded", "xid-92"),
     "ecc_dbe": Expect(48, ("ecc", "dbe"), "gpuwatch_gpu_ecc_errors_total",
                       {"type": "uncorrected", "scope": "volatile"}, "== 1", "GpuEccUncorrectable",
                       "unhealthy", "ecc-dbe"),
