@@ -4,10 +4,12 @@ verdict: the firing alerts' labels and annotations. The rules
 know the notifier's alert type; the notifier knows nothing of rules (as Prometheus's rules
 package builds notifier.Alerts in SendAlerts).
 
-Every alert leaves with its rule's `provenance` label (hardware or job), so routes can send a
-job's alerts to the job's owners; only the hardware's reach the verdict, and through it the
-actions. The daemon's `node` and `provenance` win over labels of the same name a series
-carried."""
+A job's alerts leave with the label `provenance="job"`, so routes can send them to the job's
+owners; only the hardware's reach the verdict, and through it the actions. The hardware's
+carry no such label (routes match them with `provenance!="job"`): their labels, and so the
+fingerprints and group keys a receiver already knows (a PagerDuty incident's), stay as they
+were. The daemon's `node` and `provenance` win over labels of the same name a series or a
+rule carried."""
 
 from __future__ import annotations
 
@@ -30,8 +32,13 @@ def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert
                 ends_at = alert.resolved_at
             else:
                 continue  # pending: nobody hears of it
-            mine = {"node": node, "provenance": rule.provenance.value}
-            labels = tuple(sorted({**dict(alert.labels), **mine}.items()))
+            mine = dict(alert.labels)
+            mine["node"] = node
+            if rule.provenance is Provenance.JOB:
+                mine["provenance"] = Provenance.JOB.value
+            else:
+                mine.pop("provenance", None)
+            labels = tuple(sorted(mine.items()))
             out.append(
                 NotifyAlert(
                     labels,

@@ -136,7 +136,8 @@ def test_a_pushed_cause_raises_nothing_and_the_daemon_names_node_and_provenance(
     assert "cause" not in nan and "uuid" not in nan and "gpu" not in nan
     assert (nan["exported_cause"], nan["exported_uuid"], nan["exported_node"]) == (
         "xid-79", "GPU-3", "other")  # fmt: skip
-    assert sent["GpuLost"]["provenance"] == "hardware"
+    # The hardware's keep the labels (and fingerprints) receivers already know.
+    assert "provenance" not in sent["GpuLost"]
     shown = {a["labels"]["alertname"]: a["provenance"] for a in alerts_payload(engine)["alerts"]}
     assert shown == {"TrainingLossNaN": "job", "GpuLost": "hardware"}
 
