@@ -344,3 +344,36 @@ def test_the_simulated_host_reports_the_simulators_cpu(tmp_path: Path) -> None:
         SimulatedNvml.uninstall()
     unaccounted = SimulatedNvml(load_scenario("healthy"), clock)
     assert unaccounted.cpu_used() == 0.0
+
+
+def test_a_flap_goes_down_once_a_period_begun_and_recovers_nothing(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """A flap of exactly two periods took the link down twice (it counted three once over).
+    The InfiniBand specification's PortCounters count a link taken down (LinkDowned) apart
+    from a recovery that kept it up (LinkErrorRecovery), which no fault plays."""
+    from gpuwatch.sim.host import FLAP_PERIOD_S, SimHost
+    from gpuwatch.sim.scenario import from_doc
+    from gpuwatch.text.yamlfile import parse
+
+    doc = (
+        "name: flap\nnode: {gpus: 1, model: H100, workload: training, seed: 1, ib_ports: 2}\n"
+        f"faults:\n  - {{kind: ib_port_flap, port: 1, at: 10s, duration: {2 * FLAP_PERIOD_S}s}}\n"
+    )
+    clock = ManualClock()
+    library = simulate(from_doc(parse(doc, "flap.yaml"), "flap"), clock)
+    host = SimHost(library.node, tmp_path / "host")
+    second = sorted((host.sysfs / "class" / "infiniband").iterdir())[1]
+    counters = second / "ports" / "1" / "counters"
+
+    def read(name: str) -> int:
+        return int((counters / name).read_text())
+
+    seen = []
+    for elapsed in (9.0, 10.0, 10.0 + FLAP_PERIOD_S, 10.0 + 2 * FLAP_PERIOD_S, 200.0):
+        clock.advance(library.node.start + elapsed - clock.now())
+        host.update()
+        seen.append(read("link_downed"))
+        assert read("link_error_recovery") == 0
+    host.stop()
+    assert seen == [0, 1, 2, 2, 2]
