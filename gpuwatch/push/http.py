@@ -134,12 +134,13 @@ def error_body(message: str) -> dict[str, Any]:
 Stamp = Callable[[list[Sample], int | None], list[Sample]]
 
 
-def _unstamped(samples: list[Sample], pid: int | None) -> list[Sample]:
+def unstamped(samples: list[Sample], pid: int | None) -> list[Sample]:
+    """Where no sender can be named (TCP), or none is asked: the samples as they came."""
     return samples
 
 
 async def handle_push(
-    request: web.Request, jobs: JobInputs, now: float, stamp: Stamp = _unstamped
+    request: web.Request, jobs: JobInputs, now: float, stamp: Stamp = unstamped
 ) -> web.Response:
     """A push over aiohttp: the control socket's, whose sender the kernel names, and the TCP
     listener's (with the token), whose sender nobody can name."""
@@ -183,7 +184,11 @@ def peer_pid(sock: socket.socket | None) -> int | None:
 
 
 def unix_peer(sock: socket.socket | None) -> str:
-    creds = peer_creds(sock)
+    return peer_text(peer_creds(sock))
+
+
+def peer_text(creds: tuple[int, int] | None) -> str:
+    """A sender on a unix socket as log lines name it, from its (pid, uid)."""
     return "unix socket" if creds is None else f"uid {creds[1]} pid {creds[0]}"
 
 

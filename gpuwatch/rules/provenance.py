@@ -9,7 +9,7 @@ job's series cannot launder it into a hardware-looking name, and `gpuwatch_alert
 carries every alert's labels, is read as a job's.
 
 Decided when the files load, not per evaluation: the same rule has the same power whatever
-the jobs on the node push, and `gpuwatch rules check` can say which rules those are."""
+the jobs on the node push, and /api/v1/rules shows each rule's."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gpuwatch.daemon import AckError, Daemon
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
-from gpuwatch.push.http import Stamp, handle_push
+from gpuwatch.push.http import Stamp, handle_push, unstamped
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import healthz_response
 from gpuwatch.serve.payloads import node_payload
@@ -55,7 +55,7 @@ class ControlApi:
         reload: Callable[[], Awaitable[str]],
         rules: RuleEngine | None,
         silences: Silences | None,
-        stamp: Stamp | None = None,
+        stamp: Stamp = unstamped,
     ) -> None:
         self.daemon = daemon
         self._reload = reload  # empty when the reload applied, else why it did not
@@ -85,10 +85,7 @@ class ControlApi:
 
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics; the socket's file permissions are the access control."""
-        now = self.daemon.clock.now()
-        if self.stamp is None:
-            return await handle_push(request, self.daemon.jobs, now)
-        return await handle_push(request, self.daemon.jobs, now, self.stamp)
+        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now(), self.stamp)
 
     async def list_silences(self, request: web.Request) -> web.Response:
         silences = self.silences

@@ -24,7 +24,7 @@ from typing import Any, cast
 import httptools
 
 from gpuwatch.clock import within
-from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, Stamp, error_body, peer_creds
+from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, Stamp, error_body, peer_creds, peer_text
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.serve.connlimit import widen_backlog
 from gpuwatch.serve.pushgate import MAX_CONNECTIONS_PER_UID, PushGate
@@ -309,16 +309,14 @@ class PushProtocol(asyncio.Protocol):
             self.transport.abort()
 
     def peer(self) -> str:
-        return "unix socket" if self.pid is None else f"uid {self.uid} pid {self.pid}"
+        return peer_text(None if self.pid is None else (self.pid, self.uid))
 
 
 class PushServer:
     """Serves the push socket (and the socket made again when its file is removed): the
     protocols' shared state, the jobs pushed into and the open connections."""
 
-    def __init__(
-        self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp | None = None
-    ) -> None:
+    def __init__(self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp) -> None:
         self.jobs = jobs
         self.take = PushTaker(jobs, clock_now, stamp)
         self.gate = PushGate()  # what each user may open and cost

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.push.http import Stamp, accepted, error_body, parser_for, refused
+from gpuwatch.push.http import Stamp, accepted, error_body, parser_for, refused, unstamped
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.parse import PushError
 from gpuwatch.serve.pushwire import Parsed, Request, our_fault
@@ -15,7 +15,7 @@ from gpuwatch.serve.pushwire import Parsed, Request, our_fault
 
 class PushTaker:
     def __init__(
-        self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp | None = None
+        self, jobs: JobInputs, clock_now: Callable[[], float], stamp: Stamp = unstamped
     ) -> None:
         self.jobs = jobs
         self.clock_now = clock_now  # the daemon's clock, which dates a pushed series
@@ -39,8 +39,7 @@ class PushTaker:
             return parsed.status, refused(parsed, peer(), parsed.job or request.job() or "")
         try:
             job, samples = parsed
-            if self.stamp is not None:
-                samples = self.stamp(samples, pid)
+            samples = self.stamp(samples, pid)
             count = self.jobs.pushed.apply(job, samples, self.clock_now())
         except PushError as exc:
             # The job for the log line: a JSON body's when it was read, else the URL's.

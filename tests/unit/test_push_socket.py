@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.push.http import unstamped
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.registry import PushLimits
 from gpuwatch.serve import pushserver
@@ -83,7 +84,8 @@ class Client:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[PushServer, Path]]:
-    server = PushServer(JobInputs(PushLimits(max_body_bytes=200_000), None), lambda: 1000.0)
+    jobs = JobInputs(PushLimits(max_body_bytes=200_000), None)
+    server = PushServer(jobs, lambda: 1000.0, unstamped)
     path = tmp_path / "push.sock"
     await server.listen(str(path))
     yield server, path
