@@ -7,6 +7,11 @@ call past its deadline is abandoned: its thread is left to finish whenever it ca
 go to a fresh one, and the caller learns of the timeout at once. A lane with an abandoned call
 still stuck takes no new calls (that GPU is reported unresponsive without piling up threads),
 and the number of stuck threads across all lanes is bounded.
+
+A cycle's calls are timed on the daemon's CPU, not the wall's: time the process spent waiting
+for a CPU while they ran (cpu_wait.py) extends their deadline, up to MAX_STRETCH deadlines
+more. A host that other processes saturate slows every call without any of them being stuck;
+a call stuck in the driver waits for no CPU, and is abandoned at its deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpuwatch.clock import Clock
+from gpuwatch.nvml.cpu_wait import CpuWait, Stretch
 from gpuwatch.source import run_into
 
 T = TypeVar("T")
@@ -38,6 +44,9 @@ class LaneStuckError(Exception):
 _Job = tuple[Callable[..., Any], tuple[Any, ...], "concurrent.futures.Future[Any]"]
 Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
 IDLE_RUNNERS = 2  # runner threads kept waiting for the next cycle's calls
+# Deadlines a cycle's calls may be given on top of their own for the time the process waited
+# for a CPU: bounded, so that a hang on a host also starved still times out (at 1 s, by 5 s).
+MAX_STRETCH = 4.0
 
 
 class _Worker:
@@ -197,15 +206,20 @@ class _Runner:
 class NvmlCaller:
     """Runs NVML calls in one worker thread per lane (a GPU, or the driver) with deadlines."""
 
-    def __init__(self, clock: Clock, max_stuck: int) -> None:
+    def __init__(self, clock: Clock, max_stuck: int, cpu_wait: CpuWait | None = None) -> None:
         self._clock = clock
         self._max_stuck = max_stuck
+        self._cpu_wait = cpu_wait
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._stuck: dict[str, _Worker | _Runner] = {}
         self._idle: list[_Runner] = []
         self._closed = False
         self.timeouts: dict[str, int] = {}
+        self.stretched_s = 0.0  # deadline time granted for the process's wait for a CPU
+
+    def _stretched(self, seconds: float) -> None:
+        self.stretched_s += seconds
 
     @property
     def stuck_workers(self) -> int:
@@ -265,10 +279,19 @@ class NvmlCaller:
             all_done.set_result(None)
         hold = deadline / (2 * max(1, len(calls)))
         end = self._clock.now() + deadline
+        stretch = Stretch(
+            self._cpu_wait, deadline * MAX_STRETCH, self._stretched, end - deadline + hold
+        )
         try:
-            while not all_done.done() and (remaining := end - self._clock.now()) > 0:
+            while not all_done.done():
+                if (remaining := end - self._clock.now()) <= 0:
+                    if (extra := stretch.grant()) <= 0:
+                        break
+                    end, remaining = end + extra, extra
                 with contextlib.suppress(TimeoutError):
                     await self._clock.wait_for(asyncio.shield(all_done), min(hold, remaining))
+                if not all_done.done():
+                    stretch.start(self._clock.now())  # slow calls only: a quick cycle reads none
                 if relay.overdue(hold) and end > self._clock.now():
                     self._hand(relay)
         finally:

@@ -30,6 +30,7 @@ from gpuwatch.model import (
     Sample,
 )
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
+from gpuwatch.nvml.cpu_wait import CpuWait
 from gpuwatch.nvml.errors import NvmlGpuError, NvmlModule, as_text
 from gpuwatch.nvml.events import EventWaiter, describe
 from gpuwatch.nvml.opening import open_device
@@ -57,13 +58,15 @@ class NvmlSource:
         sampling: SamplingConfig,
         on_event: Callable[[Event], None],
         inventory: Inventory | None = None,
+        *,
+        cpu_wait: CpuWait | None = None,
     ) -> None:
         self._nvml = nvml
         self._inventory = inventory
         self._clock = clock
         self._sampling = sampling
         self._on_event = on_event
-        self._caller = NvmlCaller(clock, sampling.max_abandoned_workers)
+        self._caller = NvmlCaller(clock, sampling.max_abandoned_workers, cpu_wait)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[WatchedGpu] = []
         self._events = EventWaiter(nvml, self._event_from_thread, clock)
@@ -255,6 +258,7 @@ class NvmlSource:
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )
         samples.append(Sample(m.NVML_ABANDONED_WORKERS, (), float(self._caller.stuck_workers)))
+        samples.append(Sample(m.NVML_CPU_WAIT_GRANTED, (), self._caller.stretched_s))
         states = [
             GpuState(g.info, g.status, g.reason, g.processes, g.instances) for g in self._gpus
         ]

@@ -13,6 +13,7 @@ from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.sysfs import SysfsWatcher
 from gpuwatch.kernel.watcher import SEQ, KernelLog
 from gpuwatch.model import Event
+from gpuwatch.nvml.cpu_wait import SchedstatWait
 from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.source import Source, Watcher
@@ -43,7 +44,7 @@ def make_source(
         )
     if nvml is None:
         raise NoSourceError("no GPU source: NVML was not loaded and no dcgm-exporter is set")
-    return NvmlSource(nvml, clock, config.sampling, publish, inventory)
+    return NvmlSource(nvml, clock, config.sampling, publish, inventory, cpu_wait=SchedstatWait())
 
 
 KERNEL_LOG_RESTORE_LIMIT = 100_000  # this boot's kernel-log events read back at start, at most

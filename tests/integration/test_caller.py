@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from gpuwatch.clock import ManualClock, SystemClock
-from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
+from gpuwatch.nvml.caller import MAX_STRETCH, LaneStuckError, NvmlCaller, NvmlTimeoutError
+from gpuwatch.nvml.cpu_wait import SchedstatWait
 
 
 async def _until_unstuck(caller: NvmlCaller, seconds: float) -> None:
@@ -200,3 +202,101 @@ async def test_close_during_a_cycle_leaves_no_thread_once_its_call_returns() -> 
     for runner in runners:
         runner.join(2.0)
     assert not any(t.is_alive() for t in runners)
+
+
+class _Waits:
+    """CpuWait whose process has waited `waited` seconds for a CPU so far."""
+
+    def __init__(self) -> None:
+        self.waited = 0.0
+
+    def mark(self) -> dict[str, int]:
+        return {"1": round(self.waited * 1e9)}
+
+    def since(self, mark: dict[str, int]) -> float:
+        return self.waited - mark["1"] / 1e9
+
+
+async def _drive(
+    task: asyncio.Future[list[object]], clock: ManualClock, waits: _Waits, starved: bool
+) -> float:
+    """Advance the clock 1/8 s at a time (sums of which floats hold exactly) until the calls
+    come back, the process waiting for a CPU all that time when `starved`; the clock time
+    they took."""
+    started = clock.now()
+    for _ in range(200):
+        if task.done():
+            break
+        clock.advance(0.125)
+        waits.waited += 0.125 if starved else 0.0
+        await asyncio.sleep(0.005)
+    return clock.now() - started
+
+
+async def test_calls_slowed_by_a_cpu_starved_host_are_not_abandoned() -> None:
+    """Other processes saturating the CPUs slow every call; the time the daemon waited for a
+    CPU is added to the deadline, so the slow calls come back instead of paging."""
+    clock, waits = ManualClock(), _Waits()
+    caller = NvmlCaller(clock, max_stuck=4, cpu_wait=waits)
+    release = threading.Event()
+    task = asyncio.ensure_future(
+        caller.call_many(1.0, [("gpu0", release.wait, ()), ("gpu1", int, ())])
+    )
+    for _ in range(25):  # 2.5 s of the clock, the process starved throughout
+        clock.advance(0.1)
+        waits.waited += 0.1
+        await asyncio.sleep(0.005)
+    assert not task.done()
+    release.set()
+    results = await task
+    assert results == [True, 0]
+    assert caller.timeouts == {} and caller.stretched_s >= 1.4
+    caller.close()
+
+
+async def test_a_hung_call_times_out_at_its_deadline_when_the_process_waits_for_nothing() -> None:
+    clock, waits = ManualClock(), _Waits()
+    caller = NvmlCaller(clock, max_stuck=4, cpu_wait=waits)
+    release = threading.Event()
+    task = asyncio.ensure_future(caller.call_many(1.0, [("gpu0", release.wait, ())]))
+    took = await _drive(task, clock, waits, starved=False)
+    assert isinstance(task.result()[0], NvmlTimeoutError)
+    assert 1.0 <= took <= 1.125 and caller.stretched_s == 0.0
+    release.set()
+    caller.close()
+
+
+async def test_a_hung_call_on_a_starved_host_still_times_out_within_the_bound() -> None:
+    """A driver can hang while the host is also busy: the deadline grows by the process's
+    wait for a CPU only up to MAX_STRETCH deadlines."""
+    clock, waits = ManualClock(), _Waits()
+    caller = NvmlCaller(clock, max_stuck=4, cpu_wait=waits)
+    release = threading.Event()
+    task = asyncio.ensure_future(caller.call_many(1.0, [("gpu0", release.wait, ())]))
+    took = await _drive(task, clock, waits, starved=True)
+    assert isinstance(task.result()[0], NvmlTimeoutError)
+    assert 1.0 + MAX_STRETCH <= took <= 1.0 + MAX_STRETCH + 0.25
+    assert caller.stretched_s == pytest.approx(MAX_STRETCH)
+    release.set()
+    caller.close()
+
+
+def test_the_kernel_counts_each_threads_wait_for_a_cpu(tmp_path: Path) -> None:
+    """The scheduler's own counts: every thread of this process has one, and what the
+    process waited since a mark is the threads' waits added up, a thread started since
+    counting whole."""
+    real = SchedstatWait()
+    mark = real.mark()
+    assert mark is not None and str(threading.get_native_id()) in mark
+    assert real.since(mark) >= 0.0
+    tasks = tmp_path / "task"
+    for tid, line in (("10", "500 2000000000 3"), ("11", "1 500000000 1")):
+        (tasks / tid).mkdir(parents=True)
+        (tasks / tid / "schedstat").write_text(line + "\n")
+    fake = SchedstatWait(str(tasks))
+    before = fake.mark()
+    assert before == {"10": 2_000_000_000, "11": 500_000_000}
+    (tasks / "10" / "schedstat").write_text("900 2750000000 9\n")
+    (tasks / "12").mkdir()
+    (tasks / "12" / "schedstat").write_text("5 250000000 1\n")  # a thread started since
+    assert fake.since(before) == pytest.approx(1.0)
