@@ -67,6 +67,23 @@ FIELDS: dict[str, Field] = {
     **_both(
         "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", Field(m.MEMORY_TEMPERATURE)
     ),
+    # Thresholds: what nvmlDeviceGetTemperatureThreshold answers, as DCGM reads them.
+    **_both(
+        "DCGM_FI_DEV_SLOWDOWN_TEMP",
+        "DCGM_FI_DEV_GPU_TEMP_SLOWDOWN_CELSIUS",
+        Field(m.SLOWDOWN_TEMPERATURE),
+    ),
+    **_both(
+        "DCGM_FI_DEV_SHUTDOWN_TEMP",
+        "DCGM_FI_DEV_GPU_TEMP_SHUTDOWN_CELSIUS",
+        Field(m.SHUTDOWN_TEMPERATURE),
+    ),
+    "DCGM_FI_DEV_GPU_MAX_OP_TEMP": Field(m.MAX_OPERATING_TEMPERATURE),
+    **_both(
+        "DCGM_FI_DEV_MEM_MAX_OP_TEMP",
+        "DCGM_FI_DEV_MEMORY_MAX_OP_TEMP_CELSIUS",
+        Field(m.MEMORY_MAX_TEMPERATURE),
+    ),
     **_both("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", Field(m.POWER)),
     **_both(
         "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",

@@ -25,6 +25,10 @@ GPU_UP = "gpuwatch_gpu_up"
 GPU_INFO = "gpuwatch_gpu_info"
 TEMPERATURE = "gpuwatch_gpu_temperature_celsius"
 MEMORY_TEMPERATURE = "gpuwatch_gpu_memory_temperature_celsius"
+MAX_OPERATING_TEMPERATURE = "gpuwatch_gpu_max_operating_temperature_celsius"
+SLOWDOWN_TEMPERATURE = "gpuwatch_gpu_slowdown_temperature_celsius"
+SHUTDOWN_TEMPERATURE = "gpuwatch_gpu_shutdown_temperature_celsius"
+MEMORY_MAX_TEMPERATURE = "gpuwatch_gpu_memory_max_operating_temperature_celsius"
 POWER = "gpuwatch_gpu_power_watts"
 POWER_LIMIT = "gpuwatch_gpu_power_limit_watts"
 ENERGY = "gpuwatch_gpu_energy_joules_total"
@@ -56,6 +60,7 @@ LAST_SAMPLE_TIMESTAMP = "gpuwatch_last_sample_timestamp_seconds"
 SAMPLES = "gpuwatch_samples_total"
 SAMPLING_OVERRUNS = "gpuwatch_sampling_overruns_total"
 NVML_TIMEOUTS = "gpuwatch_nvml_timeouts_total"
+NVML_CPU_WAIT_GRANTED = "gpuwatch_nvml_cpu_wait_granted_seconds_total"
 NVML_ABANDONED_WORKERS = "gpuwatch_nvml_abandoned_workers"
 STORE_SERIES = "gpuwatch_store_series"
 GPU_LOST = "gpuwatch_gpu_lost"
@@ -108,6 +113,10 @@ _DEFS = [
     MetricDef(GPU_INFO, "gauge", "Descriptive labels of each GPU; always 1."),
     MetricDef(TEMPERATURE, "gauge", "GPU die temperature."),
     MetricDef(MEMORY_TEMPERATURE, "gauge", "GPU memory (HBM) temperature."),
+    MetricDef(MAX_OPERATING_TEMPERATURE, "gauge", "The GPU's software thermal capping point."),
+    MetricDef(SLOWDOWN_TEMPERATURE, "gauge", "The GPU's hardware thermal slowdown point."),
+    MetricDef(SHUTDOWN_TEMPERATURE, "gauge", "The GPU's thermal shutdown point."),
+    MetricDef(MEMORY_MAX_TEMPERATURE, "gauge", "The GPU memory's maximum operating temperature."),
     MetricDef(POWER, "gauge", "Power draw of the board."),
     MetricDef(POWER_LIMIT, "gauge", "Enforced power limit."),
     MetricDef(ENERGY, "counter", "Energy consumed since the driver was loaded."),
@@ -141,6 +150,9 @@ _DEFS = [
     MetricDef(SAMPLES, "counter", "Sampling cycles completed."),
     MetricDef(SAMPLING_OVERRUNS, "counter", "Sampling ticks skipped because a cycle ran too long."),
     MetricDef(NVML_TIMEOUTS, "counter", "NVML calls abandoned past their deadline."),
+    MetricDef(
+        NVML_CPU_WAIT_GRANTED, "counter", "Time NVML deadlines grew: the daemon waited for a CPU."
+    ),
     MetricDef(
         NVML_ABANDONED_WORKERS, "gauge", "Worker threads still stuck in an abandoned NVML call."
     ),

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from gpuwatch import metrics as m
 from gpuwatch.host.processes import GpuProcess, ProcessLookup
@@ -48,6 +48,7 @@ from gpuwatch.nvml.fields import (
     plan_fields,
 )
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
+from gpuwatch.nvml.thermal import read_limits
 
 log = logging.getLogger(__name__)
 
@@ -104,23 +105,19 @@ class DeviceReader:
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             nvml.NVML_ERROR_INVALID_ARGUMENT,
         }
-        self._processes_calls = self._process_calls()
+        # The calls listing compute processes, newest first: drivers before R510 lack _v3,
+        # which pynvml's unversioned name calls.
+        v2 = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+        self._processes_calls = (nvml.nvmlDeviceGetComputeRunningProcesses, *([v2] if v2 else []))
         self._fabric_calls = list(fabric_calls(nvml, handle).values())
+        self._limits: dict[str, float] | None = None  # read once (thermal.py), and at recheck
         sensor = nvml.NVML_TEMPERATURE_GPU
         # nvmlDeviceGetTemperatureV (R570, pynvml 12.570) replaces the call NVML 13 deprecates.
         self._temperature_calls: list[Callable[[], Any]] = [
-            partial(nvml.nvmlDeviceGetTemperature, handle, sensor)
+            partial(getattr(nvml, name), handle, sensor)
+            for name in ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")
+            if hasattr(nvml, name)
         ]
-        if hasattr(nvml, "nvmlDeviceGetTemperatureV"):
-            self._temperature_calls.insert(
-                0, partial(nvml.nvmlDeviceGetTemperatureV, handle, sensor)
-            )
-
-    def _process_calls(self) -> tuple[Callable[[Any], Any], ...]:
-        """The calls listing compute processes, newest first: drivers before R510 lack _v3,
-        which pynvml's unversioned name calls."""
-        v2 = getattr(self.nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
-        return (self.nvml.nvmlDeviceGetComputeRunningProcesses, *([v2] if v2 else []))
 
     # -- helpers -------------------------------------------------------------------------
     def _retire(self, what: str) -> None:
@@ -177,6 +174,7 @@ class DeviceReader:
         self._fast_fields.reset()
         self._slow_fields.reset()
         self._mig_mode = None
+        self._limits = None
 
     # -- sampling ------------------------------------------------------------------------
     def read(self, slow: bool = True) -> tuple[list[Sample], list[Sample] | None]:
@@ -264,13 +262,15 @@ class DeviceReader:
         nvml, h, base = self.nvml, self.handle, self._labels
         for name, what, call, scale in (
             (m.POWER_LIMIT, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, 0.001),
-            (m.PCIE_LINK_GENERATION, "pcie_generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration,
-             1.0),
+            (m.PCIE_LINK_GENERATION, "pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, 1.0),
             (m.PCIE_LINK_WIDTH, "pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, 1.0),
         ):  # fmt: skip
             value = self._try(what, partial(call, h))
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))
+        if self._limits is None:
+            self._limits = read_limits(nvml, h, self._try)
+        out.extend(Sample(name, base, value) for name, value in self._limits.items())
         self._read_fields(self._slow_fields, out)
         fabric = self._try("fabric", *self._fabric_calls)
         if fabric is not None:
@@ -278,9 +278,8 @@ class DeviceReader:
         self._read_instances(out)
 
     def _list_processes(self, what: str, handle: Any) -> list[Any] | None:
-        calls = self._processes_calls
-        found: list[Any] | None = self._try(what, *(partial(call, handle) for call in calls))
-        return found
+        calls = (partial(f, handle) for f in self._processes_calls)
+        return cast("list[Any] | None", self._try(what, *calls))
 
     def _read_processes(self, out: list[Sample]) -> None:
         """Between reads the last list stands, and its count goes out every cycle."""

@@ -210,6 +210,7 @@ SIGNATURES: dict[str, tuple[type, ...]] = {
     "nvmlDeviceGetPciInfo_v3": (P, P),
     "nvmlDeviceGetTemperature": (P, U, P),
     "nvmlDeviceGetTemperatureV": (P, P),
+    "nvmlDeviceGetTemperatureThreshold": (P, U, P),
     "nvmlDeviceGetPowerUsage": (P, P),
     "nvmlDeviceGetEnforcedPowerLimit": (P, P),
     "nvmlDeviceGetTotalEnergyConsumption": (P, P),

@@ -30,6 +30,7 @@ _BASE = frozenset(
         "nvmlDeviceGetVbiosVersion",
         "nvmlDeviceGetPciInfo_v3",
         "nvmlDeviceGetTemperature",
+        "nvmlDeviceGetTemperatureThreshold",
         "nvmlDeviceGetPowerUsage",
         "nvmlDeviceGetEnforcedPowerLimit",
         "nvmlDeviceGetTotalEnergyConsumption",

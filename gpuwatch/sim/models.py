@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GIB = 1024**3
-SHUTDOWN_MARGIN_C = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,19 +20,19 @@ class GpuModel:
     nvlink_gbps_per_link: float  # per direction, GB/s
     pcie_generation: int
     pcie_width: int
+    # What nvmlDeviceGetTemperatureThreshold answers: where software capping (max operating),
+    # the hardware's thermal slowdown and its shutdown begin, and the memory's limit (0: none).
+    # Sources in docs/simulator.md.
+    max_operating_temp_c: float
     slowdown_temp_c: float
+    shutdown_temp_c: float
+    memory_max_temp_c: float
     thermal_resistance: float  # °C per W above ambient at steady state
     vbios: str
     has_row_remapping: bool  # Ampere and newer remap rows; older parts retire pages
     has_nvlink_crc_data: bool  # NVLink4 (Hopper) reports one CRC counter, not flit/data
     nvlink_generation: int = 0  # 5 (Blackwell): the DL error counters gave way to NVLink5's
     mig_capable: bool = False
-
-    @property
-    def shutdown_temp_c(self) -> float:
-        """Where the GPU switches itself off. nvidia-smi -q reports it per board; the
-        simulator keeps the few degrees above slowdown that boards commonly show."""
-        return self.slowdown_temp_c + SHUTDOWN_MARGIN_C
 
 
 MODELS: dict[str, GpuModel] = {
@@ -51,7 +50,10 @@ MODELS: dict[str, GpuModel] = {
             nvlink_gbps_per_link=25.0,
             pcie_generation=5,
             pcie_width=16,
-            slowdown_temp_c=87.0,
+            max_operating_temp_c=87.0,
+            slowdown_temp_c=89.0,
+            shutdown_temp_c=95.0,
+            memory_max_temp_c=0.0,
             thermal_resistance=0.06,
             vbios="96.00.99.00.01",
             has_row_remapping=True,
@@ -71,7 +73,10 @@ MODELS: dict[str, GpuModel] = {
             nvlink_gbps_per_link=50.0,
             pcie_generation=5,
             pcie_width=16,
-            slowdown_temp_c=87.0,
+            max_operating_temp_c=88.0,
+            slowdown_temp_c=91.0,
+            shutdown_temp_c=93.0,
+            memory_max_temp_c=0.0,
             thermal_resistance=0.045,
             vbios="97.00.82.00.11",
             has_row_remapping=True,
@@ -91,7 +96,10 @@ MODELS: dict[str, GpuModel] = {
             nvlink_gbps_per_link=25.0,
             pcie_generation=4,
             pcie_width=16,
-            slowdown_temp_c=85.0,
+            max_operating_temp_c=85.0,
+            slowdown_temp_c=89.0,
+            shutdown_temp_c=92.0,
+            memory_max_temp_c=95.0,
             thermal_resistance=0.1,
             vbios="92.00.45.00.06",
             has_row_remapping=True,
@@ -111,7 +119,10 @@ MODELS: dict[str, GpuModel] = {
             nvlink_gbps_per_link=0.0,
             pcie_generation=4,
             pcie_width=16,
-            slowdown_temp_c=90.0,
+            max_operating_temp_c=86.0,
+            slowdown_temp_c=88.0,
+            shutdown_temp_c=91.0,
+            memory_max_temp_c=0.0,
             thermal_resistance=0.6,
             vbios="95.04.39.00.0A",
             has_row_remapping=True,
@@ -129,7 +140,10 @@ MODELS: dict[str, GpuModel] = {
             nvlink_gbps_per_link=25.0,
             pcie_generation=3,
             pcie_width=16,
-            slowdown_temp_c=83.0,
+            max_operating_temp_c=83.0,
+            slowdown_temp_c=87.0,
+            shutdown_temp_c=90.0,
+            memory_max_temp_c=85.0,
             thermal_resistance=0.13,
             vbios="88.00.80.00.01",
             has_row_remapping=False,  # Volta retires pages instead

@@ -233,7 +233,7 @@ class SimGpu:
         if self.active("power_brake", t):
             factor = min(factor, 0.2)
             reasons |= REASON_HW_POWER_BRAKE | REASON_HW_SLOWDOWN
-        if temp >= self.model.slowdown_temp_c - 3:
+        if temp >= self.model.max_operating_temp_c:  # nvml.h: "can be throttled below base clock"
             reasons |= REASON_SW_THERMAL
             factor = min(factor, 0.8)
         if temp >= self.model.slowdown_temp_c:

@@ -82,6 +82,18 @@ class ReadingCalls(LibraryCore):
         temp.temperature = gpu.reading().temperature_c
         return c.SUCCESS
 
+    def nvmlDeviceGetTemperatureThreshold(self, handle: int, kind: int, out: int) -> int:
+        """nvml.h's thresholds 0-3: shutdown, slowdown, memory maximum, GPU maximum."""
+        gpu = self._whole_gpu(handle)
+        self._not_in_vgpu_guest()
+        m = gpu.model
+        limits = (m.shutdown_temp_c, m.slowdown_temp_c, m.memory_max_temp_c,
+                  m.max_operating_temp_c)  # fmt: skip
+        if not 0 <= kind < len(limits) or not limits[kind]:
+            return c.ERROR_NOT_SUPPORTED
+        put(ctypes.c_uint, out, int(limits[kind]))
+        return c.SUCCESS
+
     def nvmlDeviceGetPowerUsage(self, handle: int, out: int) -> int:
         gpu = self._whole_gpu(handle)
         self._not_in_vgpu_guest()

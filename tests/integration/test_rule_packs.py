@@ -30,7 +30,12 @@ EXPECTED = {
         "GpuXidWarning", "GpuXidUnknown", "GpuFabricNotRegistered", "GpuFabricRegistrationFailed",
         "GpuFabricUnhealthy", "GpuFabricDegraded",
     },
-    "thermal-power.yaml": {"GpuTemperatureHigh", "GpuThermalThrottling", "GpuPowerBrake"},
+    "thermal-power.yaml": {
+        "GpuTemperatureHigh",
+        "GpuTemperatureAtSlowdown",
+        "GpuThermalThrottling",
+        "GpuPowerBrake",
+    },
     "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},
     "gpuwatch.yaml": {
         "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",

@@ -145,3 +145,45 @@ def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path
         f'{rules}:5: group "mine" alert "AllGpusUp": expr: '
         "unsupported in gpuwatch's PromQL subset: function histogram_count()"
     ) in done.stderr
+
+
+def test_an_overheating_gpu_pages_at_its_own_slowdown_temperature_before_it_switches_off(
+    run_daemon: Any,
+) -> None:
+    """GPU 1 of the built-in scenario loses its cooling at 10 s and climbs to its shutdown
+    temperature (95 °C, an H100's) in a minute: the page and the unhealthy verdict come when
+    it reaches its slowdown temperature, 89 °C as NVML reports it, not when it falls off."""
+    daemon = run_daemon("--simulate", "thermal_shutdown", "--speed", "5")
+
+    def limits() -> dict[str, float] | None:
+        metrics = parse_metrics(daemon.metrics())
+        found = {
+            name: value
+            for name in ("slowdown", "shutdown", "max_operating")
+            for labels, value in metrics.get(f"gpuwatch_gpu_{name}_temperature_celsius", [])
+            if labels["gpu"] == "1"
+        }
+        return found if len(found) == 3 else None
+
+    assert wait_for(limits, timeout=20) == {"slowdown": 89, "shutdown": 95, "max_operating": 87}
+    seen: list[tuple[str, str, float]] = []  # (alert, GPU, value) or ("verdict", reason, 0)
+
+    def fell() -> bool:
+        alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+        firing = {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"}
+        node = daemon.json("/api/v1/node")["data"]
+        for name in ("GpuTemperatureAtSlowdown", "GpuFellOffBus"):
+            if name in firing and name not in [s[0] for s in seen]:
+                seen.append((name, firing[name]["labels"]["gpu"], float(firing[name]["value"])))
+        slowdown = [c for c in node["causes"] if c["key"] == "thermal-slowdown"]
+        if node["verdict"] == "unhealthy" and slowdown and "verdict" not in [s[0] for s in seen]:
+            seen.append(("verdict", slowdown[0]["reason"], 0.0))
+        return "GpuFellOffBus" in firing
+
+    wait_for(fell, timeout=60)
+    order = [s[0] for s in seen]
+    assert order.index("GpuTemperatureAtSlowdown") < order.index("GpuFellOffBus"), seen
+    assert order.index("verdict") < order.index("GpuFellOffBus"), seen
+    page = seen[order.index("GpuTemperatureAtSlowdown")]
+    assert page[1] == "1" and 89 <= page[2] < 95, seen  # paged below its shutdown temperature
+    assert seen[order.index("verdict")][1].startswith("GPU 1 reached its slowdown"), seen

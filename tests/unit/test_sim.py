@@ -164,7 +164,7 @@ def test_thermal_runaway_climbs_into_thermal_slowdown(nvml: Any) -> None:
     start = nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
     clock.advance(180)
     hot = nvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
-    assert hot >= 87 > start
+    assert hot >= 89 > start  # the H100's hardware slowdown temperature
     assert (
         nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
         & pynvml.nvmlClocksEventReasonHwThermalSlowdown

@@ -1,0 +1,42 @@
+"""A GPU's own temperature limits, as its board reports them through NVML.
+
+Every model, and every board of one model, has its own: an A100-SXM4-80GB slows down at
+89 °C, an H100 SXM at 89 °C and shuts down at 95 °C, a V100 slows down at 87 °C. A rule with
+one fixed number pages too early on one model and after the shutdown on another, so the
+rules compare each GPU's temperature with its own limits.
+
+nvmlDeviceGetTemperatureThreshold answers them in degrees Celsius on every driver gpuwatch
+supports. nvidia-smi prints them relative to "T.Limit" on Ada and later (`GPU Slowdown
+T.Limit Temp: -2 C`), from field values 193-196; the call still answers the absolute
+temperature there. The limits are fixed for a board, so they are read once, and again at
+each recheck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from gpuwatch import metrics as m
+from gpuwatch.nvml.errors import NvmlModule
+
+# nvml.h's nvmlTemperatureThresholds_t: the kind and the series it becomes.
+THRESHOLDS = (
+    ("NVML_TEMPERATURE_THRESHOLD_GPU_MAX", m.MAX_OPERATING_TEMPERATURE),
+    ("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", m.SLOWDOWN_TEMPERATURE),
+    ("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", m.SHUTDOWN_TEMPERATURE),
+    ("NVML_TEMPERATURE_THRESHOLD_MEM_MAX", m.MEMORY_MAX_TEMPERATURE),
+)
+
+
+def read_limits(nvml: NvmlModule, handle: Any, attempt: Callable[..., Any]) -> dict[str, float]:
+    """Series name -> the limit in °C, for those the GPU answers. `attempt(what, call)` is
+    the reader's: it retires what the driver does not support."""
+    out: dict[str, float] = {}
+    for kind, name in THRESHOLDS:
+        value = attempt(name, partial(nvml.nvmlDeviceGetTemperatureThreshold, handle,
+                                      getattr(nvml, kind)))  # fmt: skip
+        if value:  # 0: a board that does not set it
+            out[name] = float(value)
+    return out
