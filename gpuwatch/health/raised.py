@@ -21,11 +21,13 @@ from gpuwatch.health.verdict import SEVERITY, Cause, Health, as_action
 # not say it is an emergency.
 UNHEALTHY_SEVERITIES = frozenset({"critical", "page", "error", "high"})
 SILENT_SEVERITIES = frozenset({"info", "none", "ok"})  # raise no cause
-# The causes the shipped hardware pack raises (rules/hardware.yaml): without them loaded, the
-# verdict does not judge error rates, page counts, a lasting stall or the NVLink fabric.
+# The causes the shipped hardware and thermal packs raise (rules/hardware.yaml,
+# rules/thermal-power.yaml): without them loaded, the verdict does not judge error rates, page
+# counts, a lasting stall, the NVLink fabric or a GPU at its slowdown temperature.
 SHIPPED_CAUSES = ("gpu-unresponsive", "driver-unresponsive", "nvlink-crc", "nvlink-replay",
                   "pcie-replays", "remapped-rows", "retired-pages", "fabric-not-registered",
-                  "fabric-registration-failed", "fabric-unhealthy", "fabric-degraded")  # fmt: skip
+                  "fabric-registration-failed", "fabric-unhealthy", "fabric-degraded",
+                  "thermal-slowdown")  # fmt: skip
 
 
 def health_of(severity: str) -> Health | None:
