@@ -27,6 +27,7 @@ class GpuDirectory:
         self._listed: dict[str, GpuState] = {}
         self._before: dict[str, MissingGpu] = {}
         self._learned: dict[str, str] = {}  # address -> uuid, from the kernel log
+        self._ports: dict[str, str] = {}  # a port's address -> the device's below it (sysfs)
         self.driver_count: int | None = None  # GPUs the driver lists; None: driver down
 
     def update(self, gpus: list[GpuState], missing: tuple[MissingGpu, ...], up: bool) -> None:
@@ -35,6 +36,17 @@ class GpuDirectory:
         self._listed = {a: g for g in gpus if (a := pci_address(g.info.pci_bus_id))}
         self._before = {a: g for g in missing if (a := pci_address(g.pci_bus_id))}
         self.driver_count = len(gpus) if up else None
+
+    def learn_ports(self, ports: dict[str, str]) -> None:
+        """The PCI bus's ports above the NVIDIA devices, each to the device whose link it is."""
+        self._ports = dict(list(ports.items())[:MAX_LEARNED])
+
+    def nvidia_device(self, address: str) -> str | None:
+        """The NVIDIA device (a GPU or NVSwitch) at `address`, or whose upstream port is at
+        `address`: its address; None when neither."""
+        if address in self.known or address in self._ports.values():
+            return address
+        return self._ports.get(address)
 
     def learn(self, address: str, uuid: str) -> None:
         if address in self._learned or len(self._learned) < MAX_LEARNED:

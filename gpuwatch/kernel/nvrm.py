@@ -72,7 +72,8 @@ _OPENING = re.compile(
 class DriverLine:
     """One line of the driver's, read. `kind`: xid, sxid, sxid_detail, fallen_off_bus,
     init_failed, identity (which GPU sits at an address), serial (its board's serial number),
-    loaded (the driver's load line, at boot), nvlink, or other."""
+    loaded (the driver's load line, at boot), nvlink, other; or aer (the kernel's AER driver
+    about an NVIDIA device, kernel/aer.py)."""
 
     kind: str
     text: str  # the whole line
@@ -86,6 +87,7 @@ class DriverLine:
     uuid: str = ""  # identity lines
     gpu_instance: int | None = None  # the MIG GPU instance an XID is attributed to
     compute_instance: int | None = None  # and its compute instance, where the driver says
+    reporter: str = ""  # an AER line's: the device that printed it, the port above pci_bus_id
 
     def mig_instance(self) -> tuple[str, dict[str, int]]:
         """The MIG instance the line names, as words for a message and as event fields."""

@@ -5,7 +5,10 @@ A GPU the bus shows and the driver does not list (it failed to initialise, or NV
 without an XID) and a device the bus has lost (gone from sysfs, or answering all ones, as a
 device that fell off the bus does) are what NVML alone cannot tell. The PCIe AER counters
 (`aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`, where the kernel has AER) count
-the link errors the device itself reported.
+the link errors the device itself detected, and are read for each device and for the port
+above it, its link partner (a root port, or a PCIe switch's downstream port): errors on a
+GPU's link are often seen and counted at the port only, the GPU's own counters staying at 0
+(the kernel's Documentation/ABI/testing/sysfs-bus-pci-devices-aer).
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ class BusDevice:
     path: str
     chain: tuple[str, ...]  # its PCI path from the root port (infiniband.pci_path)
     driver: str | None = None  # the kernel driver bound to it at the scan (None: none)
+
+    @property
+    def port(self) -> str | None:
+        """The sysfs directory of the port above it (its link partner); None when it sits
+        on the root complex itself."""
+        parent = os.path.dirname(os.path.realpath(self.path))
+        return parent if len(self.chain) > 1 else None
 
     @property
     def for_nvidia_driver(self) -> bool:
@@ -116,11 +126,12 @@ def config_vendor(path: str) -> int | None:
     return int.from_bytes(head, "little") if len(head) == 2 else None
 
 
-def aer_counts(device: BusDevice, read: Read = read_small) -> dict[str, float]:
-    """severity -> the device's AER total; empty where the kernel has no AER counters."""
+def aer_counts(path: str, read: Read = read_small) -> dict[str, float]:
+    """severity -> the AER total of the device whose sysfs directory is `path`; empty where
+    the kernel has no AER counters."""
     out: dict[str, float] = {}
     for name, severity in AER_FILES:
-        text = read(os.path.join(device.path, name))
+        text = read(os.path.join(path, name))
         if text is None:
             continue
         for line in text.splitlines():
@@ -135,7 +146,8 @@ class Bus:
     """What the bus showed: the devices seen since the daemon started, by address."""
 
     seen: dict[str, BusDevice] = field(default_factory=dict)
-    aer: dict[str, dict[str, float]] = field(default_factory=dict)  # as last read, by address
+    # As last read, by address: the device's own, and under "ADDRESS^" its port's.
+    aer: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def samples(
         self,
@@ -168,11 +180,21 @@ class Bus:
             answered = up[device.address]
             labels = _labels(device, listed)
             out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(answered)))
-            if answered and (counters or device.address not in self.aer):
-                self.aer[device.address] = aer_counts(device, read)
-            if answered:
-                for severity, total in self.aer[device.address].items():
-                    out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
+            if not answered:
+                continue
+            if counters or device.address not in self.aer:
+                self.aer[device.address] = aer_counts(device.path, read)
+                if (port := device.port) is not None:
+                    self.aer[device.address + "^"] = aer_counts(port, read)
+            for severity, total in self.aer[device.address].items():
+                out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
+            # The port's, labelled with the device whose link it is: its cause lands there.
+            if (port_counts := self.aer.get(device.address + "^")) is not None:
+                port_labels = (*labels[:-1], ("pci_bus_id", device.chain[-2]),
+                               ("serves", device.address))  # fmt: skip
+                for severity, total in port_counts.items():
+                    out.append(Sample(m.PCIE_AER_ERRORS, (*port_labels, ("severity", severity)),
+                                      total))  # fmt: skip
         return out
 
 

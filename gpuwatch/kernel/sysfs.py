@@ -171,6 +171,7 @@ class SysfsWatcher:
         # as one now (a GPU that fell off the bus before gpuwatch started reads all ones).
         found = {d.address for d in devices}
         devices += [d for a in sorted(known) if a not in found and (d := bus_device(self.root, a))]
+        self._gpus.learn_ports({d.chain[-2]: d.address for d in devices if len(d.chain) > 1})
         ports = find_ports(self.root)
         by_address = {d.address: d for d in devices if d.kind == "gpu"}
         gpu_paths = {str(g.info.index): by_address[a].chain for a, g in listed.items()

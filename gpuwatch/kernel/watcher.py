@@ -28,14 +28,14 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
-from gpuwatch.health.xid_catalog import xid_event_text
-from gpuwatch.host.processes import with_jobs
+from gpuwatch.kernel.aer import read_aer_line
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader, open_problem
+from gpuwatch.kernel.line_events import SEQ, LineEvents
 from gpuwatch.kernel.nvrm import DriverLine, Joiner, read_driver_line
 from gpuwatch.kernel.records import Record
 from gpuwatch.kernel.sxids import SxidCounts
@@ -44,8 +44,6 @@ from gpuwatch.model import Event, Sample
 
 log = logging.getLogger(__name__)
 
-SOURCE = "kernel_log"
-SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals
 FILE = "kmsg_file"  # for a plain file, which file (KmsgReader.identity) the number is of
 RETRY_S = 30.0  # how often a kernel log that cannot be opened is tried again
 # How long the thread waits for a record before looking again anyway: /dev/kmsg and a file
@@ -57,10 +55,6 @@ LOOK_S = 5.0
 # something"): the pause that keeps this from being a busy loop.
 WAIT_S = 0.25
 QUEUE_CHECK_S = 1.0  # how often a thread waiting for the loop to take a batch checks stop()
-TEXT_LIMIT = 1024  # of a driver line kept in an event
-# Lines that are neither XIDs nor SXids nor a lost GPU: at most this many events a minute;
-# a driver that prints a storm of them is counted, not journaled line by line.
-OTHER_PER_MINUTE = 30
 MAX_BATCHES_QUEUED = 16
 RECORDS_A_TURN = 500  # about 25 ms of the loop's time on the development VM
 
@@ -105,12 +99,11 @@ class KernelLog:
         self._queue_lock = threading.Lock()
         self._draining = False  # a _drain is scheduled on the loop
         self._sxids = SxidCounts(restored)
+        self._events = LineEvents(gpus, self._sxids, clock)
         self._joiner: Joiner[Record] = Joiner()
         self._restarts = 0  # the reader's, as last seen
         self._lines: Counter[str] = Counter()
         self._foreign = 0  # records the kernel did not write
-        self._suppressed = 0
-        self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
         self._problem = "not started"
         self._noted = ""
         self._watch_noted = ""  # the reader's watch_problem, as last logged
@@ -299,12 +292,18 @@ class KernelLog:
         if not record.kernel:  # a program's line in a syslog file, a user-space kmsg record
             self._foreign += 1
             return
-        for whole, line in self._joiner.feed(record, read_driver_line(record.message)):
+        read = read_driver_line(record.message) or read_aer_line(record.message)
+        for whole, line in self._joiner.feed(record, read):
             self._take_line(whole, line, backlog, identity)
 
     def _take_line(self, record: Record, line: DriverLine, backlog: bool, identity: str) -> None:
+        if line.kind == "aer":  # only those about an NVIDIA device, or the port above one
+            device = self._gpus.nvidia_device(line.pci_bus_id)
+            if device is None:
+                return
+            line = replace(line, pci_bus_id=device)
         self._lines[line.kind] += 1
-        event = self._event(line, record, self._when(record, backlog))
+        event = self._events.event(line, record.seq, self._when(record, backlog))
         if event is None:
             return
         if identity:
@@ -323,77 +322,13 @@ class KernelLog:
         ago = time.clock_gettime(time.CLOCK_MONOTONIC) - record.uptime_us / 1e6
         return now - max(0.0, ago)
 
-    def _event(self, line: DriverLine, record: Record, when: float) -> Event | None:
-        at = self._gpus.find(line.pci_bus_id) if line.pci_bus_id else None
-        gpu, uuid = (at.index, at.uuid) if at is not None else (None, None)
-        where = f"GPU {gpu}" if gpu is not None else f"GPU at {line.pci_bus_id or '?'}"
-        data: dict[str, int | float | str] = {"source": SOURCE, SEQ: record.seq}
-        data["driver_text"] = line.text[:TEXT_LIMIT]
-        if line.pci_bus_id:
-            data["pci_bus_id"] = line.pci_bus_id
-        if line.kind == "xid" and line.code is not None:
-            message, about = xid_event_text(line.code, gpu)
-            if gpu is None:
-                message = message.replace("on GPU None", f"on {where}")
-            data.update(about)
-            if line.pid is not None:
-                data["pid"] = line.pid
-            if line.process:
-                data["process"] = line.process[:64]
-            said, instance = line.mig_instance()  # a MIG instance's is the GPU's XID too
-            message += said
-            data.update(instance)
-            if line.detail and _said(line.detail) != _said(str(about["meaning"])):
-                message += f" ({line.detail[:200]})"
-            if at is not None and at.state is not None:
-                message, data = with_jobs(message, data, at.state.processes)
-            return Event(when, "xid", gpu, uuid, message, data)
-        if line.kind == "fallen_off_bus":
-            message = f"{where} lost: the driver says it has fallen off the bus"
-            return Event(when, "gpu_lost", gpu, uuid, message, data)
-        if line.kind == "init_failed":
-            message = f"the driver could not initialise {where}: {line.detail[:200]}"
-            return Event(when, "gpu_init_failed", gpu, uuid, message, data)
-        if line.kind == "sxid" and line.code is not None:
-            data.update(sxid=line.code, severity=line.severity)
-            if line.link is not None:
-                data["link"] = line.link
-            self._sxids.count(line.pci_bus_id, str(line.code), line.severity, when)
-            level = "fatal" if line.severity == "fatal" else "non-fatal"
-            message = f"NVSwitch {line.pci_bus_id}: {level} SXid {line.code}: {line.detail[:200]}"
-            return Event(when, "sxid", None, None, message, data)
-        if line.kind == "identity":
-            self._gpus.learn(line.pci_bus_id, line.uuid)
-            return None
-        if line.kind in ("serial", "loaded"):  # a board's serial, the driver loading: no news
-            return None
-        return self._other(line, when, gpu, uuid, data)
-
-    def _other(
-        self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
-        data: dict[str, int | float | str],
-    ) -> Event | None:  # fmt: skip
-        now = self._clock.now()
-        if len(self._others) == OTHER_PER_MINUTE and self._others[0] > now - 60.0:
-            self._suppressed += 1
-            return None
-        self._others.append(now)
-        kind = "nvlink" if line.kind == "nvlink" else "kernel_log"
-        return Event(when, kind, gpu, uuid, f"kernel log: {line.text[:TEXT_LIMIT]}", data)
-
     # -- own metrics --------------------------------------------------------------------------
     def collect(self) -> Iterable[Sample]:
         if self._loop is not None:  # started: before, only what it kept from before
             yield Sample(m.KMSG_UP, (), 0.0 if self._problem else 1.0)
         for kind, count in sorted(self._lines.items()):
             yield Sample(m.KMSG_DRIVER_LINES, (("kind", kind),), float(count))
-        yield Sample(m.KMSG_SUPPRESSED, (), float(self._suppressed))
+        yield Sample(m.KMSG_SUPPRESSED, (), float(self._events.suppressed))
         yield Sample(m.KMSG_NOT_KERNEL, (), float(self._foreign))
         yield Sample(m.KMSG_OVERWRITTEN, (), float(self._reader.counts.overwritten))
         yield from self._sxids.samples()
-
-
-def _said(text: str) -> str:
-    """Text as compared for saying the same: the driver's `GPU has fallen off the bus.` and
-    the catalogue's `GPU has fallen off the bus`."""
-    return text.strip().rstrip(".").lower()

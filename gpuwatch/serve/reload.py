@@ -100,12 +100,12 @@ class Reloader:
 
 def warn_unraised(rules: RuleEngine) -> None:
     """Say so when the rules loaded leave the verdict without causes it is documented to have
-    (the shipped hardware pack not listed in rules.files)."""
+    (the shipped hardware and thermal packs not listed in rules.files)."""
     missing = unraised(cause_labels(rules.alerting_rules()))
     if missing:
         log.warning(
             "no loaded rule raises the verdict's causes %s (a `cause` label), so the verdict "
-            "does not judge them: list the shipped hardware pack in rules.files "
+            "does not judge them: list the shipped hardware and thermal packs in rules.files "
             "(docs/rules.md)",
             ", ".join(missing),
         )

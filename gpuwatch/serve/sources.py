@@ -10,8 +10,9 @@ from gpuwatch.clock import Clock
 from gpuwatch.config import Config
 from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.kernel.gpus import GpuDirectory
+from gpuwatch.kernel.line_events import SEQ
 from gpuwatch.kernel.sysfs import SysfsWatcher
-from gpuwatch.kernel.watcher import SEQ, KernelLog
+from gpuwatch.kernel.watcher import KernelLog
 from gpuwatch.model import Event
 from gpuwatch.nvml.cpu_wait import SchedstatWait
 from gpuwatch.nvml.errors import NvmlModule

@@ -35,6 +35,7 @@ FAULT_KINDS = (
     "nvlink_recovery",
     "thermal_shutdown",
     "gpu_missing",
+    "pcie_aer",
     *JOB_FAULT_KINDS,
     "ib_port_down",
     "ib_port_flap",
@@ -60,6 +61,7 @@ FABRIC_CONDITIONS = (
     "incorrect_configuration",
 )
 ERROR_FAULT_KINDS = ("nvml_error", "event_wait_error")
+AER_SEVERITIES = ("correctable", "nonfatal", "fatal")
 
 # How hard the counting faults hit unless a scenario says (`rate:` errors a second while the
 # fault lasts, after `count:` at once), so a rule can be tried just under and over its line.
@@ -67,6 +69,7 @@ DEFAULT_RATE = {
     "ecc_sbe": 20.0,  # a single-bit storm (XID 92)
     "ecc_dbe": 0.0,
     "pcie_replay_storm": 2.0,  # 120 a minute, above Gen5 x16's expected ~31
+    "pcie_aer": 0.0,  # one error, counted at the port above the GPU
     "nvlink_crc_storm": 500.0,  # above DCGM's 100/s failure line
     "nvlink_replay": 0.0,
     "nvlink_recovery": 0.0,
@@ -97,6 +100,7 @@ class Fault:
     switch: int = 0  # the NVSwitch an sxid fault hits
     fatal: bool = True  # whether an sxid is fatal
     condition: str = "degraded_bandwidth"  # what a fabric_degraded fault reports
+    severity: str = "fatal"  # a pcie_aer fault's: correctable, nonfatal or fatal
 
     @property
     def errors_per_s(self) -> float:

@@ -23,16 +23,15 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwatch.config import Config
-from gpuwatch.health.xid_catalog import lookup
-from gpuwatch.sim import driver as d
 from gpuwatch.sim.fabric_manager import SimFabricManager
 from gpuwatch.sim.faults import Fault
+from gpuwatch.sim.kernel_log import kernel_lines, switch_address
 from gpuwatch.sim.node import SimNode
-from gpuwatch.sim.nvml_core import bus_id, uuid_of
+from gpuwatch.sim.nvml_core import bus_id
 from gpuwatch.text.pci import pci_address
 
 FILES_EVERY_S = 0.5  # seconds (the node's) between updates of the sysfs files
@@ -41,18 +40,9 @@ FLAP_PERIOD_S = 20.0  # an ib_port_flap takes the link down for FLAP_DOWN_S of e
 FLAP_DOWN_S = 4.0
 COUNTER16 = 65535  # PortCounters' 16-bit error counters stop here
 NIC_BYTES_PER_S = 10e9  # traffic through an up port
-# What the driver prints after an XID's number, for the XIDs the scenarios raise.
-XID_TEXT = {
-    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
-    "at partition 6, subpartition 0.",
-    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
-    64: "Row Remapper: Row remapping failed, no spare rows left.",
-    74: "NVLink: fatal error detected on link 0(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
-    79: "GPU has fallen off the bus.",
-    92: "High single-bit ECC error rate detected",
-    154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
-}
-GPU_FILE_KINDS = frozenset({"fall_off_bus", "pcie_replay_storm"})  # what a GPU's files show
+GPU_FILE_KINDS = frozenset(
+    {"fall_off_bus", "pcie_replay_storm", "pcie_aer"}
+)  # what a GPU's files show
 GPU_CLASS, SWITCH_CLASS, NIC_CLASS = "0x030200", "0x068000", "0x020700"
 CONFIG_HEADER = 64  # what sysfs's `config` shows a reader without CAP_SYS_ADMIN
 # A device that no longer answers: a config read completes with all ones (the kernel's
@@ -68,13 +58,6 @@ def config_space(vendor: str, device: str, klass: str) -> bytes:
     header[2:4] = int(device, 16).to_bytes(2, "little")
     header[9:12] = int(klass, 16).to_bytes(3, "little")
     return bytes(header)
-
-
-@dataclass(frozen=True, slots=True)
-class _Line:
-    time: float
-    message: str
-    priority: int = 4  # warning, as the driver prints its faults
 
 
 class SimHost:
@@ -107,7 +90,7 @@ class SimHost:
         ]
         self._ports_written: set[int] = set()
         self._gpus_written: set[int] = set()
-        self._lines = sorted(self._kernel_lines(salt), key=lambda line: line.time)
+        self._lines = sorted(kernel_lines(node, self._boot, salt), key=lambda line: line.time)
         self._next_line = 0
         self.fabric_manager = SimFabricManager(node) if scenario.nvswitches else None
         self._build()
@@ -150,7 +133,7 @@ class SimHost:
             if not (device / "driver").is_symlink():
                 (device / "driver").symlink_to(os.path.relpath(drivers, device))
         for switch in range(scenario.nvswitches):  # in a PCI domain of their own
-            self._device([*self._switch(switch * 4 + 7, "0002"), _switch_address(switch)],
+            self._device([*self._switch(switch * 4 + 7, "0002"), switch_address(switch)],
                          "0x10de", "0x22a3", SWITCH_CLASS)  # fmt: skip
         self._ports: list[str] = []
         for port in range(scenario.ib_ports):
@@ -192,34 +175,6 @@ class SimHost:
         self._written[path] = data
 
     # -- the kernel log ---------------------------------------------------------------------
-    def _kernel_lines(self, salt: int) -> list[_Line]:
-        node, scenario = self.node, self.node.scenario
-        boot = self._boot
-        lines = [_Line(boot + 5.0, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  "
-                       f"{scenario.driver.driver_version}", 5)]  # fmt: skip
-        for gpu in range(scenario.gpus):
-            at = bus_id(gpu)[4:-2].lower()  # 0000:18:00
-            uuid = uuid_of(scenario.seed, gpu, salt=salt)
-            lines.append(_Line(boot + 6.0, f"NVRM: GPU at PCI:{at}: {uuid}", 6))
-        for event in node.events:
-            if event.event_type != d.EVENT_XID:
-                continue
-            at = bus_id(event.gpu)[4:-2].lower()
-            text = XID_TEXT.get(event.data, lookup(event.data).meaning)
-            lines.append(_Line(event.printed, f"NVRM: Xid (PCI:{at}): {event.data}, "
-                               f"pid='<unknown>', name=<unknown>, {text}"))  # fmt: skip
-            if event.data == 79:
-                lines.append(_Line(event.printed, f"NVRM: GPU {pci_address(at)}: GPU has "
-                                   "fallen off the bus."))  # fmt: skip
-        for f in scenario.faults:
-            when = node.start + f.at
-            if f.kind == "gpu_missing":
-                lines.append(_Line(when, f"NVRM: GPU {pci_address(bus_id(f.gpu))}: "
-                                   "RmInitAdapter failed! (0x22:0x56:884)", 3))  # fmt: skip
-            elif f.kind == "sxid":
-                lines.extend(_sxid_lines(f, when))
-        return lines
-
     def _write_lines(self, now: float) -> None:
         records = []
         while self._next_line < len(self._lines) and self._lines[self._next_line].time <= now:
@@ -256,11 +211,22 @@ class SimHost:
                 lost = gpu.fault_now("fall_off_bus")
                 config = GONE if lost else config_space("0x10de", "0x2330", GPU_CLASS)
                 self._put_raw(f"{path}/config", config)
-                replays = gpu.fault_count("pcie_replay_storm")
-                correctable = f"BadTLP {replays}\nTOTAL_ERR_COR {replays}"
-                self._put(f"{path}/aer_dev_correctable", correctable)
-                self._put(f"{path}/aer_dev_nonfatal", "TOTAL_ERR_NONFATAL 0")
-                self._put(f"{path}/aer_dev_fatal", "TOTAL_ERR_FATAL 0")
+                # The GPU's own AER counters stay at 0: errors on its link are seen and
+                # counted by its link partner, the port above it (the kernel's
+                # Documentation/ABI/testing/sysfs-bus-pci-devices-aer): the replays the GPU
+                # counts are the bad TLPs the port received and NAKed.
+                for where in (path, os.path.dirname(path)):
+                    port = where != path
+                    bad = gpu.fault_count("pcie_replay_storm") if port else 0
+                    n = {s: gpu.fault_count("pcie_aer", severity=s) if port else 0
+                         for s in ("correctable", "nonfatal", "fatal")}  # fmt: skip
+                    aer_files = (("correctable", "BadTLP", "COR", bad + n["correctable"]),
+                                 ("nonfatal", "CmpltTO", "NONFATAL", n["nonfatal"]),
+                                 ("fatal", "SDES", "FATAL", n["fatal"]))  # fmt: skip
+                    for name, bit, total, count in aer_files:
+                        self._put(
+                            f"{where}/aer_dev_{name}", f"{bit} {count}\nTOTAL_ERR_{total} {count}"
+                        )
             self._write_cpu()
 
     def _active(self, kind: str, port: int, now: float) -> list[Fault]:
@@ -352,31 +318,10 @@ class SimHost:
         self._put(str(self.directory / "cpu"), text)
 
 
-def _sxid_lines(fault: Fault, when: float) -> list[_Line]:
-    """An SXid as the NVSwitch driver prints it: the first line, then its details."""
-    head = (
-        f"nvidia-nvswitch{fault.switch}: SXid (PCI:{_switch_address(fault.switch)}): {fault.code}"
-    )
-    level = "Fatal" if fault.fatal else "Non-fatal"
-    return [
-        _Line(when, f"{head}, {level}, Link 32 egress non-posted PRIV error (First)", 3),
-        _Line(
-            when,
-            f"{head}, Severity {1 if fault.fatal else 0} Engine instance 32 Sub-engine instance 00",
-            3,
-        ),
-        _Line(when, f"{head}, Data {{0x00000001, 0x00000000, 0x00000000, 0x00000000}}", 3),
-    ]
-
-
 def _domain_and_bus(gpu: int) -> tuple[str, int]:
     """GPU `gpu`'s PCI domain (as sysfs writes it) and bus number."""
     domain, bus = pci_address(bus_id(gpu)).split(":")[:2]
     return domain, int(bus, 16)
-
-
-def _switch_address(switch: int) -> str:
-    return f"0002:{switch * 4 + 7:02x}:00.0"
 
 
 def with_sim_host(config: Config, host: SimHost) -> Config:

@@ -137,10 +137,11 @@ class SimGpu:
                 return f
         return None
 
-    def fault_count(self, kind: str, *, volatile: bool = False, link: int | None = None) -> int:
-        """Errors (rows, pages) that faults of `kind` have produced by now: `count` at once,
-        then `rate` a second while the fault lasts. Counters only grow, as the hardware's do;
-        a volatile one starts again from 0 at a GPU reset. `link`: only faults on that link."""
+    def fault_count(self, kind: str, *, volatile: bool = False, link: int | None = None,
+                    severity: str = "") -> int:  # fmt: skip
+        """Errors (rows, pages) that faults of `kind` (on `link`, of `severity`) have produced
+        by now: `count` at once, then `rate` a second while the fault lasts. Counters only
+        grow, as the hardware's do; a volatile one starts again from 0 at a GPU reset."""
         if kind not in self.fault_kinds:
             return 0
         elapsed = self.node.clock.now() - self.node.start
@@ -149,7 +150,7 @@ class SimGpu:
         for f, end in self.faults:
             if f.kind != kind or elapsed < f.at or (link is not None and f.link != link):
                 continue
-            if volatile and f.at < since:
+            if (volatile and f.at < since) or (severity and f.severity != severity):
                 continue
             total += f.errors_at_once + f.errors_per_s * (min(elapsed, end) - f.at)
         return int(total)

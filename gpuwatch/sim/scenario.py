@@ -11,6 +11,7 @@ from typing import Any
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.driver import DEFAULT_PROFILE, PROFILES, DriverProfile
 from gpuwatch.sim.faults import (
+    AER_SEVERITIES,
     DEFAULT_COUNT,
     DEFAULT_RATE,
     ERROR_FAULT_KINDS,
@@ -250,7 +251,7 @@ def _fault(
     before = len(c.problems)
     data = c.section(
         raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action", "rate", "count",
-                    "link", "port", "switch", "fatal", "condition"),
+                    "link", "port", "switch", "fatal", "condition", "severity"),
     )  # fmt: skip
     if not data:
         return []
@@ -260,6 +261,8 @@ def _fault(
         c.problems.append(c.doc.problem((*path, "kind"), f"{kind} needs node.nvswitches"))
     condition = _only(c, data, path, "condition", kind=kind, kinds=("fabric_degraded",),
                       parse=one_of(FABRIC_CONDITIONS))  # fmt: skip
+    severity = _only(c, data, path, "severity", kind=kind, kinds=("pcie_aer",),
+                     parse=one_of(AER_SEVERITIES))  # fmt: skip
     if kind in HOST_FAULT_KINDS:
         return _host_fault(c, data, path, kind, sizes=(ib_ports, nvswitches), before=before)
     has_gpu = c.require(data, path, "gpu", "the index of the GPU the fault hits, or all")
@@ -298,7 +301,7 @@ def _fault(
         return []
     return [
         Fault(kind, g, at, duration, code, error, action, rate, count, link or 0,
-              condition=condition or "degraded_bandwidth")
+              condition=condition or "degraded_bandwidth", severity=severity or "fatal")
         for g in on
     ]  # fmt: skip
 

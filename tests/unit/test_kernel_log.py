@@ -15,16 +15,11 @@ from gpuwatch.clock import ManualClock
 from gpuwatch.kernel import kmsg
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.kmsg import KmsgReader
+from gpuwatch.kernel.line_events import OTHER_PER_MINUTE
 from gpuwatch.kernel.merge import MAX_KEYS, WINDOW_S, EventMerger
 from gpuwatch.kernel.nvrm import read_driver_line
 from gpuwatch.kernel.records import parse_record
-from gpuwatch.kernel.watcher import (
-    MAX_BATCHES_QUEUED,
-    OTHER_PER_MINUTE,
-    RECORDS_A_TURN,
-    Batch,
-    KernelLog,
-)
+from gpuwatch.kernel.watcher import MAX_BATCHES_QUEUED, RECORDS_A_TURN, Batch, KernelLog
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
 from gpuwatch.text.pci import pci_address
 

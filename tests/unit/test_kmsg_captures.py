@@ -79,13 +79,25 @@ EXPECTED: dict[str, list[tuple[str, str, int | None, str | None]]] = {
         ("xid", "0018:01:00.0", 145, None),
     ],
     "gpud-pr338.log": [("kernel_log", "0000:84:00.0", 12028, None)],
+    # The kernel's AER lines about the GPU and the root port above it, each on the GPU; the
+    # GPU's audio function's are not an NVIDIA device's.
+    "pop-3363-aer.log": [("pcie_aer", "0000:07:00.0", None, "GPU-2")] * 18,
+    "gpu-burn-1.log": [
+        *[("pcie_aer", "0000:02:00.0", None, None)] * 8,
+        # `broadcast error_detected message` and `device has no AER-aware driver` are
+        # recovery's words, not AER's lines
+        ("xid", "0000:02:00.0", 79, "GPU-660d987e-5b28-3bf6-2a2d-1d5ecae7f6df"),
+    ],
 }
+# What sysfs tells of those machines: the port above each GPU (its link partner).
+PORTS = {"0000:00:03.1": "0000:07:00.0", "0000:00:02.0": "0000:02:00.0"}
 
 
 def read_capture(name: str) -> list[Event]:
     gpus = GpuDirectory()
     info = GpuInfo(2, "GPU-2", "H100", "00000000:07:00.0", "s", "v", 18)
     gpus.update([GpuState(info, GpuStatus.OK)], (), up=True)
+    gpus.learn_ports(PORTS)
     published: list[Event] = []
     watcher = KernelLog(str(CAPTURES / name), ManualClock(), published.append, gpus)
     reader = KmsgReader(str(CAPTURES / name))
@@ -115,7 +127,22 @@ def test_a_capture_becomes_the_events_an_operator_expects(name: str) -> None:
     assert got == EXPECTED[name]
     for event in events:
         assert event.data["source"] == "kernel_log"
-        assert str(event.data["driver_text"]).startswith(("NVRM", "nvidia"))
+        assert str(event.data["driver_text"]).startswith(("NVRM", "nvidia", "pcieport"))
+
+
+def test_an_aer_line_says_its_severity_and_which_device_printed_it() -> None:
+    events = read_capture("gpu-burn-1.log")
+    fatal = events[4]
+    assert fatal.message == (
+        "PCIe AER on the device at 0000:02:00.0 (its upstream port 0000:00:02.0): "
+        "AER: Uncorrected (Fatal) error received: id=0010"
+    )
+    assert fatal.data["severity"] == "fatal" and fatal.data["reporter"] == "0000:00:02.0"
+    assert events[0].data["severity"] == "correctable"
+    assert "severity" not in events[3].data  # `[12] Replay Timer Timeout`: a detail
+    ours = read_capture("pop-3363-aer.log")
+    assert ours[15].message.startswith("PCIe AER on GPU 2: PCIe Bus Error: severity=Correctable")
+    assert ours[15].data["reporter"] == "0000:07:00.0"
 
 
 def test_what_the_driver_says_of_an_xid_is_kept() -> None:

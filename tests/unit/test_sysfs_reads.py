@@ -111,3 +111,39 @@ async def test_a_blocked_read_costs_one_deadline_and_never_holds_the_exit(
     fresh = await asyncio.wait_for(watcher.read(), 5)  # a new read, answered at once
     assert len(reads) == 2
     assert [s.value for s in fresh if s.name == m.PCI_GPUS] == [8.0] and late(fresh) == 3.0
+
+
+def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
+    tmp_path: Path,
+) -> None:
+    """The kernel's AER counters count what each device saw: errors on a GPU's link are often
+    seen at its link partner only (Documentation/ABI/testing/sysfs-bus-pci-devices-aer), the
+    GPU's own counters staying at 0. The port's count names the GPU it serves."""
+    port_dir = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0" / "0000:17:00.0"
+    gpu_dir = port_dir / "0000:18:00.0"
+    gpu_dir.mkdir(parents=True)
+    (gpu_dir / "vendor").write_text("0x10de\n")
+    (gpu_dir / "class").write_text("0x030200\n")
+    for where, fatal in ((gpu_dir, 0), (port_dir, 2)):
+        (where / "aer_dev_correctable").write_text("RxErr 0\nBadTLP 0\nTOTAL_ERR_COR 0\n")
+        (where / "aer_dev_nonfatal").write_text("Undefined 0\nTOTAL_ERR_NONFATAL 0\n")
+        (where / "aer_dev_fatal").write_text(
+            f"Undefined 0\nSDES {fatal}\nTOTAL_ERR_FATAL {fatal}\n"
+        )
+    devices = tmp_path / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True)
+    (devices / "0000:18:00.0").symlink_to(
+        "../../../devices/pci0000:16/0000:16:01.0/0000:17:00.0/0000:18:00.0"
+    )
+    gpus = GpuDirectory()
+    watcher = SysfsWatcher(str(tmp_path), ManualClock(), gpus, DEADLINE)
+    samples = watcher.read_now({}, None, rescan=True)
+    fatal = {s.labels: s.value for s in samples
+             if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels}  # fmt: skip
+    assert fatal == {
+        (("pci_bus_id", "0000:18:00.0"), ("severity", "fatal")): 0.0,
+        (("pci_bus_id", "0000:17:00.0"), ("serves", "0000:18:00.0"), ("severity", "fatal")): 2.0,
+    }
+    # The kernel's AER lines about that port are about the GPU too.
+    assert gpus.nvidia_device("0000:17:00.0") == "0000:18:00.0"
+    assert gpus.nvidia_device("0000:16:01.0") is None

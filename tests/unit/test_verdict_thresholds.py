@@ -144,9 +144,9 @@ async def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged
             "no loaded rule raises the verdict's causes gpu-unresponsive, driver-unresponsive, "
             "nvlink-crc, nvlink-replay, pcie-replays, remapped-rows, retired-pages, "
             "fabric-not-registered, "
-            "fabric-registration-failed, fabric-unhealthy, fabric-degraded (a `cause` label), so "
-            "the verdict does not judge them: list the shipped hardware pack in rules.files "
-            "(docs/rules.md)"
+            "fabric-registration-failed, fabric-unhealthy, fabric-degraded, thermal-slowdown (a "
+            "`cause` label), so the verdict does not judge them: list the shipped hardware and "
+            "thermal packs in rules.files (docs/rules.md)"
         ]
     else:
         assert warned == []  # the shipped packs raise every one
