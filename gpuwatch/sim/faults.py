@@ -41,6 +41,8 @@ FAULT_KINDS = (
     "ib_port_flap",
     "ib_symbol_errors",
     "ib_rate_drop",
+    "ib_rcv_errors",
+    "ib_link_integrity_errors",
     "sxid",
     "fabric_unregistered",
     "fabric_degraded",
@@ -48,7 +50,8 @@ FAULT_KINDS = (
 )
 # Faults of the host beside the GPUs, played in the simulated sysfs and kernel log
 # (gpuwatch.sim.host): an InfiniBand port (`port`), an NVSwitch (`switch`). They hit no GPU.
-IB_FAULT_KINDS = ("ib_port_down", "ib_port_flap", "ib_symbol_errors", "ib_rate_drop")
+IB_FAULT_KINDS = ("ib_port_down", "ib_port_flap", "ib_symbol_errors", "ib_rate_drop",
+                  "ib_rcv_errors", "ib_link_integrity_errors")  # fmt: skip
 HOST_FAULT_KINDS = (*IB_FAULT_KINDS, "sxid", "fabric_manager_down")
 # Faults of a GPU's place in the NVLink fabric: only a node with NVSwitches has one.
 FABRIC_FAULT_KINDS = ("fabric_unregistered", "fabric_degraded", "fabric_manager_down")
@@ -74,6 +77,8 @@ DEFAULT_RATE = {
     "nvlink_replay": 0.0,
     "nvlink_recovery": 0.0,
     "ib_symbol_errors": 5.0,  # 300 a minute: far past the ten an operator tolerates
+    "ib_rcv_errors": 1.0,  # malformed packets received: 60 a minute
+    "ib_link_integrity_errors": 0.05,  # a burst of local physical errors every 20 s
 }
 DEFAULT_COUNT = {
     **{kind: 1 for kind in DEFAULT_RATE},
@@ -101,6 +106,8 @@ class Fault:
     fatal: bool = True  # whether an sxid is fatal
     condition: str = "degraded_bandwidth"  # what a fabric_degraded fault reports
     severity: str = "fatal"  # a pcie_aer fault's: correctable, nonfatal or fatal
+    unit: str = ""  # an NVLink5 XID's (144-150) unit, as the driver names it (sim/xids.py)
+    instance: int | None = None  # the MIG GPU instance an xid is attributed to
 
     @property
     def errors_per_s(self) -> float:

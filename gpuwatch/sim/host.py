@@ -261,25 +261,28 @@ class SimHost:
                     downs += math.ceil((end - f.at) / FLAP_PERIOD_S)
                 if f.active(elapsed) and (elapsed - f.at) % FLAP_PERIOD_S < FLAP_DOWN_S:
                     down = True
-        symbols = sum(f.errors_at_once + f.errors_per_s * (
-            (elapsed if f.duration is None else min(elapsed, f.at + f.duration)) - f.at)
-            for f in self._port_faults[port] if f.kind == "ib_symbol_errors"
-            and elapsed >= f.at)  # fmt: skip
+
+        def counted(kind: str) -> float:  # errors the port's faults of `kind` made by now
+            return sum(f.errors_at_once + f.errors_per_s * (
+                (elapsed if f.duration is None else min(elapsed, f.at + f.duration)) - f.at)
+                for f in self._port_faults[port] if f.kind == kind and elapsed >= f.at)  # fmt: skip
+
         halved = bool(self._active("ib_rate_drop", port, now))
         self._put(f"{path}/state", "1: DOWN" if down else "4: ACTIVE")
         self._put(f"{path}/phys_state", "2: Polling" if down else "5: LinkUp")
         self._put(f"{path}/rate", "200 Gb/sec (2X NDR)" if halved else "400 Gb/sec (4X NDR)")
         values = {
-            "symbol_error": min(COUNTER16, int(symbols)),
+            "symbol_error": min(COUNTER16, int(counted("ib_symbol_errors"))),
             # The port's training failed recovery and took the link down: LinkDowned. A
             # recovery that kept the link up (LinkErrorRecovery, counted apart in the
             # InfiniBand specification's PortCounters) is no fault the simulator plays.
             "link_downed": min(255, downs),
             "link_error_recovery": 0,
-            "port_rcv_errors": 0,
+            "port_rcv_errors": min(COUNTER16, int(counted("ib_rcv_errors"))),
             "port_xmit_discards": 0,
             "excessive_buffer_overrun_errors": 0,
-            "local_link_integrity_errors": 0,
+            # A 4-bit counter in PortCounters: it stops at 15.
+            "local_link_integrity_errors": min(15, int(counted("ib_link_integrity_errors"))),
         }
         for name, value in values.items():
             self._put(f"{path}/counters/{name}", str(value))

@@ -16,6 +16,7 @@ from gpuwatch.sim import driver as d
 from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.nvml_core import bus_id, uuid_of
+from gpuwatch.sim.xids import nvlink5_text
 from gpuwatch.text.pci import pci_address
 
 # What the driver prints after an XID's number, for the XIDs the scenarios raise.
@@ -47,12 +48,23 @@ def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
         at = bus_id(gpu)[4:-2].lower()  # 0000:18:00
         uuid = uuid_of(scenario.seed, gpu, salt=salt)
         lines.append(Line(boot + 6.0, f"NVRM: GPU at PCI:{at}: {uuid}", 6))
+    v2 = int(scenario.driver.name[1:]) >= 575  # how NVLink5 XIDs encode their unit
     for event in node.events:
         if event.event_type != d.EVENT_XID:
             continue
         at = bus_id(event.gpu)[4:-2].lower()
+        fault = next((f for f in scenario.faults if f.kind == "xid" and f.gpu == event.gpu
+                      and f.code == event.data and node.start + f.at == event.printed),
+                     None)  # fmt: skip
+        where = f"PCI:{at}"
+        if fault is not None and fault.instance is not None:  # attributed to a MIG instance
+            where += f" GPU-I:{fault.instance:02d}"
+        if fault is not None and fault.unit:  # NVLink5: no process, the unit and its words
+            text = nvlink5_text(event.data, fault.unit, fault.link, v2)
+            lines.append(Line(event.printed, f"NVRM: Xid ({where}): {event.data}, {text}"))
+            continue
         text = XID_TEXT.get(event.data, lookup(event.data).meaning)
-        lines.append(Line(event.printed, f"NVRM: Xid (PCI:{at}): {event.data}, "
+        lines.append(Line(event.printed, f"NVRM: Xid ({where}): {event.data}, "
                            f"pid='<unknown>', name=<unknown>, {text}"))  # fmt: skip
         if event.data == 79:
             lines.append(Line(event.printed, f"NVRM: GPU {pci_address(at)}: GPU has "

@@ -16,9 +16,10 @@ from gpuwatch.clock import Clock
 from gpuwatch.sim import driver as d
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.faults import JOB_FAULT_KINDS, Fault
+from gpuwatch.sim.mig import MIG_PROFILE, instance_ids
 from gpuwatch.sim.models import GIB, GpuModel
 from gpuwatch.sim.noise import smooth_noise
-from gpuwatch.sim.scenario import MIG_PROFILE, Scenario
+from gpuwatch.sim.scenario import Scenario
 
 AMBIENT_C = 28.0
 THERMAL_TAU_S = 25.0
@@ -59,9 +60,6 @@ class Reading:
     nvlink_rx_kib: tuple[int, ...]
 
 
-# GPU instance ids as the driver hands them out on A100/H100, by compute slices: the first
-# free id of the profile's size is taken.
-_GI_IDS = {7: (0,), 4: (1,), 3: (1, 2), 2: (3, 4, 5), 1: (7, 8, 9, 10, 11, 12, 13)}
 RESERVED_FRACTION = 0.006  # of total memory the driver and firmware keep (nvmlMemory_v2)
 
 
@@ -77,13 +75,10 @@ class SimInstance:
 
 
 def _instances(gpu: int, profiles: tuple[str, ...]) -> tuple[SimInstance, ...]:
-    taken: set[int] = set()
     out = []
-    for index, profile in enumerate(profiles):
+    for index, (profile, gi_id) in enumerate(zip(profiles, instance_ids(profiles), strict=True)):
         match = MIG_PROFILE.match(profile)
-        slices, gigabytes = (int(match.group(1)), int(match.group(2))) if match else (1, 10)
-        gi_id = next(i for i in (*_GI_IDS.get(slices, ()), *range(14, 64)) if i not in taken)
-        taken.add(gi_id)
+        gigabytes = int(match.group(2)) if match else 10
         out.append(SimInstance(gpu, index, profile, gi_id, gigabytes * GIB))
     return tuple(out)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -24,7 +23,9 @@ from gpuwatch.sim.faults import (
     Fault,
     fault_misfit,
 )
+from gpuwatch.sim.mig import MIG_PROFILE, instance_misfit
 from gpuwatch.sim.models import ALIASES, MODELS, GpuModel, find_model
+from gpuwatch.sim.xids import XID_KEYS, xid_details
 from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import (
     Checker,
@@ -41,7 +42,6 @@ from gpuwatch.text.yamlfile import (
 
 WORKLOADS = ("training", "inference", "idle")
 VIRTUALIZATION = ("none", "vgpu_guest")
-MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +130,9 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         raw_faults = []
     for i, raw in enumerate(raw_faults):
         for fault in _fault(c, raw, ("faults", i), gpus, ib_ports=ib_ports, nvswitches=nvswitches):
-            misfit = fault_misfit(fault, driver, ecc, models[fault.gpu])
+            misfit = fault_misfit(fault, driver, ecc, models[fault.gpu]) or instance_misfit(
+                fault, mig.get(fault.gpu, ())
+            )
             if misfit is not None:
                 c.problems.append(doc.problem(("faults", i, misfit[0]), misfit[1]))
                 break
@@ -251,7 +253,7 @@ def _fault(
     before = len(c.problems)
     data = c.section(
         raw, path, ("kind", "gpu", "at", "duration", "code", "error", "action", "rate", "count",
-                    "link", "port", "switch", "fatal", "condition", "severity"),
+                    "link", "port", "switch", "fatal", "condition", "severity", *XID_KEYS),
     )  # fmt: skip
     if not data:
         return []
@@ -273,10 +275,13 @@ def _fault(
     for key in ("port", "switch", "fatal"):
         if key in data:
             c.problems.append(c.doc.problem((*path, key), f"only host faults take a {key}"))
+    details: dict[str, Any] = {}
     if kind == "xid" and c.require(data, path, "code", "the XID number"):
         code = c.value(data, path, "code", whole_number(1, 65535), None)
-    elif kind != "xid" and "code" in data:
-        c.problems.append(c.doc.problem((*path, "code"), "only xid faults take a code"))
+        details = xid_details(c, data, path, code)
+    elif kind != "xid":
+        c.problems += [c.doc.problem((*path, k), f"only xid faults take {k}")
+                       for k in ("code", "unit", "instance") if k in data]  # fmt: skip
     error = None
     if (
         kind in ERROR_FAULT_KINDS and c.require(data, path, "error", "the NVML error, e.g. UNKNOWN")
@@ -294,14 +299,19 @@ def _fault(
     count = _only(
         c, data, path, "count", kind=kind, kinds=tuple(DEFAULT_COUNT), parse=whole_number(0, 10**9)
     )
-    link = _only(
-        c, data, path, "link", kind=kind, kinds=NVLINK_FAULT_KINDS, parse=whole_number(0, 17)
+    link = (
+        details.get("link")
+        if kind == "xid"
+        else _only(
+            c, data, path, "link", kind=kind, kinds=NVLINK_FAULT_KINDS, parse=whole_number(0, 17)
+        )
     )
     if len(c.problems) > before or not (has_kind and has_gpu):
         return []
     return [
         Fault(kind, g, at, duration, code, error, action, rate, count, link or 0,
-              condition=condition or "degraded_bandwidth", severity=severity or "fatal")
+              condition=condition or "degraded_bandwidth", severity=severity or "fatal",
+              unit=details.get("unit", ""), instance=details.get("instance"))
         for g in on
     ]  # fmt: skip
 

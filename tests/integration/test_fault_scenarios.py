@@ -65,7 +65,8 @@ EXPECTED = {
     # Counted at the switch port above GPU 1 (its own counters stay 0), on GPU 1's account.
     "pcie_aer": Expect(None, ("pcie_aer", "Uncorrectable (Fatal)"),
                        "gpuwatch_pcie_aer_errors_total",
-                       {"severity": "fatal", "pci_bus_id": "0000:29:00.0", "serves": "0000:2a:00.0"},
+                       {"severity": "fatal", "pci_bus_id": "0000:29:00.0",
+                        "serves": "0000:2a:00.0"},
                        "== 1", "PcieAerFatal", "unhealthy", "pcie-aer-fatal:0000:29:00.0"),
     "nvml_error": Expect(None, ("gpu_failing", "NVML_ERROR_RESET_REQUIRED"), "gpuwatch_gpu_up",
                          {}, "== 0",

@@ -128,6 +128,35 @@ async def test_ports_down_flapping_and_erring_raise_causes_that_clear(
         assert verdict is not None and verdict.state.value == "healthy", verdict.reasons
 
 
+RECEIVE = """\
+name: receive
+node: {gpus: 2, model: H100, workload: training, seed: 1, ib_ports: 3}
+faults:
+  - {kind: ib_rcv_errors, port: 0, at: 10s, duration: 60s, rate: 1}
+  - {kind: ib_link_integrity_errors, port: 1, at: 10s, rate: 0.5}
+"""
+
+
+async def test_receive_and_link_integrity_errors_are_counted_and_raise_a_warning(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """PortRcvErrors and LocalLinkIntegrityErrors count apart from symbol errors and link
+    downs; the second is a 4-bit counter in the InfiniBand specification, stopping at 15."""
+    async with play(tmp_path, simulate, RECEIVE) as (wired, host, clock):
+        await run_until(wired, host, clock, 60)
+        assert firing(wired) == {("IbPortReceiveErrors", "mlx5_0"),
+                                 ("IbPortReceiveErrors", "mlx5_1")}  # fmt: skip
+
+        def counter(device: str, name: str) -> int:
+            path = host.sysfs / "class" / "infiniband" / device / "ports" / "1" / "counters"
+            return int((path / name).read_text())
+
+        assert counter("mlx5_0", "port_rcv_errors") == 51  # 1 at once, then 1 a second
+        assert counter("mlx5_1", "local_link_integrity_errors") == 15
+        assert counter("mlx5_0", "link_downed") == counter("mlx5_2", "port_rcv_errors") == 0
+        assert "ib-" not in " ".join(node_causes(wired))  # warnings: no cause of the node's
+
+
 UNLISTED = """\
 name: unlisted
 node: {gpus: 4, model: H100, workload: training, seed: 1}

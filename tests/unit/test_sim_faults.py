@@ -198,3 +198,61 @@ def test_magnitudes_and_mixed_nodes_are_checked_against_the_node(tmp_path: Path)
         f"{short}:2: faults[0].gpu: expected a GPU index from 0 to 2 or all, got 'ALL'",
         f"{short}:2: faults[0]: missing 'code' (the XID number)",
     ]
+
+
+XID_FORMS = """\
+name: forms
+node: {gpus: 3, model: B200, driver: R580, seed: 1,
+       mig: [{gpu: 0, instances: [3g.90gb, 3g.90gb]}]}
+faults:
+  - {kind: xid, gpu: 0, at: 1s, code: 94, instance: 2}
+  - {kind: xid, gpu: 1, at: 2s, code: 145, unit: RLW_SRC_TRACK, link: 13}
+  - {kind: xid, gpu: 2, at: 3s, code: 144}
+"""
+
+
+def test_the_kernel_log_prints_an_xid_as_the_driver_does_for_mig_and_nvlink5(
+    tmp_path: Path,
+) -> None:
+    """A MIG instance's XID names the instance (krcReportXid's form); an NVLink5 XID names
+    its unit and severity from NVIDIA's 144-150 decode sheet, with the unit in the interrupt
+    info as an R575 or later driver encodes it; and gpuwatch's parser reads each back."""
+    from gpuwatch.kernel.nvrm import read_driver_line
+    from gpuwatch.sim.kernel_log import kernel_lines
+    from gpuwatch.sim.node import SimNode
+
+    path = tmp_path / "forms.yaml"
+    path.write_text(XID_FORMS)
+    node = SimNode(load_scenario(str(path)), ManualClock())
+    xids = [
+        line.message for line in kernel_lines(node, node.start - 600, 0) if "Xid" in line.message
+    ]
+    assert xids == [
+        "NVRM: Xid (PCI:0000:18:00 GPU-I:02): 94, pid='<unknown>', name=<unknown>, "
+        "Contained memory error (one application affected)",
+        "NVRM: Xid (PCI:0000:2a:00): 145, RLW_SRC_TRACK Fatal XC0 i0 Link 13 (0x00000007 "
+        "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
+        "NVRM: Xid (PCI:0000:3a:00): 144, SAW_MVB Nonfatal XC0 i0 Link -1 (0x00000001 "
+        "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
+    ]
+    read = [read_driver_line(x) for x in xids]
+    assert [(r.code, r.gpu_instance) for r in read if r] == [(94, 2), (145, None), (144, None)]
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ("{kind: xid, gpu: 0, code: 94, instance: 5}", "GPU 0's GPU instances are 1, 2"),
+        ("{kind: xid, gpu: 1, code: 94, instance: 1}", "GPU 1 is not in MIG mode"),
+        ("{kind: xid, gpu: 1, code: 145, unit: SAW_MVB}", "expected one of RLW_RXPIPE"),
+        ("{kind: xid, gpu: 1, code: 79, unit: SAW_MVB}", "only an xid 144-150 takes a unit"),
+        ("{kind: ecc_sbe, gpu: 1, instance: 1}", "only xid faults take instance"),
+    ],
+)
+def test_an_xid_fault_s_instance_and_unit_must_fit(
+    tmp_path: Path, fault: str, problem: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(XID_FORMS.split("faults:", maxsplit=1)[0] + f"faults:\n  - {fault}\n")
+    with pytest.raises(FileError, match=problem):
+        load_scenario(str(path))
