@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.sim.host import XID_TEXT
+from gpuwatch.sim.kernel_log import XID_TEXT
 from tests.conftest import gpuwatch, parse_metrics, start_daemon, stop_daemon, wait_for
 
 
