@@ -102,12 +102,13 @@ class DriverLine:
 
 
 def read_driver_line(text: str) -> DriverLine | None:
-    """The line, read; None when it is not the NVIDIA drivers'. A message the driver printed
-    over several lines is read as one."""
-    start = _DRIVER.search(text)
-    if start is None:
+    """The line, read; None when it is not the NVIDIA drivers'. `text` is what the kernel
+    printed (a record's message from Record.start): the driver's words must open it, since
+    another line may quote what a user chose. A message the driver printed over several lines
+    is read as one."""
+    if _DRIVER.match(text) is None:
         return None
-    message = _NEXT_LINE.sub(" ", text[start.start() :])
+    message = _NEXT_LINE.sub(" ", text)
     match = _XID.match(message)
     if match is not None:
         return _xid(message, match)

@@ -49,6 +49,14 @@ _SYSLOG = re.compile(_STAMP + r" \S+ ")
 #   and a host (`journalctl -o short-monotonic`: `[ 1234.5] gw1 alice[4242]: ...`); the kernel
 #   prints no `NAME[PID]:` of its own before the driver's words.
 _TAG = re.compile(r"(?:\S+ )?([^\s:\[]+)(\[\d+\]): |(?:\S+ )?(kernel): ")
+# - the kernel's own stamp, kept in a saved line: `[   34.193735] `, `[  +0.000844] `, and
+#   `dmesg -T`'s `[Sun Jul 28 09:15:27 2024] `, `dmesg --time-format iso`'s
+#   `2025-01-25T10:34:54,859532+00:00 `.
+_UPTIME = re.compile(
+    r"\s*(?:\[\s*\+?\d{1,10}\.\d{1,9}\]"
+    r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d+[+-]\d\d:?\d\d)\s?"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,10 @@ class Record:
     message: str
     context: dict[str, str] = field(default_factory=dict)  # the continuation lines' KEY=value
     kernel: bool = True  # written by the kernel (its facility or tag says so)
+    # Where the text the kernel printed begins in `message`, after a saved log's stamps, host
+    # and tag: what reads a driver's line reads it from there and nowhere later, since a
+    # kernel line may quote what a user chose (`tmpfs: Unknown parameter '...'`).
+    start: int = 0
 
 
 def _unescape(text: str) -> str:
@@ -111,9 +123,24 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
         fraction = stamped.group(2).decode().ljust(6, "0")[:6]
         uptime = int(stamped.group(1)) * 1_000_000 + int(fraction)
         message = stamped.group(3).decode("utf-8", "replace")
-        return Record(line_number, uptime, 6, message, kernel=written_by_kernel(message))
+        return Record(line_number, uptime, 6, message, kernel=written_by_kernel(message),
+                      start=text_start(message))  # fmt: skip
     message = text.decode("utf-8", "replace")
-    return Record(line_number, None, 6, message, kernel=written_by_kernel(message))
+    return Record(line_number, None, 6, message, kernel=written_by_kernel(message),
+                  start=text_start(message))  # fmt: skip
+
+
+def text_start(line: str) -> int:
+    """Where the kernel's own text begins in a saved log's line: after its priority, `dmesg
+    -x` columns, syslog or journal stamp and host, `kernel: ` tag and uptime stamp."""
+    pos = 0
+    for pattern in (_PRI, _DMESG_X, _UPTIME, _SYSLOG, _TAG, _UPTIME):
+        match = pattern.match(line, pos)
+        if match is not None and (pattern is not _TAG or match.group(3) == "kernel"):
+            pos = match.end()
+            while pos < len(line) and line[pos] == " ":
+                pos += 1
+    return pos
 
 
 def written_by_kernel(line: str) -> bool:

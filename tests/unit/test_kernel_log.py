@@ -82,6 +82,12 @@ def records(lines: list[str]) -> Batch:
     return Batch(found, 0, "")
 
 
+def saved(lines: list[str]) -> Batch:
+    """The lines as a saved log's (a syslog file's), numbered from 1, read at once."""
+    found = [r for n, text in enumerate(lines, 1) if (r := parse_record(text.encode(), n))]
+    return Batch(found, 0, "")
+
+
 def kernel_log(
     tmp_path: Path, gpus: GpuDirectory, restored: list[Event] | None = None
 ) -> tuple[KernelLog, list[Event], ManualClock]:
@@ -462,13 +468,13 @@ def test_the_lost_gpus_message_is_one_whichever_way_a_log_splits_its_lines(tmp_p
     for split in ([head + line for line in lines], [head + "#012".join(lines)]):
         watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(5, "b3")))
         watcher.take(
-            records([*split, head + "NVRM: The NVIDIA probe routine failed for 1 device(s)."])
+            saved([*split, head + "NVRM: The NVIDIA probe routine failed for 1 device(s)."])
         )
         assert [(e.kind, e.gpu) for e in published] == [("gpu_lost", 5), ("kernel_log", None)]
-        assert published[0].data["kmsg_seq"] == len(split) - 1  # taken as its last line is
+        assert published[0].data["kmsg_seq"] == len(split)  # taken as its last line is
     # An opening that no end follows is kept as it was, once the next line shows it ended.
     watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(5, "b3")))
-    watcher.take(records([head + lines[0], head + XID_79]))
+    watcher.take(saved([head + lines[0], head + XID_79]))
     assert [e.kind for e in published] == ["kernel_log", "xid"]
 
 
@@ -622,3 +628,42 @@ def test_an_xid_of_a_mig_instance_is_the_gpus_xid_with_its_instance(tmp_path: Pa
     # Counted as XIDs, not as plain lines held to the limit for those.
     lines = {s.labels: s.value for s in watcher.collect() if s.name.endswith("driver_lines_total")}
     assert lines[(("kind", "xid"),)] == 2
+
+
+def test_a_kernel_line_quoting_what_a_user_chose_is_not_the_drivers(tmp_path: Path) -> None:
+    """The kernel prints some strings a user picks: any user with a user namespace can have
+    `tmpfs: Unknown parameter '...'` printed with the kernel's facility. What the driver said
+    must open the kernel's text; a line that only quotes it is nobody's XID or AER error."""
+    fake_xid = "x NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    fake_aer = "x nvidia 0000:07:00.0: AER: Uncorrectable (Fatal) error received: 0000:07:00.0"
+    quoted = [f"tmpfs: Unknown parameter '{fake}'" for fake in (fake_xid, fake_aer)]
+    gpus = directory(gpu_at(2, "07"))
+    gpus.learn_ports({"0000:00:01.0": "0000:07:00.0"})
+    watcher, published, _ = kernel_log(tmp_path, gpus)
+    watcher.take(records(quoted))  # as /dev/kmsg hands them
+    watcher.take(saved([f"Mar  4 10:12:01 node7 kernel: [ 12.5] {q}" for q in quoted]))
+    assert published == []
+    # The driver's own line, the same words at the start of the kernel's text, is read.
+    watcher, published, _ = kernel_log(tmp_path, gpus)
+    watcher.take(records([fake_xid[2:], fake_aer[2:]]))
+    assert [(e.kind, e.gpu) for e in published] == [("xid", 2), ("pcie_aer", 2)]
+
+
+def test_aer_lines_reach_the_gpu_behind_a_switch_and_keep_a_budget_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """On an HGX board the root port above a PCIe switch prints the `received from` line,
+    naming the switch port that saw the error: it is the GPU's. A storm of AER lines has its
+    own limit, so the driver's lines after it are still journaled; the AER driver's boot
+    line is no error."""
+    gpus = directory(gpu_at(1, "2a"))
+    gpus.learn_ports({"0000:29:00.0": "0000:2a:00.0"})  # the switch's downstream port
+    watcher, published, _ = kernel_log(tmp_path, gpus)
+    root = "pcieport 0000:27:01.0: AER: "
+    storm = [f"{root}Correctable error message received from 0000:29:00.0"] * 40
+    lines = [f"{root}enabled with IRQ 122", *storm, "NVRM: nvlink: link 3 is down"]
+    watcher.take(records(lines))
+    kinds = [(e.kind, e.gpu) for e in published]
+    assert kinds == [("pcie_aer", 1)] * OTHER_PER_MINUTE + [("nvlink", None)]
+    assert published[0].data["reporter"] == "0000:27:01.0"
+    assert published[0].message.startswith("PCIe AER on GPU 1 (reported by 0000:27:01.0)")
