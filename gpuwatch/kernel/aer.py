@@ -26,9 +26,14 @@ from gpuwatch.text.pci import pci_address
 # a device's error block (`PCIe Bus Error: ...`, `  device [10de:2330] error status/mask=...`,
 # `   [ 5] SDES (First)`), and the older `  TLP Header: ...`.
 _AER = re.compile(
-    r"(?:^|(?<=[\s\]]))[a-z][\w-]{0,31} ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
-    r"((?:AER: |PCIe Bus Error: |\s{1,4}device \[|\s{1,4}\[\s?\d{1,2}\] |\s{1,4}TLP Header: ).*)"
+    r"[a-z][\w-]{0,31} ([0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+    r"((?:AER: (?=.*(?:rror|recover|reset|Agent))|PCIe Bus Error: |\s{1,4}device \["
+    r"|\s{1,4}\[\s?\d{1,2}\] |\s{1,4}TLP Header: ).*)"
 )
+# The root port's own line names where the error came from: `received from 0000:29:00.0`,
+# `received: 0000:29:00.0`, or before Linux 4.19 `received: id=0010` (bus, device, function).
+_SOURCE = re.compile(r"received(?: from|:) (?:([0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+                     r"\.[0-7])|id=([0-9a-fA-F]{4}))")  # fmt: skip
 _SEVERITY = re.compile(
     r"(Correct(?:ed|able)|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))", re.IGNORECASE
 )
@@ -37,7 +42,7 @@ _SEVERITY = re.compile(
 def read_aer_line(text: str) -> DriverLine | None:
     """An AER line, as a DriverLine of kind `aer` naming the device it is about and the
     severity it says (correctable, nonfatal, fatal; "" for a detail line); None otherwise."""
-    match = _AER.search(text)
+    match = _AER.match(text)  # at the start of what the kernel printed (read_driver_line)
     if match is None:
         return None
     rest = match.group(2).strip()
@@ -47,6 +52,14 @@ def read_aer_line(text: str) -> DriverLine | None:
         said = found.group(1).lower()
         severity = "correctable" if said.startswith("correct") else (
             "fatal" if "(fatal)" in said else "nonfatal")  # fmt: skip
-    message = text[match.start() :].strip()
+    message = text.strip()
     address = pci_address(match.group(1))
-    return DriverLine("aer", message, address, detail=rest, severity=severity, reporter=address)
+    source = _SOURCE.search(rest)
+    about = address
+    if source is not None and source.group(1):
+        about = pci_address(source.group(1))
+    elif source is not None:  # id=BBDF: the bus, then device and function, in the port's domain
+        bdf = int(source.group(2), 16)
+        domain = address.split(":")[0]
+        about = f"{domain}:{bdf >> 8:02x}:{bdf >> 3 & 0x1F:02x}.{bdf & 7}"
+    return DriverLine("aer", message, about, detail=rest, severity=severity, reporter=address)

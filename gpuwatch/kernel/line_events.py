@@ -29,6 +29,9 @@ class LineEvents:
         self._clock = clock
         self.suppressed = 0  # lines past the limit
         self._others: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
+        # The AER lines' own: a bad riser prints several a second, which must not crowd
+        # out the driver's lines.
+        self._aer_lines: deque[float] = deque(maxlen=OTHER_PER_MINUTE)
 
     def event(self, line: DriverLine, seq: int, when: float) -> Event | None:
         """The event a driver line (read from the record numbered `seq`) is; None for one
@@ -85,15 +88,16 @@ class LineEvents:
         data: dict[str, int | float | str],
     ) -> Event | None:  # fmt: skip
         """An AER line about a GPU (or NVSwitch) or the port above it, under the same limit
-        as other lines: a storm of correctable errors prints several lines each."""
-        if not self._admit():
+        as other lines, counted apart: a storm of correctable errors prints several lines
+        each."""
+        if not self._admit(self._aer_lines):
             return None
         data["reporter"] = line.reporter
         if line.severity:
             data["severity"] = line.severity
         where = f"GPU {gpu}" if gpu is not None else f"the device at {line.pci_bus_id}"
         if line.reporter != line.pci_bus_id:
-            where += f" (its upstream port {line.reporter})"
+            where += f" (reported by {line.reporter})"
         return Event(when, "pcie_aer", gpu, uuid, f"PCIe AER on {where}: {line.detail[:200]}",
                      data)  # fmt: skip
 
@@ -101,18 +105,18 @@ class LineEvents:
         self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
         data: dict[str, int | float | str],
     ) -> Event | None:  # fmt: skip
-        if not self._admit():
+        if not self._admit(self._others):
             return None
         kind = "nvlink" if line.kind == "nvlink" else "kernel_log"
         return Event(when, kind, gpu, uuid, f"kernel log: {line.text[:TEXT_LIMIT]}", data)
 
-    def _admit(self) -> bool:
-        """Whether one more plain line fits in this minute's OTHER_PER_MINUTE."""
+    def _admit(self, taken: deque[float]) -> bool:
+        """Whether one more line fits in this minute's OTHER_PER_MINUTE of its kind."""
         now = self._clock.now()
-        if len(self._others) == OTHER_PER_MINUTE and self._others[0] > now - 60.0:
+        if len(taken) == OTHER_PER_MINUTE and taken[0] > now - 60.0:
             self.suppressed += 1
             return False
-        self._others.append(now)
+        taken.append(now)
         return True
 
 

@@ -180,14 +180,16 @@ class Bus:
             answered = up[device.address]
             labels = _labels(device, listed)
             out.append(Sample(m.PCI_DEVICE_UP, (*labels, ("kind", device.kind)), float(answered)))
-            if not answered:
-                continue
-            if counters or device.address not in self.aer:
+            fresh = counters or device.address not in self.aer
+            if answered and fresh:
                 self.aer[device.address] = aer_counts(device.path, read)
-                if (port := device.port) is not None:
-                    self.aer[device.address + "^"] = aer_counts(port, read)
-            for severity, total in self.aer[device.address].items():
-                out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
+            if fresh and (port := device.port) is not None:
+                # The port answers whatever the device below it does: a fatal error on the
+                # link (a surprise down) is what takes a GPU off the bus.
+                self.aer[device.address + "^"] = aer_counts(port, read)
+            if answered:
+                for severity, total in self.aer.get(device.address, {}).items():
+                    out.append(Sample(m.PCIE_AER_ERRORS, (*labels, ("severity", severity)), total))
             # The port's, labelled with the device whose link it is: its cause lands there.
             if (port_counts := self.aer.get(device.address + "^")) is not None:
                 port_labels = (*labels[:-1], ("pci_bus_id", device.chain[-2]),

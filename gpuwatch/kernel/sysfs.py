@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Iterator, KeysView
 from dataclasses import dataclass
+from functools import partial
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
@@ -72,7 +73,12 @@ class SysfsWatcher:
         self._said_missing = False
 
     async def start(self) -> None:
-        pass  # the first read scans
+        """Learn the ports above the NVIDIA devices before the kernel log is read from this
+        boot's start (the daemon starts this watcher first): the AER lines about a port
+        printed before gpuwatch started are the GPU's too. The first read scans the rest."""
+        learn = partial(upstream_ports, self.root, self._gpus)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(learn), self._deadline)
 
     async def stop(self) -> None:
         if self._pending is None or self._pending.done():
@@ -171,10 +177,19 @@ class SysfsWatcher:
         # as one now (a GPU that fell off the bus before gpuwatch started reads all ones).
         found = {d.address for d in devices}
         devices += [d for a in sorted(known) if a not in found and (d := bus_device(self.root, a))]
-        self._gpus.learn_ports({d.chain[-2]: d.address for d in devices if len(d.chain) > 1})
+        self._gpus.learn_ports(ports_above(devices))
         ports = find_ports(self.root)
         by_address = {d.address: d for d in devices if d.kind == "gpu"}
         gpu_paths = {str(g.info.index): by_address[a].chain for a, g in listed.items()
                      if a in by_address}  # fmt: skip
         near = {(p.device, p.port): affinity(p.pci_path, gpu_paths) for p in ports}
         return _Found(devices, ports, near)
+
+
+def ports_above(devices: list[BusDevice]) -> dict[str, str]:
+    """Each device's upstream port's address, to the device's."""
+    return {d.chain[-2]: d.address for d in devices if len(d.chain) > 1}
+
+
+def upstream_ports(root: str, gpus: GpuDirectory) -> None:
+    gpus.learn_ports(ports_above(scan(root)))

@@ -292,13 +292,17 @@ class KernelLog:
         if not record.kernel:  # a program's line in a syslog file, a user-space kmsg record
             self._foreign += 1
             return
-        read = read_driver_line(record.message) or read_aer_line(record.message)
+        text = record.message[record.start :]
+        # AER first: the NVSwitch's PCI driver is named nvidia-nvswitch too.
+        read = read_aer_line(text) or read_driver_line(text)
         for whole, line in self._joiner.feed(record, read):
             self._take_line(whole, line, backlog, identity)
 
     def _take_line(self, record: Record, line: DriverLine, backlog: bool, identity: str) -> None:
         if line.kind == "aer":  # only those about an NVIDIA device, or the port above one
-            device = self._gpus.nvidia_device(line.pci_bus_id)
+            device = self._gpus.nvidia_device(line.pci_bus_id) or self._gpus.nvidia_device(
+                line.reporter
+            )
             if device is None:
                 return
             line = replace(line, pci_bus_id=device)

@@ -11,7 +11,8 @@ and the number of stuck threads across all lanes is bounded.
 A cycle's calls are timed on the daemon's CPU, not the wall's: time the process spent waiting
 for a CPU while they ran (cpu_wait.py) extends their deadline, up to MAX_STRETCH deadlines
 more. A host that other processes saturate slows every call without any of them being stuck;
-a call stuck in the driver waits for no CPU, and is abandoned at its deadline.
+a call stuck in the driver waits for no CPU, and is abandoned at its deadline, or where the
+host starves the daemon too (its other threads wait) within MAX_STRETCH deadlines more.
 """
 
 from __future__ import annotations

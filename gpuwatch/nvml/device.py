@@ -48,7 +48,7 @@ from gpuwatch.nvml.fields import (
     plan_fields,
 )
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
-from gpuwatch.nvml.thermal import read_limits
+from gpuwatch.nvml.thermal import ThermalLimits
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class DeviceReader:
         v2 = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
         self._processes_calls = (nvml.nvmlDeviceGetComputeRunningProcesses, *([v2] if v2 else []))
         self._fabric_calls = list(fabric_calls(nvml, handle).values())
-        self._limits: dict[str, float] | None = None  # read once (thermal.py), and at recheck
+        self._limits = ThermalLimits(nvml, handle)  # read once, and again at each recheck
         sensor = nvml.NVML_TEMPERATURE_GPU
         # nvmlDeviceGetTemperatureV (R570, pynvml 12.570) replaces the call NVML 13 deprecates.
         self._temperature_calls: list[Callable[[], Any]] = [
@@ -174,7 +174,7 @@ class DeviceReader:
         self._fast_fields.reset()
         self._slow_fields.reset()
         self._mig_mode = None
-        self._limits = None
+        self._limits.reset()
 
     # -- sampling ------------------------------------------------------------------------
     def read(self, slow: bool = True) -> tuple[list[Sample], list[Sample] | None]:
@@ -268,9 +268,8 @@ class DeviceReader:
             value = self._try(what, partial(call, h))
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))
-        if self._limits is None:
-            self._limits = read_limits(nvml, h, self._try)
-        out.extend(Sample(name, base, value) for name, value in self._limits.items())
+        limits = self._limits.read(self._try, lambda: len(self._errors))
+        out.extend(Sample(name, base, value) for name, value in limits.items())
         self._read_fields(self._slow_fields, out)
         fabric = self._try("fabric", *self._fabric_calls)
         if fabric is not None:

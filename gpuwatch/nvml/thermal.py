@@ -30,6 +30,29 @@ THRESHOLDS = (
 )
 
 
+class ThermalLimits:
+    """A GPU's limits, read once they all answered (or the driver said it has none): a read
+    that failed for now is tried again at the next slow read, not after the recheck."""
+
+    def __init__(self, nvml: NvmlModule, handle: Any) -> None:
+        self._nvml = nvml
+        self._handle = handle
+        self._kept: dict[str, float] | None = None
+
+    def read(self, attempt: Callable[..., Any], failures: Callable[[], int]) -> dict[str, float]:
+        """The limits; `failures()` counts the reader's failed calls so far."""
+        if self._kept is not None:
+            return self._kept
+        before = failures()
+        limits = read_limits(self._nvml, self._handle, attempt)
+        if failures() == before:
+            self._kept = limits
+        return limits
+
+    def reset(self) -> None:
+        self._kept = None
+
+
 def read_limits(nvml: NvmlModule, handle: Any, attempt: Callable[..., Any]) -> dict[str, float]:
     """Series name -> the limit in °C, for those the GPU answers. `attempt(what, call)` is
     the reader's: it retires what the driver does not support."""

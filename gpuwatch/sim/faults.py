@@ -144,6 +144,8 @@ def fault_misfit(
         highest = driver.recovery_action_max
         known = f"knows recovery actions 0-{highest}" if highest >= 0 else "has none (field 230)"
         return "action", f"driver {driver.name} {known}"
+    if fault.kind == "xid" and fault.unit and model.nvlink_generation < 5:
+        return "code", f"{model.name} has no NVLink5, whose errors XIDs 144-150 are"
     if fault.kind in ECC_FAULT_KINDS and not ecc:
         return "kind", f"{fault.kind} needs ECC memory; this node has node.ecc: false"
     if fault.kind.startswith("row_remap") and not model.has_row_remapping:

@@ -221,7 +221,7 @@ class SimHost:
                     n = {s: gpu.fault_count("pcie_aer", severity=s) if port else 0
                          for s in ("correctable", "nonfatal", "fatal")}  # fmt: skip
                     aer_files = (("correctable", "BadTLP", "COR", bad + n["correctable"]),
-                                 ("nonfatal", "CmpltTO", "NONFATAL", n["nonfatal"]),
+                                 ("nonfatal", "TLP", "NONFATAL", n["nonfatal"]),
                                  ("fatal", "SDES", "FATAL", n["fatal"]))  # fmt: skip
                     for name, bit, total, count in aer_files:
                         self._put(

@@ -81,34 +81,38 @@ def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
     return lines
 
 
-def upstream_port(gpu: int) -> str:
-    """The address of the PCIe switch's downstream port above GPU `gpu` (simulated host's
-    layout: root port, switch upstream port, switch downstream port, GPU)."""
+def upstream_port(gpu: int, root: bool = False) -> str:
+    """The address of the PCIe switch's downstream port above GPU `gpu`, or with `root` of
+    the root port above the switch (the simulated host's layout: root port, switch upstream
+    port, switch downstream port, GPU)."""
     domain, bus = pci_address(bus_id(gpu)).split(":")[:2]
-    return f"{domain}:{int(bus, 16) - 1:02x}:00.0"
+    return f"{domain}:{int(bus, 16) - (3 if root else 1):02x}:{'01' if root else '00'}.0"
 
 
-# What the kernel's AER driver prints for an error its port received (drivers/pci/pcie/aer.c,
-# the wording of Linux 6.8 and later), for each severity: the error's layer and who sent it,
-# and an error bit the published captures show for it (docs/simulator.md lists them).
+# What the kernel's AER driver prints for an error the switch port above a GPU detected on
+# its link as the receiver (drivers/pci/pcie/aer.c, the wording of Linux 6.8 and later), for
+# each severity: the error's layer and an error bit of that severity (aer.c's names).
 AER_TEXT = {
-    "correctable": ("Correctable", "Data Link Layer, (Receiver ID)", "[ 6] BadTLP"),
-    "nonfatal": ("Uncorrectable (Non-Fatal)", "Transaction Layer, (Requester ID)",
-                 "[14] CmpltTO                (First)"),
-    "fatal": ("Uncorrectable (Fatal)", "Transaction Layer, (Receiver ID)",
-              "[ 5] SDES                   (First)"),
+    "correctable": ("Correctable", "Data Link Layer", "[ 6] BadTLP"),
+    "nonfatal": ("Uncorrectable (Non-Fatal)", "Transaction Layer",
+                 "[12] TLP                    (First)"),
+    "fatal": ("Uncorrectable (Fatal)", "Transaction Layer", "[ 5] SDES                   (First)"),
 }  # fmt: skip
 
 
 def _aer_lines(fault: Fault, when: float) -> list[Line]:
-    """A PCIe error seen at the port above the GPU, as the kernel prints it, and the
-    recovery that fails for want of an AER-aware NVIDIA driver."""
+    """A PCIe error the switch port above the GPU saw, as the kernel prints it: the root
+    port received the error message (aer_print_port_info), the port's error block follows
+    (aer_print_error), then the recovery that fails for want of an AER-aware NVIDIA driver,
+    reset and recovery printed by the port (as in Red Hat's solution 7128107)."""
     port, gpu = upstream_port(fault.gpu), pci_address(bus_id(fault.gpu))
+    root = upstream_port(fault.gpu, root=True)
     severity, layer, bit = AER_TEXT[fault.severity]
     level = 4 if fault.severity == "correctable" else 3  # KERN_WARNING, KERN_ERR
+    block = f"pcieport {port}: PCIe Bus Error: severity={severity}, type={layer}, (Receiver ID)"
     lines = [
-        Line(when, f"pcieport {port}: AER: {severity} error message received from {port}", level),
-        Line(when, f"pcieport {port}: PCIe Bus Error: severity={severity}, type={layer}", level),
+        Line(when, f"pcieport {root}: AER: {severity} error message received from {port}", level),
+        Line(when, block, level),
         Line(when, f"pcieport {port}:    {bit}", level),
     ]
     if fault.severity != "correctable":

@@ -71,6 +71,8 @@ def nvlink5_text(code: int, unit: str, link: int, v2: bool) -> str:
     chosen = next(u for u in NVLINK5_UNITS[code] if u.name == unit)
     info = chosen.v2 if v2 else chosen.v1 << 5 | (code - 143)
     link_text = "-1" if link < 0 else f"{link:02d}"
+    # The sheet names some units as before R575 / from R575 (TLW_RX/TLW_RX_PIPE0).
+    name = unit.split("/")[-1 if v2 else 0]
     words = "Fatal" if chosen.fatal else "Nonfatal"
     rest = " ".join(["0x00000000"] * 4)
-    return f"{unit} {words} XC0 i0 Link {link_text} (0x{info:08x} 0x{chosen.status:08x} {rest})"
+    return f"{name} {words} XC0 i0 Link {link_text} (0x{info:08x} 0x{chosen.status:08x} {rest})"

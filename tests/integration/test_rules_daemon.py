@@ -186,4 +186,4 @@ def test_an_overheating_gpu_pages_at_its_own_slowdown_temperature_before_it_swit
     assert order.index("verdict") < order.index("GpuFellOffBus"), seen
     page = seen[order.index("GpuTemperatureAtSlowdown")]
     assert page[1] == "1" and 89 <= page[2] < 95, seen  # paged below its shutdown temperature
-    assert seen[order.index("verdict")][1].startswith("GPU 1 reached its slowdown"), seen
+    assert seen[order.index("verdict")][1].startswith("GPU 1 is at "), seen

@@ -134,7 +134,7 @@ def test_an_aer_line_says_its_severity_and_which_device_printed_it() -> None:
     events = read_capture("gpu-burn-1.log")
     fatal = events[4]
     assert fatal.message == (
-        "PCIe AER on the device at 0000:02:00.0 (its upstream port 0000:00:02.0): "
+        "PCIe AER on the device at 0000:02:00.0 (reported by 0000:00:02.0): "
         "AER: Uncorrected (Fatal) error received: id=0010"
     )
     assert fatal.data["severity"] == "fatal" and fatal.data["reporter"] == "0000:00:02.0"

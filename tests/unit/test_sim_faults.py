@@ -202,12 +202,12 @@ def test_magnitudes_and_mixed_nodes_are_checked_against_the_node(tmp_path: Path)
 
 XID_FORMS = """\
 name: forms
-node: {gpus: 3, model: B200, driver: R580, seed: 1,
+node: {gpus: 3, model: [B200, B200, H100], driver: R580, seed: 1,
        mig: [{gpu: 0, instances: [3g.90gb, 3g.90gb]}]}
 faults:
   - {kind: xid, gpu: 0, at: 1s, code: 94, instance: 2}
   - {kind: xid, gpu: 1, at: 2s, code: 145, unit: RLW_SRC_TRACK, link: 13}
-  - {kind: xid, gpu: 2, at: 3s, code: 144}
+  - {kind: xid, gpu: 1, at: 3s, code: 146, unit: TLW_TX/TLW_TX_PIPE0}
 """
 
 
@@ -232,11 +232,11 @@ def test_the_kernel_log_prints_an_xid_as_the_driver_does_for_mig_and_nvlink5(
         "Contained memory error (one application affected)",
         "NVRM: Xid (PCI:0000:2a:00): 145, RLW_SRC_TRACK Fatal XC0 i0 Link 13 (0x00000007 "
         "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
-        "NVRM: Xid (PCI:0000:3a:00): 144, SAW_MVB Nonfatal XC0 i0 Link -1 (0x00000001 "
+        "NVRM: Xid (PCI:0000:2a:00): 146, TLW_TX_PIPE0 Nonfatal XC0 i0 Link -1 (0x0000000c "
         "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)",
     ]
     read = [read_driver_line(x) for x in xids]
-    assert [(r.code, r.gpu_instance) for r in read if r] == [(94, 2), (145, None), (144, None)]
+    assert [(r.code, r.gpu_instance) for r in read if r] == [(94, 2), (145, None), (146, None)]
 
 
 @pytest.mark.parametrize(
@@ -246,6 +246,7 @@ def test_the_kernel_log_prints_an_xid_as_the_driver_does_for_mig_and_nvlink5(
         ("{kind: xid, gpu: 1, code: 94, instance: 1}", "GPU 1 is not in MIG mode"),
         ("{kind: xid, gpu: 1, code: 145, unit: SAW_MVB}", "expected one of RLW_RXPIPE"),
         ("{kind: xid, gpu: 1, code: 79, unit: SAW_MVB}", "only an xid 144-150 takes a unit"),
+        ("{kind: xid, gpu: 2, code: 145}", "NVIDIA H100 80GB HBM3 has no NVLink5"),
         ("{kind: ecc_sbe, gpu: 1, instance: 1}", "only xid faults take instance"),
     ],
 )

@@ -113,18 +113,15 @@ async def test_a_blocked_read_costs_one_deadline_and_never_holds_the_exit(
     assert [s.value for s in fresh if s.name == m.PCI_GPUS] == [8.0] and late(fresh) == 3.0
 
 
-def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
-    tmp_path: Path,
-) -> None:
-    """The kernel's AER counters count what each device saw: errors on a GPU's link are often
-    seen at its link partner only (Documentation/ABI/testing/sysfs-bus-pci-devices-aer), the
-    GPU's own counters staying at 0. The port's count names the GPU it serves."""
+def gpu_under_a_port(tmp_path: Path, port_fatal: int) -> Path:
+    """A GPU (0000:18:00.0) under a switch's downstream port (0000:17:00.0), laid out as the
+    kernel lays them out, with its own AER counts at 0 and the port's fatal count given."""
     port_dir = tmp_path / "devices" / "pci0000:16" / "0000:16:01.0" / "0000:17:00.0"
     gpu_dir = port_dir / "0000:18:00.0"
     gpu_dir.mkdir(parents=True)
     (gpu_dir / "vendor").write_text("0x10de\n")
     (gpu_dir / "class").write_text("0x030200\n")
-    for where, fatal in ((gpu_dir, 0), (port_dir, 2)):
+    for where, fatal in ((gpu_dir, 0), (port_dir, port_fatal)):
         (where / "aer_dev_correctable").write_text("RxErr 0\nBadTLP 0\nTOTAL_ERR_COR 0\n")
         (where / "aer_dev_nonfatal").write_text("Undefined 0\nTOTAL_ERR_NONFATAL 0\n")
         (where / "aer_dev_fatal").write_text(
@@ -135,6 +132,27 @@ def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
     (devices / "0000:18:00.0").symlink_to(
         "../../../devices/pci0000:16/0000:16:01.0/0000:17:00.0/0000:18:00.0"
     )
+    return gpu_dir
+
+
+async def test_the_ports_above_the_gpus_are_known_before_the_kernel_log_is_read(
+    tmp_path: Path,
+) -> None:
+    """The daemon starts this watcher before the kernel log, which reads this boot's lines
+    from the start: an AER line a port printed before gpuwatch started is the GPU's too."""
+    gpu_under_a_port(tmp_path, 0)
+    gpus = GpuDirectory()
+    await SysfsWatcher(str(tmp_path), ManualClock(), gpus, DEADLINE).start()
+    assert gpus.nvidia_device("0000:17:00.0") == "0000:18:00.0"
+
+
+def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
+    tmp_path: Path,
+) -> None:
+    """The kernel's AER counters count what each device saw: errors on a GPU's link are often
+    seen at its link partner only (Documentation/ABI/testing/sysfs-bus-pci-devices-aer), the
+    GPU's own counters staying at 0. The port's count names the GPU it serves."""
+    gpu_dir = gpu_under_a_port(tmp_path, 2)
     gpus = GpuDirectory()
     watcher = SysfsWatcher(str(tmp_path), ManualClock(), gpus, DEADLINE)
     samples = watcher.read_now({}, None, rescan=True)
@@ -142,6 +160,15 @@ def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
              if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels}  # fmt: skip
     assert fatal == {
         (("pci_bus_id", "0000:18:00.0"), ("severity", "fatal")): 0.0,
+        (("pci_bus_id", "0000:17:00.0"), ("serves", "0000:18:00.0"), ("severity", "fatal")): 2.0,
+    }
+    # The GPU falls off the bus after a fatal error on its link: its config space answers
+    # all ones; the port still answers, and its count stays on the GPU's account.
+    (gpu_dir / "config").write_bytes(b"\xff" * 64)
+    samples = watcher.read_now({}, None, rescan=False)
+    fatal = {s.labels: s.value for s in samples
+             if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels}  # fmt: skip
+    assert fatal == {
         (("pci_bus_id", "0000:17:00.0"), ("serves", "0000:18:00.0"), ("severity", "fatal")): 2.0,
     }
     # The kernel's AER lines about that port are about the GPU too.
