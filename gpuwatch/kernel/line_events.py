@@ -87,9 +87,9 @@ class LineEvents:
         self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
         data: dict[str, int | float | str],
     ) -> Event | None:  # fmt: skip
-        """An AER line about a GPU (or NVSwitch) or the port above it, under the same limit
-        as other lines, counted apart: a storm of correctable errors prints several lines
-        each."""
+        """An AER line about a GPU (or NVSwitch) or the port above it: at most
+        OTHER_PER_MINUTE a minute, a budget of their own, since a storm of correctable errors
+        prints several lines each."""
         if not self._admit(self._aer_lines):
             return None
         data["reporter"] = line.reporter
