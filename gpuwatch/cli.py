@@ -18,6 +18,7 @@ from typing import Any
 import uvloop
 
 from gpuwatch import __version__, logs
+from gpuwatch.clients.address import EXIT_USAGE, daemon_url
 from gpuwatch.clients.commands import (
     DEFAULT_URL,
     cmd_ack,
@@ -338,6 +339,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
             urls += read_hosts(args.hosts)
         except OSError as exc:
             return fail(f"{args.hosts}: {exc.strerror}")
+        except ValueError as exc:
+            return fail(str(exc), EXIT_USAGE)
     if args.refresh <= 0:
         return fail("--refresh must be greater than zero")
     try:
@@ -371,6 +374,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sim": cmd_sim_list,
         "config": cmd_config_check,
     }
+    try:  # a daemon's address as operators type it, or a usage error (never "unreachable")
+        if getattr(args, "url", None):  # "" beside --local or --alive: not asked
+            args.url = daemon_url(args.url)
+        if getattr(args, "urls", None):
+            args.urls = [daemon_url(u) for u in args.urls]
+    except ValueError as exc:
+        return fail(str(exc), EXIT_USAGE)
     try:
         return commands[args.command](args)
     except BrokenPipeError:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.control import ControlError, default_socket, request
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.reports.report import text as report_text
@@ -59,15 +60,16 @@ def _fetch_json(url: str, ca_file: str | None) -> Any:
 
 def read_hosts(path: str) -> list[str]:
     """Daemon URLs from a hosts file: a URL, or host[:port] (port 10040 by default), per line;
-    blank lines and # comments ignored."""
+    blank lines and # comments ignored. ValueError names the line that is no address."""
     urls = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         entry = line.split("#", 1)[0].strip()
         if not entry:
             continue
-        if "://" not in entry:
-            entry = f"http://{entry}" + ("" if ":" in entry.rsplit("]", 1)[-1] else ":10040")
-        urls.append(entry)
+        try:
+            urls.append(daemon_url(entry))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
     return urls
 
 

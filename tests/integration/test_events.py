@@ -134,6 +134,9 @@ def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None
     )  # GPU 1 at 2 s
     try:
         assert health(healthy.url) == (0, "healthy: 8 GPUs, nothing wrong")
+        # As operators type it: host:port, no scheme.
+        bare = healthy.url.removeprefix("http://")
+        assert health(bare) == (0, "healthy: 8 GPUs, nothing wrong")
         _, line = wait_for(lambda: (r := health(lost.url))[0] == 2 and r)
         assert line.startswith("unhealthy: GPU 1 is lost: NVML: GPU is lost")
         # node-problem-detector's terms: 0 OK, 1 NonOK, 2 Unknown; the same line.
@@ -148,6 +151,11 @@ def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None
         assert stop_daemon(lost) == 0
     code, line = health(healthy.url)  # stopped: nobody answers
     assert code == 3 and line.startswith(f"unreachable: {healthy.url}")
+    # An address that is none is the caller's mistake, not a daemon down: 64, not 3.
+    done = subprocess.run([sys.executable, "-m", "gpuwatch", "health", "node 7:x"],
+                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert done.returncode == 64
+    assert "'node 7:x' is not a daemon's address: expected HOST, HOST:PORT" in done.stderr
     assert health(healthy.url, "--npd")[0] == 2
     code, line = health("", "--alive", "--state-dir", str(tmp_path / "lost" / "state"))
     assert code == 3 and line.startswith("unreachable: cannot reach the daemon on")
