@@ -24,12 +24,12 @@ import multiprocessing
 import os
 import platform
 import re
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+import simulated_daemon
 
 HANG_AFTER_S = 20.0  # into the load
 HANG_FOR_S = 60.0
@@ -61,17 +61,18 @@ def _get(url: str) -> bytes:
     return body
 
 
-def _timeouts(base: str) -> dict[str, float]:
-    """gpuwatch_nvml_timeouts_total by GPU ("" for the driver's lane), and under "granted"
-    the deadline time granted for the daemon's wait for a CPU (where the daemon counts it)."""
-    out: dict[str, float] = {}
+def _timeouts(base: str) -> tuple[dict[str, float], float]:
+    """gpuwatch_nvml_timeouts_total by GPU ("" for the driver's lane), and the deadline time
+    granted for the daemon's wait for a CPU (0 where the daemon does not count it)."""
+    by_gpu: dict[str, float] = {}
+    granted = 0.0
     for line in _get(base + "/metrics").decode().splitlines():
         if line.startswith("gpuwatch_nvml_cpu_wait_granted_seconds_total"):
-            out["granted"] = float(line.rsplit(" ", 1)[1])
+            granted = float(line.rsplit(" ", 1)[1])
         elif line.startswith("gpuwatch_nvml_timeouts_total"):
             gpu = re.search(r'gpu="(\d+)"', line)
-            out[gpu.group(1) if gpu else ""] = float(line.rsplit(" ", 1)[1])
-    return out
+            by_gpu[gpu.group(1) if gpu else ""] = float(line.rsplit(" ", 1)[1])
+    return by_gpu, granted
 
 
 def _firing(base: str) -> set[tuple[str, str]]:
@@ -87,58 +88,37 @@ def run(case: str, load: float, warmup: float, burners: int, nice: int) -> dict[
     hang_at = warmup + HANG_AFTER_S if case == "hang" else None
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        log = directory / "daemon.log"
-        with open(log, "wb") as log_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch", "run", "--simulate",
-                 str(_scenario(directory, hang_at)), "--listen", "127.0.0.1:0",
-                 "--state-dir", str(directory / "state")],
-                stdout=log_file, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            spinners: list[multiprocessing.Process] = []
-            try:
-                base = ""
-                for _ in range(300):
-                    match = re.search(r"serving on ([\d.]+):(\d+)", log.read_text())
-                    if match:
-                        base = f"http://{match.group(1)}:{match.group(2)}"
-                        break
-                    time.sleep(0.1)
-                if not base:
-                    raise RuntimeError(log.read_text())
-                started = time.monotonic()
-                time.sleep(max(0.0, warmup - (time.monotonic() - started)))
-                before = _timeouts(base)
-                spinners = [multiprocessing.Process(target=_spin, args=(nice,), daemon=True)
-                            for _ in range(burners)]  # fmt: skip
-                for p in spinners:
-                    p.start()
-                load_start = time.monotonic()
-                hang = load_start + HANG_AFTER_S if hang_at is not None else None
-                first_timeout: float | None = None
-                fired: dict[tuple[str, str], float] = {}
-                counts = before
-                while time.monotonic() < load_start + load:
-                    time.sleep(1.0)
-                    now = time.monotonic()
-                    counts = _timeouts(base)
-                    timeouts = sum(v for k, v in counts.items() if k != "granted")
-                    if first_timeout is None and timeouts > sum(
-                        v for k, v in before.items() if k != "granted"
-                    ):
-                        first_timeout = now
-                    for key in _firing(base):
-                        fired.setdefault(key, now)
-            finally:
-                for p in spinners:
-                    p.kill()
-                proc.terminate()
-                proc.wait(timeout=20)
-    granted = counts.pop("granted", 0.0) - before.pop("granted", 0.0)
+        proc, base, _ = simulated_daemon.start(directory, _scenario(directory, hang_at))
+        spinners: list[multiprocessing.Process] = []
+        try:
+            time.sleep(warmup)
+            before, granted_before = _timeouts(base)
+            spinners = [multiprocessing.Process(target=_spin, args=(nice,), daemon=True)
+                        for _ in range(burners)]  # fmt: skip
+            for p in spinners:
+                p.start()
+            load_start = time.monotonic()
+            hang = load_start + HANG_AFTER_S if hang_at is not None else None
+            first_timeout: float | None = None
+            fired: dict[tuple[str, str], float] = {}
+            counts, granted = before, granted_before
+            while time.monotonic() < load_start + load:
+                time.sleep(1.0)
+                now = time.monotonic()
+                counts, granted = _timeouts(base)
+                if first_timeout is None and sum(counts.values()) > sum(before.values()):
+                    first_timeout = now
+                for key in _firing(base):
+                    fired.setdefault(key, now)
+        finally:
+            for p in spinners:
+                p.kill()
+            proc.terminate()
+            proc.wait(timeout=20)
     grew = {g: counts[g] - before.get(g, 0.0) for g in counts if counts[g] > before.get(g, 0.0)}
     out: dict[str, object] = {
         "case": case,
-        "granted_s": round(granted, 1),
+        "granted_s": round(granted - granted_before, 1),
         "timeouts": int(sum(grew.values())),
         "gpus": ",".join(sorted(grew, key=lambda g: (g == "", g))) or "-",
         "alerts": ", ".join(f"{n}{{gpu={g}}}" if g else n for n, g in sorted(fired)) or "-",

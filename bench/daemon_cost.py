@@ -34,14 +34,13 @@ import os
 import platform
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import psutil
+import simulated_daemon
 
 SCRAPE_EVERY_S = 5.0
 
@@ -69,55 +68,33 @@ def measure(
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        log = directory / "daemon.log"
-        with open(log, "wb") as log_file:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gpuwatch",
-                    "run",
-                    "--simulate",
-                    str(_scenario(directory, gpus, workload, ib_ports, nvswitches)),
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--state-dir",
-                    str(directory / "state"),
-                ],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                url = ""
-                for _ in range(300):
-                    match = re.search(r"serving on ([\d.]+):(\d+)", log.read_text())
-                    if match:
-                        url = f"http://{match.group(1)}:{match.group(2)}/metrics"
-                        break
-                    time.sleep(0.1)
-                host = re.search(r"simulated host \(.*?\) under ([^\"\n]+)", log.read_text())
-                if not url or not host:
-                    raise RuntimeError(log.read_text())
-                sim_cpu = Path(host.group(1).strip()) / "cpu"
-                process = psutil.Process(proc.pid)
-                time.sleep(warmup)
-                sim0 = _sim_cpu(sim_cpu)
-                cpu0, wall0 = process.cpu_times(), time.monotonic()
-                scrapes: list[float] = []
-                body = b""
-                next_scrape = wall0
-                while time.monotonic() < wall0 + window:
-                    next_scrape += SCRAPE_EVERY_S
-                    latency, body = _get(url)
-                    scrapes.append(latency)
-                    time.sleep(max(0.0, next_scrape - time.monotonic()))
-                cpu1, wall1 = process.cpu_times(), time.monotonic()
-                sim1 = _sim_cpu(sim_cpu)
-                rss = process.memory_info().rss
-                cached = [_get(url)[0] for _ in range(5)]
-            finally:
-                proc.terminate()
-                proc.wait(timeout=20)
+        scenario = _scenario(directory, gpus, workload, ib_ports, nvswitches)
+        proc, base, log = simulated_daemon.start(directory, scenario)
+        try:
+            url = f"{base}/metrics"
+            host = re.search(r"simulated host \(.*?\) under ([^\"\n]+)", log.read_text())
+            if not host:
+                raise RuntimeError(log.read_text())
+            sim_cpu = Path(host.group(1).strip()) / "cpu"
+            process = psutil.Process(proc.pid)
+            time.sleep(warmup)
+            sim0 = _sim_cpu(sim_cpu)
+            cpu0, wall0 = process.cpu_times(), time.monotonic()
+            scrapes: list[float] = []
+            body = b""
+            next_scrape = wall0
+            while time.monotonic() < wall0 + window:
+                next_scrape += SCRAPE_EVERY_S
+                latency, body = _get(url)
+                scrapes.append(latency)
+                time.sleep(max(0.0, next_scrape - time.monotonic()))
+            cpu1, wall1 = process.cpu_times(), time.monotonic()
+            sim1 = _sim_cpu(sim_cpu)
+            rss = process.memory_info().rss
+            cached = [_get(url)[0] for _ in range(5)]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
     busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
     wall = wall1 - wall0
