@@ -18,6 +18,8 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
+from gpuwatch.kernel.attributes import read_small
+
 log = logging.getLogger(__name__)
 
 MAX_THREADS = 512  # threads read at most (the daemon runs a few dozen)
@@ -63,16 +65,9 @@ class SchedstatWait:
 
 
 def _waited(path: str) -> int | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # the thread has ended, or no schedstat
-        return None
-    try:
-        fields = os.read(fd, 128).split()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    """The second field of a thread's schedstat; None where the thread has ended, or the
+    kernel keeps no schedstat."""
+    fields = (read_small(path) or "").split()
     return int(fields[1]) if len(fields) >= 2 and fields[1].isdigit() else None
 
 

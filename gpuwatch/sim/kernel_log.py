@@ -53,13 +53,11 @@ def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
         if event.event_type != d.EVENT_XID:
             continue
         at = bus_id(event.gpu)[4:-2].lower()
-        fault = next((f for f in scenario.faults if f.kind == "xid" and f.gpu == event.gpu
-                      and f.code == event.data and node.start + f.at == event.printed),
-                     None)  # fmt: skip
+        fault = event.fault
         where = f"PCI:{at}"
-        if fault is not None and fault.instance is not None:  # attributed to a MIG instance
+        if fault.instance is not None:  # attributed to a MIG instance
             where += f" GPU-I:{fault.instance:02d}"
-        if fault is not None and fault.unit:  # NVLink5: no process, the unit and its words
+        if fault.unit:  # NVLink5: no process, the unit and its words
             text = nvlink5_text(event.data, fault.unit, fault.link, v2)
             lines.append(Line(event.printed, f"NVRM: Xid ({where}): {event.data}, {text}"))
             continue

@@ -362,6 +362,7 @@ class SimEvent:
     event_type: int  # an nvmlEventType bit
     data: int  # the XID for an XID event, else 0
     printed: float  # when the driver printed it to the kernel log
+    fault: Fault  # the fault that raised it (what the driver prints says more of it)
 
 
 class SimNode:
@@ -390,5 +391,5 @@ class SimNode:
                 when = self.start + at
                 delivered = gpu.hang_until(when) or when
                 for event_type, data in raised:
-                    events.append(SimEvent(delivered, f.gpu, event_type, data, when))
+                    events.append(SimEvent(delivered, f.gpu, event_type, data, when, f))
         self.events: tuple[SimEvent, ...] = tuple(sorted(events, key=lambda e: e.time))
