@@ -83,6 +83,9 @@ class RulesConfig:
     # Evaluation interval of groups that set none; None means the sampling interval, but
     # not more often than once a second (see default_rule_interval).
     interval: float | None = None
+    # A glob in `files` that matches nothing is refused, unless this says it may (a
+    # directory operators fill later).
+    allow_empty_globs: bool = False
 
 
 MIN_DEFAULT_RULE_INTERVAL_S = 1.0
@@ -248,10 +251,11 @@ def from_doc(doc: YamlDoc) -> Config:
         level=r.value(lg, ("log",), "level", one_of(LOG_LEVELS), "info"),
         format=r.value(lg, ("log",), "format", one_of(LOG_FORMATS), "logfmt"),
     )
-    ru = r.section(top.get("rules"), ("rules",), ("files", "interval"))
+    ru = r.section(top.get("rules"), ("rules",), ("files", "interval", "allow_empty_globs"))
     rules = RulesConfig(
         files=r.value(ru, ("rules",), "files", _paths(doc.file), None),
         interval=r.value(ru, ("rules",), "interval", positive_duration, None),
+        allow_empty_globs=r.value(ru, ("rules",), "allow_empty_globs", boolean, False),
     )
     jo = r.section(top.get("journal"), ("journal",), ("retention",))
     journal = JournalConfig(

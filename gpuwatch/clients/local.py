@@ -76,12 +76,28 @@ def cmd_xid(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    """The config and everything `run` loads from it (web config, rule files), each error
+    on stderr and exit 2 as `run` would refuse it; warnings for what it would start with
+    but not do as configured."""
+    from gpuwatch.serve.preflight import check
+
     path = args.config or args.file
     try:
         config = load_config(path)
     except FileError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_CONFIG
-    print(f"{path or '(no file: defaults)'}: OK")
+    found = check(config)
+    for error in found.errors:
+        print(error, file=sys.stderr)
+    for warning in found.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    name = path or "(no file: defaults)"
+    if found.errors:
+        print(f"{name}: FAILED: gpuwatch run would refuse to start with it", file=sys.stderr)
+        return EXIT_CONFIG
+    rules = found.rules
+    loaded = f"{len(rules.paths())} rule files, {len(rules.groups)} groups" if rules else ""
+    print(f"{name}: OK ({loaded})")
     print(yaml.safe_dump(config.as_dict(), sort_keys=False).rstrip())
     return 0

@@ -18,7 +18,7 @@ from gpuwatch.promql.evaluator import Evaluator, SeriesView
 from gpuwatch.promql.history import history_needed
 from gpuwatch.rules import statefile
 from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
-from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files
+from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files, unmatched_globs
 from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.store.tsdb import DEFAULT_LOOKBACK_S, Store
 from gpuwatch.text.units import format_duration
@@ -61,6 +61,8 @@ class RuleEngine:
         default_interval: float,
         state_dir: Path | None,
         external_url: str = "",
+        *,
+        allow_empty_globs: bool = False,
     ) -> None:
         self.store = store
         self.external_url = external_url  # what templates' externalURL and pathPrefix answer
@@ -69,6 +71,7 @@ class RuleEngine:
         self.recorded = Store(store.retention)
         self.evaluator = Evaluator(_Querier((store, self.recorded)), subquery_step=default_interval)
         self.patterns = list(files) if files is not None else None
+        self.allow_empty_globs = allow_empty_globs
         self.default_interval = default_interval
         self.state_path = state_dir / statefile.FILE_NAME if state_dir is not None else None
         self.groups: list[RuleGroup] = []
@@ -105,20 +108,24 @@ class RuleEngine:
         ]
 
     def _definitions(self) -> list[GroupDef]:
-        paths = self.paths()
-        if not paths:
-            log.warning("no rule files match %s; no rules are evaluated", self.patterns)
-        return load_rule_files(paths)
+        if self.patterns is not None and not self.allow_empty_globs:
+            unmatched = unmatched_globs(self.patterns)
+            if unmatched:
+                raise FileError(unmatched)
+        return load_rule_files(self.paths())
 
-    def apply(self, patterns: list[str] | None, default_interval: float) -> str:
+    def apply(
+        self, patterns: list[str] | None, default_interval: float, allow_empty_globs: bool = False
+    ) -> str:
         """A reload's step for the rules: the files `patterns` names (None: the shipped
         packs) at `default_interval` replace the running ones, or nothing changes and the
         reason is returned."""
-        previous = (self.patterns, self.default_interval)
+        previous = (self.patterns, self.default_interval, self.allow_empty_globs)
         self.patterns, self.default_interval = patterns, default_interval
+        self.allow_empty_globs = allow_empty_globs
         error = self.reload()
         if error:
-            self.patterns, self.default_interval = previous
+            self.patterns, self.default_interval, self.allow_empty_globs = previous
         return error
 
     def reload(self) -> str:

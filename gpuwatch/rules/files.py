@@ -66,6 +66,22 @@ def expand_paths(patterns: list[str], base: Path | None = None) -> list[str]:
     return out
 
 
+def unmatched_globs(patterns: list[str]) -> list[Problem]:
+    """A glob that matches no file, each as a problem: `rules/*.yml` written for `.yaml`
+    files would otherwise start the daemon with none of its rules."""
+    return [
+        Problem(
+            pattern,
+            None,
+            "",
+            "no file matches this glob in rules.files; correct it, or set "
+            "rules.allow_empty_globs: true where a directory may be empty",
+        )
+        for pattern in patterns
+        if glob.has_magic(pattern) and not glob.glob(pattern)
+    ]
+
+
 def load_rule_files(paths: list[str]) -> list[GroupDef]:
     """Load every file; raise FileError with every problem in every file."""
     groups: list[GroupDef] = []

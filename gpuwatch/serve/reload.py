@@ -16,10 +16,9 @@ from dataclasses import replace
 from gpuwatch import logs
 from gpuwatch.config import Config, default_rule_interval, load_config
 from gpuwatch.daemon import Daemon
-from gpuwatch.health.raised import unraised
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.rules.outgoing import cause_labels
+from gpuwatch.serve.preflight import config_warnings
 from gpuwatch.serve.webconfig import WebConfig, WebGuard, load_web_config
 from gpuwatch.text.yamlfile import FileError
 
@@ -82,10 +81,15 @@ class Reloader:
         if self.rules is not None:
             files = list(new.rules.files) if new.rules.files is not None else None
             async with self.rules.evaluating:
-                error = self.rules.apply(files, default_rule_interval(new.rules, old.sampling))
+                error = self.rules.apply(
+                    files,
+                    default_rule_interval(new.rules, old.sampling),
+                    new.rules.allow_empty_globs,
+                )
             if error:
                 return error  # the engine logged why and kept its rules
-            warn_unraised(self.rules)
+            for warning in config_warnings(new, self.rules):
+                log.warning("%s", warning)
         applied = _applicable(old, new)
         if self.notifier is not None and applied.notify != old.notify:
             await self.notifier.apply(applied.notify)
@@ -96,19 +100,6 @@ class Reloader:
             logs.setup(new.log.level, new.log.format)
         log.info("reloaded %s", old.source or "the defaults")
         return ""
-
-
-def warn_unraised(rules: RuleEngine) -> None:
-    """Say so when the rules loaded leave the verdict without causes it is documented to have
-    (the shipped hardware and thermal packs not listed in rules.files)."""
-    missing = unraised(cause_labels(rules.alerting_rules()))
-    if missing:
-        log.warning(
-            "no loaded rule raises the verdict's causes %s (a `cause` label), so the verdict "
-            "does not judge them: list the shipped hardware and thermal packs in rules.files "
-            "(docs/rules.md)",
-            ", ".join(missing),
-        )
 
 
 def _applicable(old: Config, new: Config) -> Config:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import logging
-import os
 import signal
 import sqlite3
 from collections.abc import Callable, Coroutine
@@ -17,7 +16,7 @@ from aiohttp import web
 
 from gpuwatch.actions.drainer import SlurmDrainer
 from gpuwatch.clock import Clock, within
-from gpuwatch.config import Config, default_rule_interval
+from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.gctune import tune_gc
 from gpuwatch.health.acks import AckStore
@@ -33,35 +32,31 @@ from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
 from gpuwatch.serve.control import (
     CONTROL_MODE,
-    PUSH_SOCKET_NAME,
     AppServer,
     ControlApi,
     UnixSocket,
-    socket_path,
     start_socket,
 )
 from gpuwatch.serve.listen import bind_tcp
+from gpuwatch.serve.preflight import (
+    StartupError,
+    config_warnings,
+    load_guard,
+    load_rules,
+    socket_paths,
+)
 from gpuwatch.serve.pushserver import PushServer
-from gpuwatch.serve.reload import Reloader, warn_unraised
+from gpuwatch.serve.reload import Reloader
 from gpuwatch.serve.sdnotify import SystemdNotifier
 from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
-from gpuwatch.serve.webconfig import WebGuard, load_web_config
+from gpuwatch.serve.webconfig import WebGuard
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.lock import StateDirError, StateDirLock, prepare_state_dir
 from gpuwatch.state.statedir import DIR_MODE, StateProblems, ensure_dir
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.units import parse_listen
-from gpuwatch.text.yamlfile import FileError
 
 log = logging.getLogger(__name__)
-
-
-class StartupError(Exception):
-    """The daemon cannot start as configured; the message says why and what to do."""
-
-
-class RulesError(StartupError):
-    """The rule files have errors; the message lists each with file and line."""
 
 
 class ListenError(StartupError):
@@ -133,23 +128,6 @@ class Running:
             self.guard.close()
         if self.lock is not None:
             self.lock.release()
-
-
-def load_rules(config: Config, state_dir: Path, store: Store, own_url: str) -> RuleEngine:
-    engine = RuleEngine(
-        store,
-        config.rules.files,
-        default_rule_interval(config.rules, config.sampling),
-        state_dir,
-        # where an alert's reader can look, as the notifier links to it
-        config.notify.external_url or own_url,
-    )
-    try:
-        engine.load()
-    except FileError as exc:
-        raise RulesError(f"rule files:\n{exc}") from exc
-    warn_unraised(engine)
-    return engine
 
 
 async def start(
@@ -224,6 +202,8 @@ def wire(
         raise StartupError(str(exc)) from None
     store = Store(config.store.retention)
     rules = load_rules(config, state_dir, store, f"{scheme}://{config.node_name}:{port}")
+    for warning in config_warnings(config, rules):
+        log.warning("%s", warning)
     boot = current_boot_id() if boot_id is None else boot_id
     try:
         journal = Journal(state_dir, config.journal.retention, boot, problems)
@@ -280,12 +260,8 @@ async def _start(
     state_dir: Path,
     reread: Callable[[], Config] | None,
 ) -> Running:
-    guard = None
-    if config.web_config is not None:
-        try:
-            guard = WebGuard(load_web_config(config.web_config))
-        except FileError as exc:
-            raise StartupError(f"web config:\n{exc}") from exc
+    guard = load_guard(config)
+    control_path, push_path = socket_paths(config)
     host, port = parse_listen(config.listen)
     try:
         listening = bind_tcp(host, port)
@@ -301,15 +277,11 @@ async def _start(
     daemon, notifier = wired.daemon, wired.notifier
     runner = await start_http(Api(daemon, reports=wired.reports), listening, guard)
     await notifier.start()
-    control_path = socket_path(config.state_dir)
     push = config.push
-    push_path = Path(push.socket) if push.socket else control_path.with_name(PUSH_SOCKET_NAME)
     stamp = Attribution(lambda: daemon.view.batch.gpus if daemon.view.batch else ()).stamp
     api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences, stamp)
     sockets: list[UnixSocket] = []
     try:
-        if _same_path(push_path, control_path):
-            raise OSError(f"push.socket {push_path} is the control socket: give it its own path")
         control = AppServer(api.app())
         sockets.append(await start_socket("control", control, control_path, CONTROL_MODE))
         pushes = PushServer(daemon.jobs, daemon.clock.now, stamp)
@@ -331,11 +303,6 @@ async def _start(
     running = Running(wired, runner, bound, sockets, guard)
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, running.scheme)
     return running
-
-
-def _same_path(a: Path, b: Path) -> bool:
-    """The same file once `..` and links are resolved (at start-up, before either exists)."""
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 STOP_WITHIN_S = 8.0  # within 10 s, well inside systemd's TimeoutStopSec of 15 s

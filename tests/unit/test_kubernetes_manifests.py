@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuwatch.cli import _parser
+from gpuwatch.clients.parser import build_parser
 from gpuwatch.config import load_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
@@ -85,11 +85,11 @@ def test_the_configmap_holds_a_config_gpuwatch_loads(
 
 def test_every_gpuwatch_command_they_run_is_one_gpuwatch_takes() -> None:
     container = kind("DaemonSet")["spec"]["template"]["spec"]["containers"][0]
-    run = _parser().parse_args(container["args"])
+    run = build_parser().parse_args(container["args"])
     assert (run.command, run.config) == ("run", "/etc/gpuwatch/gpuwatch.yaml")
     probe = container["livenessProbe"]["exec"]["command"]
     assert probe[0] == "gpuwatch"
-    alive = _parser().parse_args(probe[1:])
+    alive = build_parser().parse_args(probe[1:])
     assert alive.alive and alive.state_dir == "/var/lib/gpuwatch"
 
 
@@ -98,5 +98,5 @@ def test_the_npd_plugin_runs_gpuwatch_health_in_npd_terms() -> None:
     [rule] = plugin["rules"]
     assert rule["condition"] == plugin["conditions"][0]["type"] == "GpuUnhealthy"
     assert rule["path"] == "/opt/gpuwatch/bin/gpuwatch"
-    health = _parser().parse_args(rule["args"])
+    health = build_parser().parse_args(rule["args"])
     assert health.npd and health.url == "http://gpuwatch.gpuwatch.svc:10040"

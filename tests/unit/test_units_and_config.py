@@ -144,6 +144,8 @@ def test_config_check_prints_a_config_that_loads_as_the_same(
     monkeypatch.setenv("GW_HOOK", "https://hooks.example/T0/B0/secret")
     (tmp_path / "pd.key").write_text("routing-key\n")
     (tmp_path / "token").write_text("push-token\n")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "node.yaml").write_text("groups: []\n")
     given = tmp_path / "given.yaml"
     given.write_text(
         "node_name: gpu-node-07\nsampling: {interval: 500ms}\nstore: {retention: 2h}\n"

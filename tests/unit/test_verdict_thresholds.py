@@ -135,7 +135,7 @@ async def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged
     config, state = node_config(tmp_path, f"rules: {{files: {files}}}\n" if files else "")
     clock = ManualClock()
     simulate(load_scenario("healthy"), clock)
-    with caplog.at_level(logging.WARNING, "gpuwatch.serve.reload"):
+    with caplog.at_level(logging.WARNING, "gpuwatch.serve.runner"):
         wired = wire(config, pynvml, clock, state, 10040)
     await wired.close()
     warned = [r.getMessage() for r in caplog.records if "verdict's causes" in r.getMessage()]
