@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import promql_parser as pp
 
+from gpuwatch.promql.locate import located
 from gpuwatch.promql.walk import TooDeepError, nodes
 from gpuwatch.text.regex import RegexError, compile_regex
 
@@ -55,7 +56,7 @@ def parse(text: str) -> pp.Expr:
     try:
         expr = pp.parse(text)
     except ValueError as exc:
-        raise QueryError(f"parse error: {exc}") from None
+        raise QueryError(located(text, str(exc))) from None
     problems: list[str] = []
     try:
         for node, _ in nodes(expr):

@@ -246,7 +246,10 @@ class _RuleChecker:
         try:
             expr = parse(str(expr_text))
         except QueryError as exc:
-            self.fail((*path, "expr"), f"{what}: expr", str(exc))
+            # At the expression's first character, and the message says where in it.
+            line, column = self.doc.values.get((*path, "expr"), (None, None))
+            line = line or self.doc.line((*path, "expr"))
+            self.problems.append(Problem(self.doc.file, line, f"{what}: expr", str(exc), column))
             return None
         hold = self.duration(data["for"], (*path, "for"), f"{what}: for") if "for" in data else 0.0
         keep = 0.0

@@ -23,9 +23,11 @@ class Problem:
     line: int | None
     field: str
     message: str
+    column: int | None = None  # where the value starts, when the message is about its text
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
+        where += f":{self.column}" if self.line and self.column else ""
         return (
             f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
         )
@@ -46,6 +48,9 @@ class YamlDoc:
     file: str
     data: Any
     lines: dict[PathKey, int] = field(default_factory=dict)
+    # Where each mapping's scalar value starts, (line, column), as promtool places an error
+    # in an expression: `expr: |` at the `|`.
+    values: dict[PathKey, tuple[int, int]] = field(default_factory=dict)
 
     def line(self, path: PathKey) -> int | None:
         while path:
@@ -66,7 +71,7 @@ def dotted(path: PathKey) -> str:
 
 
 def _record_lines(
-    node: yaml.Node, path: PathKey, lines: dict[PathKey, int], duplicates: list[tuple[int, str]]
+    node: yaml.Node, path: PathKey, doc: YamlDoc, duplicates: list[tuple[int, str]]
 ) -> None:
     """Where each field is, and every key a mapping holds twice: PyYAML keeps the last one
     silently, Prometheus refuses the file, and an operator's `expr:` written twice must not
@@ -81,13 +86,16 @@ def _record_lines(
                 )
             seen.setdefault(key, line)
             sub = (*path, key)
-            lines[sub] = line
-            _record_lines(value_node, sub, lines, duplicates)
+            doc.lines[sub] = line
+            if isinstance(value_node, yaml.ScalarNode):
+                mark = value_node.start_mark
+                doc.values[sub] = (mark.line + 1, mark.column + 1)
+            _record_lines(value_node, sub, doc, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             sub = (*path, i)
-            lines[sub] = item.start_mark.line + 1
-            _record_lines(item, sub, lines, duplicates)
+            doc.lines[sub] = item.start_mark.line + 1
+            _record_lines(item, sub, doc, duplicates)
 
 
 def parse(text: str, file: str) -> YamlDoc:
@@ -102,7 +110,7 @@ def parse(text: str, file: str) -> YamlDoc:
     doc = YamlDoc(file, data)
     if root is not None:
         duplicates: list[tuple[int, str]] = []
-        _record_lines(root, (), doc.lines, duplicates)
+        _record_lines(root, (), doc, duplicates)
         if duplicates:
             raise FileError([Problem(file, line, "", message) for line, message in duplicates])
     return doc

@@ -29,7 +29,7 @@ def _config(tmp_path: Path, body: str) -> Path:
         (
             "rules: {files: [bad.yaml]}\n",
             {"bad.yaml": BAD_RULE},
-            'bad.yaml:5: group "node" alert "Broken": expr: parse error',
+            'bad.yaml:5:15: group "node" alert "Broken": expr: 1:39: parse error: unclosed left',
         ),
         ("rules: {files: [/nonexistent/gpu.yaml]}\n", {}, "/nonexistent/gpu.yaml: cannot read"),
         (

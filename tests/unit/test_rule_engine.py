@@ -100,7 +100,7 @@ def test_a_bad_file_on_reload_keeps_the_old_rules_evaluating(tmp_path: Path) -> 
     rules.write_text(RULES.replace("ecc_rate > 10", "histogram_count(ecc_rate) > 10"))
     error = engine.reload()
     assert error == (
-        f'{rules}:5: group "test" alert "EccStorm": expr: '
+        f'{rules}:5:15: group "test" alert "EccStorm": expr: '
         "unsupported in gpuwatch's PromQL subset: function histogram_count()"
     )
     assert engine.last_reload_error == error
