@@ -189,15 +189,21 @@ def _refusal(exc: urllib.error.HTTPError) -> str:
 
 
 def cmd_job_report(args: argparse.Namespace) -> int:
-    """The job's report as a few lines (for the job's output: Slurm's Epilog), or its JSON."""
+    """The job's report as a few lines (for the job's output, at the end of its batch
+    script), or its JSON. Where there is none (a job that never held a GPU, one that ran
+    while the daemon was down, no daemon answering) it says why on stderr and still exits
+    0: as a batch script's last command its status is the job's, and gpuwatch not having
+    seen something must fail no job. --strict gives 1 (no such job) and 3 (not asked)."""
     base = args.url.rstrip("/")
     url = f"{base}/api/v1/jobs/{urllib.parse.quote(args.job, safe='')}/report"
     try:
         made = _fetch_json(url, args.ca_file).get("data", {})
     except urllib.error.HTTPError as exc:
-        return fail(f"{redact(base)}: {_refusal(exc)}")
+        code = fail(f"no report: {redact(base)}: {_refusal(exc)}", 1)
+        return code if args.strict else 0
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return fail(f"{redact(base)}: {_why(exc)}")
+        code = fail(f"no report: {redact(base)} unreachable: {_why(exc)}", EXIT_UNREACHABLE)
+        return code if args.strict else 0
     print(json.dumps(made, indent=1) if args.json else report_text(made))
     return 0
 

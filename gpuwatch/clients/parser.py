@@ -99,11 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser(
         "job-report",
         help="what happened to each GPU while a job ran on it: XIDs, ECC and remap changes, "
-        "throttling, alerts (at the end of a batch script, or from Slurm's Epilog)",
+        "throttling, alerts (at the end of a batch script)",
     )
     report.add_argument("job", help="the job's id: Slurm's job id, a pod's UID")
     _url_argument(report)
     report.add_argument("--json", action="store_true", help="print the report's JSON")
+    report.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when the daemon saw no such job and 3 when it cannot be asked (without: "
+        "0 either way, said on stderr, so the report never fails the job it ends)",
+    )
     _ca_argument(report)
 
     events = sub.add_parser("events", help="what happened on a node: XIDs, lost GPUs, alerts")

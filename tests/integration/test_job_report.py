@@ -37,9 +37,9 @@ def test_the_report_lists_the_xid_and_the_nan_for_the_right_gpu(tmp_path: Path) 
     try:
 
         def both() -> dict[str, Any] | None:
-            code, out, err = job_report(daemon.url, "81234", "--json")
+            code, out, err = job_report(daemon.url, "81234", "--json", "--strict")
             if code != 0:  # the job's processes are not on the GPUs yet
-                assert "no job '81234'" in err, err
+                assert code == 1 and "no job '81234'" in err, err
                 return None
             report: dict[str, Any] = json.loads(out)
             gpu1 = report["gpus"][1]
@@ -59,7 +59,12 @@ def test_the_report_lists_the_xid_and_the_nan_for_the_right_gpu(tmp_path: Path) 
         assert "XID 13 at" in lines[2] and "TrainingLossNaN at" in lines[2], text
         assert lines[2].startswith("  GPU 1: ") and lines[1] == "  GPU 0: nothing wrong"
         assert not (tmp_path / "state" / "reports").exists()  # written as the job ends
-        code, _, err = job_report(daemon.url, "999")
-        assert code != 0 and "no job '999' ran on this node's GPUs" in err
+        # A job gpuwatch never saw on a GPU is said so, and fails nothing unless asked to.
+        code, out, err = job_report(daemon.url, "999")
+        assert (code, out) == (0, "") and "no job '999' ran on this node's GPUs" in err
+        assert job_report(daemon.url, "999", "--strict")[0] == 1
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
+    code, out, err = job_report(daemon.url, "81234")  # no daemon there any more
+    assert (code, out) == (0, "") and f"no report: {daemon.url} unreachable" in err, err
+    assert job_report(daemon.url, "81234", "--strict")[0] == 3

@@ -24,7 +24,7 @@ def _config(tmp_path: Path, body: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("body", "files", "said"),
+    "case",
     [
         (
             "rules: {files: [bad.yaml]}\n",
@@ -54,10 +54,9 @@ def test_what_run_refuses_config_check_refuses_with_the_same_words(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-    body: str,
-    files: dict[str, str],
-    said: str,
+    case: tuple[str, dict[str, str], str],
 ) -> None:
+    body, files, said = case
     monkeypatch.chdir(tmp_path)  # relative paths as an operator types them
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
     for name, text in files.items():
