@@ -24,16 +24,25 @@ NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml
 
 .PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
 
-$(STAMP): pyproject.toml
+# What the daemon needs (`make demo`, `make run`), then the tests' and linters' tools on top
+# (`make test`). PYTHONWARNINGS: setuptools' banner about editable installs is for packagers.
+RUNTIME := $(VENV)/.runtime
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --upgrade pip
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e .
 	touch $@
 
-run: $(STAMP)
+$(STAMP): $(RUNTIME)
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: $(RUNTIME)
 	$(BIN)/gpuwatch run --listen $(LISTEN) --state-dir $(STATE_DIR)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
+	@echo "gpuwatch is installed in .venv: in another terminal, .venv/bin/gpuwatch status"
+	@echo "(or source .venv/bin/activate first, then: gpuwatch status)"
 	$(BIN)/gpuwatch demo
 
 # Integration tests need promtool, prometheus and alertmanager (Debian's `prometheus` and

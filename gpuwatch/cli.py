@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import signal
 import ssl
 import sys
@@ -33,7 +34,7 @@ from gpuwatch.clients.commands import (
 from gpuwatch.clients.local import cmd_config_check, cmd_rules, cmd_sim_list, cmd_xid
 from gpuwatch.clients.parser import DEMO_LISTEN, build_parser
 from gpuwatch.clients.tls import tls_context
-from gpuwatch.clock import SystemClock
+from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.preflight import RulesError, StartupError
 from gpuwatch.serve.runner import ListenError, Running, real_nvml, serve
@@ -108,25 +109,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from gpuwatch.clients.status import render_node
-    from gpuwatch.serve.payloads import node_payload
-
     try:
         parse_listen(args.listen)
         simulated, clock = simulated_library(args.scenario, args.speed)
     except (FileError, ValueError) as exc:
         return fail(str(exc))
     state_dir = tempfile.mkdtemp(prefix="gpuwatch-demo-")
+    try:
+        code = _demo(args, simulated, clock, state_dir)
+    except BaseException:
+        print(f"gpuwatch demo: its state and log are kept in {state_dir}", file=sys.stderr)
+        raise
+    if code == 0:
+        shutil.rmtree(state_dir, ignore_errors=True)  # a demo leaves nothing behind
+    else:
+        print(f"gpuwatch demo: its log is kept in {state_dir}/gpuwatch.log", file=sys.stderr)
+    return code
+
+
+def _demo(args: argparse.Namespace, simulated: SimulatedNvml, clock: Clock, state_dir: str) -> int:
+    from rich.console import Console
+
+    from gpuwatch.clients.status import render_node
+    from gpuwatch.serve.payloads import node_payload
+
     log_path = f"{state_dir}/gpuwatch.log"
     config = Config(listen=args.listen, state_dir=state_dir)
     console = Console()
 
     async def show(running: Running) -> None:
         header = (
-            f"gpuwatch demo: scenario '{args.scenario}', serving {running.url}/metrics "
-            f"(log: {log_path})"
+            f"gpuwatch demo: scenario '{args.scenario}' at {args.speed:g}x real time (--speed), "
+            f"serving {running.url}/metrics (log: {log_path})"
         )
         console.print(header, style="dim")
         from gpuwatch.sim.jobrun import run_simulated_job

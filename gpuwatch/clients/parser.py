@@ -9,6 +9,7 @@ from gpuwatch import __version__
 from gpuwatch.clients.commands import DEFAULT_URL
 
 DEMO_LISTEN = "127.0.0.1:10040"
+DEMO_SPEED = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the daemon on a simulated node, with the dashboard")
     demo.add_argument("scenario", nargs="?", default="demo")
     demo.add_argument("--listen", default=DEMO_LISTEN, help=f"HOST:PORT (default {DEMO_LISTEN})")
-    demo.add_argument("--speed", type=float, default=1.0, help="play the scenario faster")
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=DEMO_SPEED,
+        help=f"play the scenario this many times faster than real time (default {DEMO_SPEED:g}: "
+        "the demo's ten minutes in one)",
+    )
     demo.add_argument(
         "--once", action="store_true", help="print the table once after a few cycles and exit"
     )
