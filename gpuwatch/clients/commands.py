@@ -74,9 +74,8 @@ def read_hosts(path: str) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from gpuwatch.clients.status import render_node
+    from gpuwatch.clients.terminal import stdout_console
 
     base = args.url.rstrip("/")
     try:
@@ -87,7 +86,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(node, indent=2))
     else:
-        Console().print(render_node(node))
+        stdout_console().print(render_node(node))
     return 0
 
 

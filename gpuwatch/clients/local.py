@@ -15,8 +15,9 @@ from gpuwatch.text.yamlfile import FileError
 
 
 def cmd_sim_list(_args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuwatch.clients.terminal import stdout_console
 
     table = Table(show_edge=False, header_style="bold")
     table.add_column("scenario")
@@ -27,7 +28,7 @@ def cmd_sim_list(_args: argparse.Namespace) -> int:
         scenario = load_scenario(name)
         faults = ", ".join(sorted({f.kind for f in scenario.faults})) or "-"
         table.add_row(name, str(scenario.gpus), faults, scenario.description)
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 
@@ -55,9 +56,9 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_xid(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from gpuwatch.clients.terminal import stdout_console
     from gpuwatch.health.xid_catalog import CATALOG, lookup
 
     if args.code is not None:
@@ -71,7 +72,7 @@ def cmd_xid(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column == "XID" else "left")
     for code, xid in sorted(CATALOG.items()):
         table.add_row(str(code), xid.xid_class, xid.meaning, xid.action)
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 
