@@ -1,5 +1,23 @@
 # Every target that needs Python sets up .venv itself, so a fresh clone needs only `make demo` or `make test`.
-PYTHON ?= python3
+# The newest supported Python (3.10 to 3.13) on the PATH, unless PYTHON names one.
+SUPPORTED := (3, 10) <= sys.version_info[:2] <= (3, 13)
+ifndef PYTHON
+PYTHON := $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
+	$$p -c 'import sys; sys.exit(not ($(SUPPORTED)))' 2>/dev/null && { echo $$p; break; }; done)
+endif
+# Said before anything is installed: which Python to install where none fits.
+define CHECK_PYTHON
+	@test -n "$(PYTHON)" || { echo "gpuwatch needs Python 3.10 to 3.13; the PATH has none \
+	($$(python3 --version 2>&1 || echo no python3)). Install one (Ubuntu 22.04: \
+	apt install python3-venv; Ubuntu 24.04: apt install python3.12-venv; RHEL 9: \
+	dnf install python3.11), then run make again, or make PYTHON=/path/to/python3.X" >&2; \
+	exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(not ($(SUPPORTED)))' || { echo "$(PYTHON) is \
+	$$($(PYTHON) --version 2>&1); gpuwatch needs 3.10 to 3.13" >&2; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { echo "$(PYTHON) cannot make a \
+	virtualenv: install its venv module (Debian, Ubuntu: apt install python3-venv, or \
+	python3.X-venv for $(PYTHON))" >&2; exit 1; }
+endef
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -22,12 +40,13 @@ PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproje
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
 NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
 
-.PHONY: run demo test unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
+.PHONY: run demo test test-pythons unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
 
 # What the daemon needs (`make demo`, `make run`), then the tests' and linters' tools on top
 # (`make test`). PYTHONWARNINGS: setuptools' banner about editable installs is for packagers.
 RUNTIME := $(VENV)/.runtime
 $(RUNTIME): pyproject.toml
+	$(CHECK_PYTHON)
 	$(PYTHON) -m venv $(VENV)
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --upgrade pip
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e .
@@ -65,6 +84,7 @@ system-deps:
 
 # On a GPU host, as root (docs/install.md). Keeps an existing config; run it again to upgrade.
 install:
+	$(CHECK_PYTHON)
 	$(PYTHON) -m venv $(PREFIX)
 	$(PREFIX)/bin/pip install --quiet --upgrade pip
 	rm -rf build  # a stale build/ would put deleted modules in the wheel
@@ -132,9 +152,29 @@ test: $(STAMP) system-deps lint $(LOWEST_PIN)
 	integration=$$!; \
 	GPUWATCH_REQUIRE_TOOLS=1 $(BIN)/pytest -q tests --ignore=tests/integration; rest=$$?; \
 	$(MAKE) --no-print-directory test-lowest-pin; pin=$$?; \
+	$(MAKE) --no-print-directory test-pythons; pythons=$$?; \
 	wait $$integration; status=$$?; \
 	echo "== tests/integration"; cat .integration.log; \
-	test $$rest = 0 && test $$pin = 0 && test $$status = 0
+	test $$rest = 0 && test $$pin = 0 && test $$pythons = 0 && test $$status = 0
+
+# The unit and fault tests again on the oldest and newest Python gpuwatch supports, each in
+# a virtualenv of its own, where the host has it (on the PATH, or installed by pyenv).
+EDGE_PYTHONS := 3.10 3.13
+PYENV_PYTHONS = $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/$(1).*/bin/python$(1))
+test-pythons:
+	@for v in $(EDGE_PYTHONS); do \
+		$(MAKE) --no-print-directory .venv-$$v/.installed || exit 1; \
+		test -e .venv-$$v/.installed || continue; \
+		echo "== Python $$v: tests/unit tests/faults"; \
+		.venv-$$v/bin/pytest -q -p no:cacheprovider tests/unit tests/faults || exit 1; \
+	done
+
+.venv-%/.installed: pyproject.toml
+	@py=; for c in $$(command -v python$*) $(call PYENV_PYTHONS,$*); do \
+		$$c -c 'import sys' 2>/dev/null && { py=$$c; break; }; done; \
+	if [ -z "$$py" ]; then echo "== Python $*: not on this host; its tests are not run"; exit 0; fi; \
+	$$py -m venv .venv-$* && PYTHONWARNINGS=ignore .venv-$*/bin/pip install --quiet -e '.[dev]' \
+		&& touch $@
 
 $(LOWEST_PIN): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --target $@ nvidia-ml-py==$(PYNVML_LOWEST)
@@ -147,4 +187,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py
 
 clean:
-	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .venv-3.* .typecheck .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

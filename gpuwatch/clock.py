@@ -11,6 +11,8 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from gpuwatch.compat import timeout
+
 T = TypeVar("T")
 
 
@@ -38,7 +40,7 @@ async def within(aw: Awaitable[T], seconds: float) -> T:
     it: 3.11's loses a cancellation that comes as the awaited finishes (CPython gh-86296), and
     a sampling loop cancelled at a tick ran on after its daemon stopped, until the stop timed
     out."""
-    async with asyncio.timeout(seconds):
+    async with timeout(seconds):
         return await aw
 
 

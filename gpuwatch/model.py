@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from enum import StrEnum
 from itertools import chain
 from typing import Generic, NamedTuple, TypeVar
 
+from gpuwatch.compat import StrEnum
 from gpuwatch.host.processes import GpuProcess, jobs_text
 
 Labels = tuple[tuple[str, str], ...]

@@ -95,6 +95,14 @@ def delayed_scenario(tmp_path: Path, name: str, seconds: float = 10.0) -> str:
     return str(path)
 
 
+def _own_group(wanted: bool) -> dict[str, Any]:
+    """Popen's arguments for a process group of its own: process_group=0 from 3.11; on 3.10
+    a session of its own, which is a group of its own too."""
+    if not wanted:
+        return {}
+    return {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
+
 def start_daemon(
     tmp_path: Path,
     *args: str,
@@ -123,7 +131,7 @@ def start_daemon(
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        process_group=0 if own_group else None,
+        **_own_group(own_group),
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from gpuwatch.clients.tls import basic_auth, host_and_port
+from gpuwatch.compat import timeout_at
 from gpuwatch.text.printable import printable_json
 
 MAX_BODY = 16 * 1024 * 1024  # a node's JSON is a few KB; anything this big is not a daemon
@@ -301,7 +302,7 @@ class JsonClient:
     async def _connect_and_get(self, url: str, deadline: float) -> Any:
         where = target(url)
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout_at(deadline):
+        async with timeout_at(deadline):
             _, connection = await loop.create_connection(
                 _Connection, where.host, where.port, ssl=self._tls_for(where)
             )

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from gpuwatch import metrics as m
+from gpuwatch.compat import StrEnum
 from gpuwatch.model import BackendState, GpuState, GpuStatus, Sample
 
 

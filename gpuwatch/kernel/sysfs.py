@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from gpuwatch import metrics as m
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, within
 from gpuwatch.kernel import fabric_manager
 from gpuwatch.kernel.attributes import KeptFiles
 from gpuwatch.kernel.gpus import GpuDirectory
@@ -78,7 +78,7 @@ class SysfsWatcher:
         printed before gpuwatch started are the GPU's too. The first read scans the rest."""
         learn = partial(upstream_ports, self.root, self._gpus)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.to_thread(learn), self._deadline)
+            await within(asyncio.to_thread(learn), self._deadline)
 
     async def stop(self) -> None:
         if self._pending is None or self._pending.done():

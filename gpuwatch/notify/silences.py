@@ -11,12 +11,11 @@ import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.matchers import Matcher, matches_all, parse_matcher
-from gpuwatch.text.timefmt import rfc3339
+from gpuwatch.text.timefmt import parse_rfc3339, rfc3339
 from gpuwatch.text.units import parse_duration
 
 log = logging.getLogger(__name__)
@@ -144,7 +143,7 @@ def silence_request(
     starts = now
     if "endsAt" in body:
         try:
-            ends = datetime.fromisoformat(str(body["endsAt"]).replace("Z", "+00:00")).timestamp()
+            ends = parse_rfc3339(str(body["endsAt"]))
         except ValueError as exc:
             raise ValueError(f"endsAt: expected an RFC 3339 time, got {body['endsAt']!r}") from exc
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import calendar
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 
 def round_to(v: float, to_nearest: float) -> float:
@@ -121,7 +121,7 @@ def date_part(part: Callable[[datetime], float], v: float) -> float:
     if not math.isfinite(v):
         return math.nan
     try:  # whole seconds, truncated as Go's int64 conversion does
-        return part(datetime.fromtimestamp(int(v), tz=UTC))
+        return part(datetime.fromtimestamp(int(v), tz=timezone.utc))
     except (OverflowError, ValueError, OSError):  # beyond the years datetime holds
         return math.nan
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gpuwatch.compat import timeout
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
 from gpuwatch.notify.secrets import Secret
@@ -55,7 +56,7 @@ async def _body(request: web.Request, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):  # a body trickled in holds a connection
+        async with timeout(BODY_TIMEOUT_S):  # a body trickled in holds a connection
             while chunk := await request.content.read(65536):
                 size += len(chunk)
                 if size > limit:

@@ -11,8 +11,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from gpuwatch.compat import StrEnum
 from gpuwatch.model import Event, Provenance, Sample
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.parse import QueryError, parse

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import datetime, timezone
 
 from gpuwatch.text.units import parse_duration
 
@@ -10,7 +11,8 @@ from gpuwatch.text.units import parse_duration
 def rfc3339(t: float | None) -> str | None:
     if t is None:
         return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    moment = datetime.fromtimestamp(t, timezone.utc)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_since(text: str, now: float) -> float:
@@ -25,11 +27,23 @@ def parse_since(text: str, now: float) -> float:
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_rfc3339(text)
     except ValueError:
         raise ValueError(
             f"expected a duration (1h), an RFC 3339 time or Unix seconds, got {text!r}"
         ) from None
+
+
+# Go writes nanoseconds (Alertmanager's endsAt); Python 3.10 reads 3 or 6 digits only.
+_FRACTION = re.compile(r"(\.\d+)(?=[zZ]|[+-]\d\d:\d\d$|$)")
+
+
+def parse_rfc3339(text: str) -> float:
+    """An RFC 3339 time (`Z` or an offset; none: UTC), any number of fractional digits, as
+    Unix seconds. Raises ValueError."""
+    text = text.strip()
+    text = _FRACTION.sub(lambda m: m.group(1)[:7].ljust(7, "0"), text, count=1)
+    moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text))
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
