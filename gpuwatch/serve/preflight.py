@@ -20,6 +20,7 @@ from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.rules.outgoing import cause_labels
 from gpuwatch.serve.control import PUSH_SOCKET_NAME, socket_path
 from gpuwatch.serve.webconfig import WebGuard, load_web_config
+from gpuwatch.state.reach import blocked_at
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.yamlfile import FileError
 
@@ -97,6 +98,33 @@ def config_warnings(config: Config, rules: RuleEngine) -> list[str]:
                     f"actions.slurm.{key}: {program!r} is not found here (PATH "
                     f"{os.environ.get('PATH', '')}): the node cannot be drained"
                 )
+    return out
+
+
+def reach_warnings(config: Config, push_socket: Path) -> list[str]:
+    """What jobs of other users cannot reach, said at start once the sockets exist: the push
+    socket (when its mode lets others in) and the textfile directory."""
+    out = []
+    push = config.push
+    if push.socket_mode & 0o006 or push.socket_group is not None:
+        blocked = blocked_at(push_socket, push.socket_group)
+        if blocked is not None:
+            where, mode = blocked
+            out.append(
+                f"push socket {push_socket}: other users cannot reach it ({where} is mode "
+                f"{mode:04o}), so their jobs cannot push: set push.socket to a path in a "
+                "directory they can search, such as /run/gpuwatch/push.sock (under systemd, "
+                "its RuntimeDirectory is used)"
+            )
+    if push.textfile_dir is not None:
+        blocked = blocked_at(Path(push.textfile_dir) / "x.prom")
+        if blocked is not None:
+            where, mode = blocked
+            out.append(
+                f"push.textfile_dir {push.textfile_dir}: other users cannot reach it ({where} "
+                f"is mode {mode:04o}), so their jobs cannot write there: use a directory "
+                "outside the state directory, such as /var/lib/gpuwatch-textfiles (docs/jobs.md)"
+            )
     return out
 
 

@@ -43,6 +43,7 @@ from gpuwatch.serve.preflight import (
     config_warnings,
     load_guard,
     load_rules,
+    reach_warnings,
     socket_paths,
 )
 from gpuwatch.serve.pushserver import PushServer
@@ -293,6 +294,8 @@ async def _start(
         await runner.cleanup()
         await wired.close()
         raise StartupError(f"cannot create a unix socket: {exc}") from exc
+    for warning in reach_warnings(config, push_path):
+        log.warning("%s", warning)
     for path in daemon.problems.damaged():
         daemon.events.publish(
             Event(clock.now(), "state_damaged", None, None,

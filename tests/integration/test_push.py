@@ -296,6 +296,30 @@ def test_any_users_job_reports_on_the_push_socket_and_only_pushes_there(tmp_path
             done = as_nobody([python, "-c", REPORT_AS_ANOTHER_USER, control], lib)
             assert done.stdout.strip().startswith("failed"), done.stderr
             assert done.stderr.count("did not take a report of job bert") == 1, done.stderr
+        assert "other users cannot reach it" not in daemon.log()
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_push_socket_other_users_cannot_reach_is_said_at_start(tmp_path: Path) -> None:
+    """Outside systemd the push socket sits in the state directory, which is its owner's
+    alone: the daemon says so at start, and it is true (nobody's push does not get there)."""
+    # Every directory above the state directory searchable, as /var/lib is.
+    shared = Path(tempfile.mkdtemp(prefix="gpuwatch-push-"))
+    shared.chmod(0o755)
+    daemon = start_daemon(shared, "--simulate", "healthy")
+    try:
+        state = shared / "state"
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        said = (f"push socket {state / 'push.sock'}: other users cannot reach it ({state} is "
+                "mode 0700), so their jobs cannot push")  # fmt: skip
+        wait_for(lambda: said in daemon.log())
+        python = python_for_nobody(shared / "lib")
+        if python is not None:
+            done = as_nobody([python, "-c", REPORT_AS_ANOTHER_USER, str(state / "push.sock")],
+                             shared / "lib")  # fmt: skip
+            assert done.stdout.strip().startswith("failed"), done.stderr
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
         shutil.rmtree(shared, ignore_errors=True)
