@@ -264,7 +264,8 @@ class Daemon:
             listener(ended)
         if self.rules is not None:
             everything, self._evaluate_everything = self._evaluate_everything, False
-            transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything)
+            blind = not batch.backend.up  # what the GPUs' alerts read went with it
+            transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything, blind)
             for transition in transitions:
                 self.events.publish(transition.as_event())
             self._take_raised()  # a cause an alert raises shows one cycle after it fires

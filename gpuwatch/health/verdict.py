@@ -301,18 +301,19 @@ def status_cause(gpu: GpuState) -> Cause | None:
     return None
 
 
+# What to check when the GPU backend is down, by backend: with dcgm-exporter between, the
+# exporter is the first suspect, not the driver.
+BACKEND_DOWN_ACTIONS = {
+    "dcgm": "check that dcgm-exporter runs and answers at its URL (systemctl status "
+    "dcgm-exporter, or its pod); gpuwatch sees the GPUs only through it",
+}
+NVML_DOWN_ACTION = "check that the NVIDIA driver is installed and loaded"
+
+
 def node_verdict(backend: BackendState, gpus: dict[int, Verdict]) -> Verdict:
     if not backend.up:
-        return verdict_of(
-            [
-                Cause(
-                    "backend",
-                    Health.UNHEALTHY,
-                    backend.reason,
-                    "check that the NVIDIA driver is installed and loaded",
-                )
-            ]
-        )
+        action = BACKEND_DOWN_ACTIONS.get(backend.name, NVML_DOWN_ACTION)
+        return verdict_of([Cause("backend", Health.UNHEALTHY, backend.reason, action)])
     causes = [c for v in gpus.values() for c in v.causes]
     acknowledged = [c for v in gpus.values() for c in v.acknowledged]
     return verdict_of(causes, acknowledged)

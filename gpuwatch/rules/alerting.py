@@ -175,7 +175,29 @@ class AlertingRule:
         annotations = tuple((k, tpl.expand(data)) for k, tpl in self.rule.annotations)
         return key, Alert(key, annotations, AlertState.PENDING, s.value, t)
 
-    def evaluate(self, ev: Evaluator, t: float, limit: int, sink: Sink) -> list[Transition]:
+    def _blind_to(self, alert: Alert) -> bool:
+        """Whether this firing alert is about a GPU the backend cannot see now: the rule reads
+        the hardware's series and the alert names a GPU."""
+        return (
+            alert.state == AlertState.FIRING
+            and self.provenance == Provenance.HARDWARE
+            and any(k == "uuid" for k, _ in alert.labels)
+        )
+
+    def _keeps_firing(self, alert: Alert, t: float) -> bool:
+        """keep_firing_for: a firing alert whose condition cleared fires on that long."""
+        if alert.state != AlertState.FIRING or self.rule.keep_firing_for <= 0:
+            return False
+        if alert.keep_firing_since is None:
+            alert.keep_firing_since = t
+        return t - alert.keep_firing_since < self.rule.keep_firing_for
+
+    def evaluate(
+        self, ev: Evaluator, t: float, limit: int, sink: Sink, blind: bool = False
+    ) -> list[Transition]:
+        """One evaluation at `t`. `blind`: the GPU backend is down, so a GPU's firing alert
+        whose series went with it keeps firing, unresolved, until the backend says again
+        (an exporter's restart is no GPU's recovery)."""
         vector = _scalar_as_vector(ev.eval(self.rule.expr, t), t)
         current: dict[Labels, Alert] = {}
         query = _query_with(ev)
@@ -197,11 +219,7 @@ class AlertingRule:
         active_count = 0
         for key, alert in list(self.active.items()):
             if key not in current:
-                keep_firing = False
-                if alert.state == AlertState.FIRING and self.rule.keep_firing_for > 0:
-                    if alert.keep_firing_since is None:
-                        alert.keep_firing_since = t
-                    keep_firing = t - alert.keep_firing_since < self.rule.keep_firing_for
+                keep_firing = (blind and self._blind_to(alert)) or self._keeps_firing(alert, t)
                 if alert.state == AlertState.PENDING or (
                     alert.resolved_at is not None and t - alert.resolved_at > RESOLVED_RETENTION_S
                 ):
@@ -277,15 +295,18 @@ class RuleGroup:
                 group.rules.append(RecordingRule(rule, definition.labels, source))
         return group
 
-    def evaluate(self, ev: Evaluator, t: float, sink: Sink) -> list[Transition]:
-        """Evaluate every rule in order at `t`; a failing rule is marked and the rest go on."""
+    def evaluate(
+        self, ev: Evaluator, t: float, sink: Sink, blind: bool = False
+    ) -> list[Transition]:
+        """Evaluate every rule in order at `t`; a failing rule is marked and the rest go on.
+        `blind`: the GPU backend is down (AlertingRule.evaluate)."""
         transitions: list[Transition] = []
         started = time.perf_counter()
         for rule in self.rules:
             rule_started = time.perf_counter()
             try:
                 if isinstance(rule, AlertingRule):
-                    transitions += rule.evaluate(ev, t, self.definition.limit, sink)
+                    transitions += rule.evaluate(ev, t, self.definition.limit, sink, blind)
                 else:
                     rule.evaluate(ev, t, sink)
             except EvalError as exc:

@@ -193,13 +193,18 @@ class RuleEngine:
         return group.definition.interval or self.default_interval
 
     # -- evaluation ------------------------------------------------------------------------
-    def evaluate(self, now: float, everything: bool = False) -> list[Transition]:
-        """Evaluate the groups that are due (all of them when `everything`)."""
-        transitions, writes = self.compute(now, everything)
+    def evaluate(
+        self, now: float, everything: bool = False, blind: bool = False
+    ) -> list[Transition]:
+        """Evaluate the groups that are due (all of them when `everything`); `blind`: the
+        GPU backend is down, and GPUs' firing alerts hold (AlertingRule.evaluate)."""
+        transitions, writes = self.compute(now, everything, blind)
         self.commit(now, transitions, writes)
         return transitions
 
-    async def evaluate_off_loop(self, now: float, everything: bool = False) -> list[Transition]:
+    async def evaluate_off_loop(
+        self, now: float, everything: bool = False, blind: bool = False
+    ) -> list[Transition]:
         """evaluate() with the PromQL work in a worker thread, so the event loop keeps serving.
 
         The caller must not ingest into the store until this returns (the daemon's sampling
@@ -207,11 +212,13 @@ class RuleEngine:
         are written to the shared store back on the loop.
         """
         async with self.evaluating:
-            transitions, writes = await asyncio.to_thread(self.compute, now, everything)
+            transitions, writes = await asyncio.to_thread(self.compute, now, everything, blind)
             self.commit(now, transitions, writes)
         return transitions
 
-    def compute(self, now: float, everything: bool) -> tuple[list[Transition], list[Write]]:
+    def compute(
+        self, now: float, everything: bool, blind: bool = False
+    ) -> tuple[list[Transition], list[Write]]:
         """Run the due groups; the alert series to write to the shared store are returned."""
         transitions: list[Transition] = []
         writes: list[Write] = []
@@ -227,7 +234,7 @@ class RuleEngine:
             due = last is None or now - last >= self.interval(group) * (1 - EARLY_TOLERANCE)
             if not (everything or due):
                 continue
-            transitions += group.evaluate(self.evaluator, now, sink)
+            transitions += group.evaluate(self.evaluator, now, sink, blind)
             failed = sum(1 for r in group.rules if r.status.health == "err")
             if failed:
                 key = group.definition.key

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,13 +41,21 @@ class FakeExporter:
             def log_message(self, *_: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.handler = Handler
+        self._serve(0)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def _serve(self, port: int) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def come_back(self) -> None:
+        """Listen again on the same port, as a restarted dcgm-exporter does."""
+        self._serve(int(self.server.server_address[1]))
 
 
 @pytest.fixture
@@ -144,5 +153,47 @@ def test_a_dcgm_xid_fires_the_shipped_xid_alert_and_a_failed_scrape_is_reported(
         assert reason.startswith(f"dcgm-exporter {exporter.url}: not Prometheus text format")
         exporter.text = text
         wait_for(lambda: parse_metrics(daemon.metrics())["gpuwatch_up"][0][1] == 1.0)
+    finally:
+        assert stop_daemon(daemon) == 0, daemon.log()
+
+
+def test_an_exporter_restart_is_no_gpus_recovery_and_is_blamed_on_the_exporter(
+    exporter: FakeExporter, tmp_path: Path
+) -> None:
+    text = (FIXTURES / "h100_8gpu_nvlink_dcgm46.prom").read_text()
+    exporter.text = text
+    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
+
+    def fell_off(state: str) -> list[dict[str, str]]:
+        events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
+        return [e for e in events if e["message"].startswith(f"GpuFellOffBus {state}")]
+
+    try:
+        wait_for(lambda: len(_served(daemon, "gpuwatch_gpu_up")) == 8)
+        # dcgm-exporter stops listing GPU 3, as it does a GPU fallen off the bus.
+        without_3 = "\n".join(line for line in text.splitlines() if 'gpu="3"' not in line)
+        exporter.text = without_3
+        wait_for(lambda: fell_off("firing"))
+        # The exporter restarts: refused for a few of gpuwatch's cycles, then back.
+        exporter.close()
+        wait_for(lambda: parse_metrics(daemon.metrics())["gpuwatch_up"][0][1] == 0.0)
+        node = daemon.json("/api/v1/node")["data"]
+        [cause] = node["causes"]
+        assert "Connection refused" in cause["reason"], cause
+        assert cause["action"].startswith("check that dcgm-exporter runs and answers"), cause
+        assert "driver" not in cause["action"]
+        time.sleep(3)  # the rules evaluate several times while the GPUs cannot be seen
+        exporter.come_back()
+        wait_for(lambda: parse_metrics(daemon.metrics())["gpuwatch_up"][0][1] == 1.0)
+        wait_for(lambda: _served(daemon, "gpuwatch_gpu_lost").get("3") == 1.0)
+        # GPU 3 never came back: the journal says it fell off once, and nothing since.
+        assert len(fell_off("firing")) == 1, fell_off("firing")
+        assert fell_off("resolved") == []
+        alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
+        assert [
+            a["labels"]["gpu"]
+            for a in alerts
+            if a["labels"]["alertname"] == "GpuFellOffBus" and a["state"] == "firing"
+        ] == ["3"]
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

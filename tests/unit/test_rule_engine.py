@@ -169,3 +169,45 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
         store.ingest("nvml", t, [Sample("xid_total", (("gpu", "3"),), 1.0)] if step >= 4 else [])
         transitions += [(x.rule, x.new) for x in engine.evaluate(t, everything=True)]
     assert transitions == [("NewXid", AlertState.FIRING), ("NewXid", AlertState.INACTIVE)]
+
+
+BLIND_RULES = """\
+groups:
+  - name: blind
+    rules:
+      - alert: GpuLost
+        expr: gpuwatch_gpu_lost == 1
+      - alert: JobSaysLost
+        expr: job_gpu_lost == 1
+"""
+
+
+def test_a_gpus_alert_holds_while_the_backend_is_down_and_a_jobs_does_not(
+    tmp_path: Path,
+) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(BLIND_RULES)
+    engine = RuleEngine(Store(3600), [str(rules)], 1.0, None)
+    engine.load()
+    gpu = (("gpu", "3"), ("uuid", "GPU-3"))
+    engine.store.ingest("nvml", T0, [Sample("gpuwatch_gpu_lost", gpu, 1.0)])
+    engine.store.ingest("push", T0, [Sample("job_gpu_lost", gpu, 1.0)])
+    fired = engine.evaluate(T0)
+    assert sorted((t.rule, t.new.value) for t in fired) == [
+        ("GpuLost", "firing"),
+        ("JobSaysLost", "firing"),
+    ]
+    # Both sources stop: the backend is down (blind), and the job's series ends.
+    engine.store.ingest("nvml", T0 + 10, [])
+    engine.store.ingest("push", T0 + 10, [])
+    for t in (T0 + 10, T0 + 20, T0 + 30):
+        changed = engine.evaluate(t, blind=True)
+        assert [(c.rule, c.new.value) for c in changed] == (
+            [("JobSaysLost", "inactive")] if t == T0 + 10 else []
+        )
+    # The backend back and the GPU still lost: the alert never resolved, and fires on.
+    engine.store.ingest("nvml", T0 + 40, [Sample("gpuwatch_gpu_lost", gpu, 1.0)])
+    assert engine.evaluate(T0 + 40) == []
+    # Back and the GPU there again: now it resolves.
+    engine.store.ingest("nvml", T0 + 50, [Sample("gpuwatch_gpu_lost", gpu, 0.0)])
+    assert [(c.rule, c.new.value) for c in engine.evaluate(T0 + 50)] == [("GpuLost", "inactive")]
