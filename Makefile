@@ -89,6 +89,8 @@ install:
 	$(PREFIX)/bin/pip install --quiet --upgrade pip
 	rm -rf build  # a stale build/ would put deleted modules in the wheel
 	$(PREFIX)/bin/pip install --quiet .
+	install -d -m 0755 $(PREFIX)/share/doc/gpuwatch  # the unit's Documentation= points here
+	install -m 0644 README.md docs/*.md $(PREFIX)/share/doc/gpuwatch/
 	install -d -m 0755 $(CONFDIR)
 	test -e $(CONFDIR)/gpuwatch.yaml || install -m 0644 systemd/gpuwatch.yaml $(CONFDIR)/gpuwatch.yaml
 	$(MAKE) --no-print-directory systemd-unit slurm-files

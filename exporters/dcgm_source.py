@@ -23,6 +23,7 @@ from dataclasses import replace
 import aiohttp
 from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_dcgm
 
+from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.health.xid_catalog import xid_event_text
@@ -64,7 +65,9 @@ class DcgmSource:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._timeout), raise_for_status=False
+            timeout=aiohttp.ClientTimeout(total=self._timeout),
+            raise_for_status=False,
+            headers={"User-Agent": f"gpuwatch/{__version__}"},
         )
 
     async def stop(self) -> None:

@@ -192,6 +192,11 @@ class GpuwatchApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    def action_help_quit(self) -> None:
+        """Ctrl-C quits, as in every other terminal program (Textual's own would only say
+        to press ctrl+q): the dashboard has no text to copy with it."""
+        self.exit()
+
     async def on_unmount(self) -> None:
         for source in (self.source, self.detail):
             close = getattr(source, "close", None)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.error
@@ -47,6 +48,9 @@ def _control(
 
 def _why(exc: Exception) -> str:
     """Why a request to a daemon failed, in a word or two."""
+    if isinstance(exc, http.client.RemoteDisconnected):
+        # What a listener with TLS does with plain HTTP: the handshake fails, no answer.
+        return f"{exc} (if the daemon has a web config with TLS, give an https:// URL)"
     if isinstance(exc, urllib.error.HTTPError):
         hint = " (check user:password@ in the URL)" if exc.code == 401 else ""
         return f"HTTP {exc.code} {exc.reason}{hint}"

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-import yaml
-
 from gpuwatch.clients.commands import EXIT_CONFIG
+from gpuwatch.clients.config_text import config_text
 from gpuwatch.config import load_config
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.text.yamlfile import FileError
@@ -100,5 +99,5 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     rules = found.rules
     loaded = f"{len(rules.paths())} rule files, {len(rules.groups)} groups" if rules else ""
     print(f"{name}: OK ({loaded})")
-    print(yaml.safe_dump(config.as_dict(), sort_keys=False).rstrip())
+    print(config_text(config))
     return 0

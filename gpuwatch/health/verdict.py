@@ -224,7 +224,8 @@ def sample_causes(facts: GpuFacts) -> list[Cause]:
             Cause(
                 "ecc-dbe",
                 bad,
-                f"{facts.dbe_volatile:g} uncorrectable ECC errors since the last reset",
+                f"{facts.dbe_volatile:g} uncorrectable ECC "
+                f"error{'' if facts.dbe_volatile == 1 else 's'} since the last reset",
                 "drain the GPU's jobs and reset the GPU",
                 f"{facts.dbe_volatile:g}",
             )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.model import Sample
@@ -30,6 +31,8 @@ from gpuwatch.notify.silences import Silences
 from gpuwatch.state.statedir import StateProblems
 
 log = logging.getLogger(__name__)
+
+USER_AGENT = f"gpuwatch/{__version__}"
 
 OUTCOMES = ("sent", "failed", "throttled", "rejected")
 STORE_RETRY_S = 5.0  # after the outbox could not commit (a full disk): try again this soon
@@ -93,7 +96,8 @@ class Notifier:
         self._forwarded_at = float("-inf")
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        # Named as receivers' logs and proxies should see it, not as the HTTP library.
+        self._session = aiohttp.ClientSession(headers={"User-Agent": USER_AGENT})
         for sender in self.senders.values():
             self._tasks.append(
                 asyncio.create_task(

@@ -18,6 +18,7 @@ import email.utils
 import json
 import logging
 import math
+import os
 import random
 import sqlite3
 import time
@@ -144,7 +145,7 @@ class ReceiverSender:
                 body = await response.read()
                 status, headers = response.status, dict(response.headers)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self._retry(item, f"{type(exc).__name__}", None)
+            self._retry(item, _why(exc, self.receiver.timeout), None)
             return
         if 200 <= status < 300:
             self.db.delivered(item.id)
@@ -180,3 +181,19 @@ class ReceiverSender:
                 extra=log_fields(receiver=self.receiver.name),
             )  # fmt: skip
         self.db.retry_at(item.id, self.clock.now() + delay)
+
+
+def _why(exc: BaseException, timeout: float) -> str:
+    """Why a delivery failed, in words, and never with the URL (a chat webhook's path is
+    its secret)."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        why = os.strerror(error.errno) if error.errno else str(error) or type(error).__name__
+        return f"cannot connect to {exc.host}:{exc.port}: {why}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the receiver closed the connection without an answer"
+    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:
+        return f"connection failed: {os.strerror(exc.errno)}"
+    return type(exc).__name__

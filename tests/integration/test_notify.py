@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch import __version__
 from tests.conftest import (
     DaemonProcess,
     gpuwatch,
@@ -88,8 +89,13 @@ def test_a_gpu_falling_off_the_bus_reaches_a_webhook_within_a_second(
         arrived = hook.received[0].time
         assert 0 <= arrived - epoch(xid79["time"]) < 1.0
         assert hook.received[0].headers["Idempotency-Key"].startswith("ops/")
+        assert hook.received[0].headers["User-Agent"] == f"gpuwatch/{__version__}"
         wait_for(lambda: outcome(daemon, "ops", "sent") == 1)
         wait_for(lambda: outcome(daemon, "dead", "failed") >= 1)
+        # Why it was not delivered, in words an operator can act on, the URL's path not shown.
+        port = dead.url.split(":")[2].split("/")[0]
+        said = f"not delivered (cannot connect to 127.0.0.1:{port}: Connection refused)"
+        wait_for(lambda: said in daemon.log())
         pending = {
             labels["receiver"]: value
             for labels, value in parse_metrics(daemon.metrics())["gpuwatch_outbox_pending"]

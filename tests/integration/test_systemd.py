@@ -76,9 +76,14 @@ def test_the_unit_as_installed_runs_gpuwatch_from_the_prefix_and_verifies_clean(
     [exec_start] = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
     assert exec_start.startswith(f"ExecStart={prefix}/bin/gpuwatch run ")
     assert f"--config {tmp_path / 'etc'}/gpuwatch.yaml " in exec_start
+    # The docs `make install` puts under PREFIX, not a web page that may not be reachable.
+    documentation = f"Documentation=file://{prefix}/share/doc/gpuwatch/install.md"
+    assert documentation in unit.read_text().splitlines()
     # Everything else is the unit as shipped.
-    shipped = [line for line in UNIT.read_text().splitlines() if not line.startswith("ExecStart=")]
-    assert [line for line in unit.read_text().splitlines() if line != exec_start] == shipped
+    moved = ("ExecStart=", "Documentation=")
+    shipped = [line for line in UNIT.read_text().splitlines() if not line.startswith(moved)]
+    written = unit.read_text().splitlines()
+    assert [line for line in written if line not in (exec_start, documentation)] == shipped
     result = systemd_analyze("verify", "--man=no", str(unit))
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 

@@ -111,6 +111,9 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in out
         assert quote(PASSWORD) not in out and "prometheus:***@" in out
         assert gpuwatch("status", https(daemon), "--ca-file", ca_file)[0] == 3  # no password
+        # Plain HTTP to the TLS listener: no answer, and the client says what to change.
+        code, out, _ = gpuwatch("health", https(daemon).replace("https://", ""))
+        assert code == 3 and "give an https:// URL" in out, out
         source = HttpFeed(tls=ssl.create_default_context(cafile=ca_file))
         snapshot = asyncio.run(fetch_and_close(source, with_password))
         assert snapshot.error == "" and len(snapshot.node["gpus"]) == 8

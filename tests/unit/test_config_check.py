@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main
+from gpuwatch.clients.config_text import duration_text
+from gpuwatch.text.units import parse_duration
 
 BAD_RULE = """groups:
   - name: node
@@ -106,3 +108,23 @@ def test_slurm_actions_whose_programs_are_not_here_are_warned_about(
     err = capsys.readouterr().err
     assert "warning: actions.slurm.scontrol: 'scontrol' is not found here" in err
     assert "warning: actions.slurm.sinfo: 'sinfo' is not found here" in err
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(1.0, "1s"), (1.5, "1s500ms"), (0.25, "250ms"), (2592000.0, "30d"), (93784.0, "1d2h3m4s"),
+     (0.0, "0s")],
+)  # fmt: skip
+def test_durations_print_as_written_and_read_back_exactly(seconds: float, text: str) -> None:
+    assert duration_text(seconds) == text
+    assert parse_duration(text) == seconds
+
+
+def test_what_is_unset_on_purpose_is_said_not_printed_as_null(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "null" not in out and "2592000" not in out
+    assert "  retention: 30d" in out and "  interval: 1s" in out
+    assert "#   sampling.timeout: one sampling interval" in out

@@ -108,6 +108,7 @@ def test_a_critical_xid_holds_until_the_gpu_is_reset() -> None:
     v = judge_at(judge, 101.0, (m.ECC_ERRORS, DBE_VOLATILE, 1.0))
     assert v.state == Health.UNHEALTHY
     assert [c.key for c in v.causes] == ["ecc-dbe", "xid-48"]
+    assert v.causes[0].reason == "GPU 3: 1 uncorrectable ECC error since the last reset"
     assert v.causes[1].reason.startswith(
         "GPU 3: XID 48 (Double-bit ECC error) at 1970-01-01T00:01:40"
     )

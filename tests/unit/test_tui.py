@@ -221,3 +221,13 @@ def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
     assert [a["labels"]["alertname"] for a in listed] == [
         "GpuFellOffBus", "GpuUnresponsive", "GpuXidApplication", "Custom"
     ]  # fmt: skip
+
+
+async def test_ctrl_c_quits_as_in_any_terminal_program() -> None:
+    app = GpuwatchApp(FixedFeed({NODE: snapshot(NODE)}), [NODE], refresh=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert not app.is_running
+    assert app.return_code == 0
