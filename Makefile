@@ -40,7 +40,7 @@ PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproje
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
 NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
 
-.PHONY: run demo test test-pythons unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
+.PHONY: run demo image test test-pythons unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
 
 # What the daemon needs (`make demo`, `make run`), then the tests' and linters' tools on top
 # (`make test`). PYTHONWARNINGS: setuptools' banner about editable installs is for packagers.
@@ -184,6 +184,13 @@ $(LOWEST_PIN): pyproject.toml
 # pynvml from $(LOWEST_PIN) comes first on the path; a test checks it is the one imported.
 test-lowest-pin: $(STAMP) $(LOWEST_PIN)
 	PYTHONPATH=$(LOWEST_PIN) GPUWATCH_EXPECT_PYNVML=$(PYNVML_LOWEST) $(BIN)/pytest -q $(NVML_TESTS)
+
+# The container image the Kubernetes DaemonSet names (deploy/container/Containerfile).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= registry.example.com/gpuwatch:$(VERSION)
+CONTAINER ?= $(or $(shell command -v podman),docker)
+image:
+	$(CONTAINER) build -f deploy/container/Containerfile -t $(IMAGE) .
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py

@@ -16,6 +16,7 @@ from typing import Any
 from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.control import ControlError, default_socket, request
 from gpuwatch.clients.tls import open_url, redact
+from gpuwatch.health.line import health_line
 from gpuwatch.reports.report import text as report_text
 from gpuwatch.text.printable import one_line, printable, printable_json
 
@@ -139,33 +140,8 @@ def _health(base: str, fetch: Callable[[], Any], limit: int | None = None) -> in
     except (urllib.error.URLError, OSError, ValueError) as exc:
         say(f"unreachable: {base}: {_why(exc)}")
         return EXIT_UNREACHABLE
-    verdict = str(node.get("verdict", "unknown"))
-    reasons = [str(r) for r in node.get("reasons", []) if r]
-    if verdict not in HEALTH_EXIT:
-        say(f"unknown: {base}: {'; '.join(reasons) or 'no verdict yet'}")
-        return EXIT_UNREACHABLE
-    actions = [str(a) for a in node.get("actions", [])]
-    if reasons:
-        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        action = f"; {actions[0]}" if actions else ""
-        why = reasons[0] + action + more
-    else:
-        why = _nothing_new(node)
-    say(f"{verdict}: {why}")
-    return HEALTH_EXIT[verdict]
-
-
-def _nothing_new(node: dict[str, Any]) -> str:
-    """A verdict with no reasons: "nothing wrong" only when nothing is acknowledged either and
-    every GPU answers; an operator reading "healthy" must not miss a GPU that is down."""
-    gpus = node.get("gpus", [])
-    down = [f"GPU {g.get('index')} is {g.get('status')}" for g in gpus if g.get("status") != "ok"]
-    acked = [str(c.get("reason", "")) for c in node.get("acknowledged", [])]
-    if not down and not acked:
-        return f"{len(gpus)} GPUs, nothing wrong"
-    said = down + [f"acknowledged: {reason}" for reason in acked]
-    more = f" (+{len(said) - 1} more)" if len(said) > 1 else ""
-    return f"{len(gpus)} GPUs, {said[0]}{more}"
+    say(health_line(node, base))
+    return HEALTH_EXIT.get(str(node.get("verdict")), EXIT_UNREACHABLE)
 
 
 def _alive(state_dir: str | None) -> int:

@@ -50,6 +50,7 @@ from gpuwatch.serve.pushserver import PushServer
 from gpuwatch.serve.reload import Reloader
 from gpuwatch.serve.sdnotify import SystemdNotifier
 from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
+from gpuwatch.serve.verdictfile import VerdictFile
 from gpuwatch.serve.webconfig import WebGuard
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.lock import StateDirError, StateDirLock, prepare_state_dir
@@ -247,6 +248,7 @@ def wire(
     if drainer is not None:
         observe = drainer.observe  # each cycle's verdict, once it is reached
         daemon.cycle_listeners.append(lambda now: observe(now, daemon.view.node_verdict))
+    daemon.cycle_listeners.append(VerdictFile(daemon, state_dir).observe)
     reports = JobReports(state_dir, clock, events.publish)
     daemon.cycle_listeners.append(lambda now: reports.observe(now, daemon.view.batch))
     events.listeners.append(reports.on_event)

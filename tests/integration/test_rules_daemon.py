@@ -107,7 +107,9 @@ def test_a_bad_rule_file_on_reload_keeps_the_old_rules(run_daemon: Any, tmp_path
     rules.write_text(RULE.replace("== 8", "== "))
     status, body = unix_post(sock, "/-/reload")
     assert status == 400
-    assert body["error"].startswith(f'{rules}:5: group "mine" alert "AllGpusUp": expr: parse error')
+    assert body["error"].startswith(f'{rules}:5:15: group "mine" alert "AllGpusUp": expr: 1:'), (
+        body["error"]
+    )
 
     def evaluated_after(moment: str) -> bool:
         [group] = daemon.json("/api/v1/rules")["data"]["groups"]
@@ -142,7 +144,7 @@ def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path
     )  # fmt: skip
     assert done.returncode == 2
     assert (
-        f'{rules}:5: group "mine" alert "AllGpusUp": expr: '
+        f'{rules}:5:15: group "mine" alert "AllGpusUp": expr: '
         "unsupported in gpuwatch's PromQL subset: function histogram_count()"
     ) in done.stderr
 

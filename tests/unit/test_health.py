@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwatch import metrics as m
-from gpuwatch.clients.commands import _nothing_new
 from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
+from gpuwatch.health.line import health_line
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
 from gpuwatch.health.xid_counter import OTHER
@@ -380,8 +380,12 @@ def test_an_acknowledgement_of_a_gpu_that_does_not_answer_covers_nothing(tmp_pat
 
 def test_the_health_line_says_nothing_wrong_only_when_nothing_is_acknowledged_or_down() -> None:
     gpus = [{"index": i, "status": "ok"} for i in range(8)]
-    assert _nothing_new({"gpus": gpus}) == "8 GPUs, nothing wrong"
-    acked = {"gpus": gpus, "acknowledged": [{"reason": "GPU 1: XID 48"}, {"reason": "x"}]}
-    assert _nothing_new(acked) == "8 GPUs, acknowledged: GPU 1: XID 48 (+1 more)"
+    healthy = {"verdict": "healthy", "gpus": gpus}
+    assert health_line(healthy) == "healthy: 8 GPUs, nothing wrong"
+    acked = {**healthy, "acknowledged": [{"reason": "GPU 1: XID 48"}, {"reason": "x"}]}
+    assert health_line(acked) == "healthy: 8 GPUs, acknowledged: GPU 1: XID 48 (+1 more)"
     down = [*gpus[:1], {"index": 1, "status": "lost"}, *gpus[2:]]
-    assert _nothing_new({"gpus": down}) == "8 GPUs, GPU 1 is lost"
+    assert health_line({**healthy, "gpus": down}) == "healthy: 8 GPUs, GPU 1 is lost"
+    unhealthy = {"verdict": "unhealthy", "reasons": ["GPU 1 is lost", "b"], "actions": ["drain"]}
+    assert health_line(unhealthy) == "unhealthy: GPU 1 is lost; drain (+1 more)"
+    assert health_line({}, "http://n:10040") == "unknown: http://n:10040: no verdict yet"

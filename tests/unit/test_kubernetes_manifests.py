@@ -5,6 +5,7 @@ ConfigMap holds loads, and every gpuwatch command the manifests run is one gpuwa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import yaml
 
 from gpuwatch.clients.parser import build_parser
 from gpuwatch.config import load_config
+from gpuwatch.serve import verdictfile
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 # The oldest release still patched when these were written, and the newest the validator has.
@@ -93,10 +95,44 @@ def test_every_gpuwatch_command_they_run_is_one_gpuwatch_takes() -> None:
     assert alive.alive and alive.state_dir == "/var/lib/gpuwatch"
 
 
-def test_the_npd_plugin_runs_gpuwatch_health_in_npd_terms() -> None:
-    plugin = json.loads(kind("ConfigMap", "npd-gpuwatch")["data"]["gpuwatch.json"])
+def test_the_npd_plugin_reads_the_verdict_file_gpuwatch_writes() -> None:
+    npd = kind("ConfigMap", "npd-gpuwatch")["data"]
+    plugin = json.loads(npd["gpuwatch.json"])
     [rule] = plugin["rules"]
     assert rule["condition"] == plugin["conditions"][0]["type"] == "GpuUnhealthy"
-    assert rule["path"] == "/opt/gpuwatch/bin/gpuwatch"
-    health = build_parser().parse_args(rule["args"])
-    assert health.npd and health.url == "http://gpuwatch.gpuwatch.svc:10040"
+    # The script is this ConfigMap's, mounted at /config/gpuwatch in NPD's pod.
+    assert rule["path"] == "/config/gpuwatch/gpuwatch-verdict.sh"
+    assert npd["gpuwatch-verdict.sh"].startswith("#!/bin/bash\n")
+    # The file the daemon renews in the state directory the DaemonSet's hostPath holds.
+    [state] = [v for v in kind("DaemonSet")["spec"]["template"]["spec"]["volumes"]
+               if v["name"] == "state"]  # fmt: skip
+    assert rule["args"][0] == f"{state['hostPath']['path']}/{verdictfile.FILE_NAME}"
+    assert int(rule["args"][1]) > verdictfile.TOUCH_EVERY_S * 3
+
+
+def test_prometheus_keeps_pushed_job_labels_and_only_it_may_scrape() -> None:
+    [endpoint] = kind("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    policy = kind("NetworkPolicy")
+    pod_labels = kind("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    [rule] = policy["spec"]["ingress"]
+    assert [p["port"] for p in rule["ports"]] == [kind("Service")["spec"]["ports"][0]["name"]]
+
+
+def test_the_image_the_daemonset_names_is_the_one_make_image_builds() -> None:
+    root = DEPLOY.parents[1]
+    version = re.search(r'^version = "(.+)"', (root / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    makefile = (root / "Makefile").read_text()
+    assert "IMAGE ?= registry.example.com/gpuwatch:$(VERSION)" in makefile
+    spec = kind("DaemonSet")["spec"]["template"]["spec"]
+    images = {c["image"] for c in spec["containers"] + spec["initContainers"]}
+    assert images == {f"registry.example.com/gpuwatch:{version[1]}"}
+    # The user the image runs as is the pod's, and the one the state directory is handed to.
+    containerfile = (root / "deploy" / "container" / "Containerfile").read_text()
+    [user] = re.findall(r"^USER (\d+):(\d+)$", containerfile, re.M)
+    security = spec["securityContext"]
+    assert (str(security["runAsUser"]), str(security["runAsGroup"])) == user
+    [init] = spec["initContainers"]
+    assert init["command"] == ["chown", f"{user[0]}:{user[1]}", "/var/lib/gpuwatch"]
