@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import sys
@@ -50,8 +51,12 @@ def _control(
 def _why(exc: Exception) -> str:
     """Why a request to a daemon failed, in a word or two."""
     if isinstance(exc, http.client.RemoteDisconnected):
-        # What a listener with TLS does with plain HTTP: the handshake fails, no answer.
+        # What a TLS listener without a word for plain HTTP does (an older gpuwatch's).
         return f"{exc} (if the daemon has a web config with TLS, give an https:// URL)"
+    if isinstance(exc, urllib.error.HTTPError) and exc.code == 400:
+        with contextlib.suppress(OSError, ValueError):
+            if b"HTTPS server" in exc.read(4096):
+                return "HTTP 400: the daemon serves TLS: give an https:// URL"
     if isinstance(exc, urllib.error.HTTPError):
         hint = " (check user:password@ in the URL)" if exc.code == 401 else ""
         return f"HTTP {exc.code} {exc.reason}{hint}"

@@ -43,6 +43,7 @@ from gpuwatch.serve.payloads import (
     sample_text,
     summarize_gpus,
 )
+from gpuwatch.serve.tlssite import SniffingTlsSite
 from gpuwatch.serve.webconfig import WebGuard
 from gpuwatch.state.journal import event_json
 from gpuwatch.text.timefmt import parse_since, rfc3339
@@ -316,8 +317,12 @@ async def start_http(
     assert runner.server is not None
     api.cap.attach(runner.server)
     tls = guard.config.tls if guard is not None else None
+    if tls is not None:  # answers plain HTTP too, as Go's exporters do
+        for sock in sockets:
+            await SniffingTlsSite(runner, sock, tls).start()
+        return runner
     for sock in sockets:
-        await web.SockSite(runner, sock, ssl_context=tls, backlog=ACCEPT_PER_TURN).start()
+        await web.SockSite(runner, sock, backlog=ACCEPT_PER_TURN).start()
     widen_backlog(sockets)
     return runner
 

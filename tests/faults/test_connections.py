@@ -19,7 +19,7 @@ UNIT = Path(__file__).resolve().parents[2] / "systemd" / "gpuwatch.service"
 FD_LIMIT = 1024  # systemd's default soft limit, as the daemon had it before the unit set one
 
 
-def start_with_fd_limit(tmp_path: Path, limit: int) -> DaemonProcess:
+def start_with_fd_limit(tmp_path: Path, limit: int, *args: str) -> DaemonProcess:
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
         # The limit is set in the process that then becomes the daemon (exec keeps it).
@@ -30,16 +30,18 @@ def start_with_fd_limit(tmp_path: Path, limit: int) -> DaemonProcess:
         )
         proc = subprocess.Popen(
             [sys.executable, "-c", trampoline, "-m", "gpuwatch", "run", "--listen",
-             "127.0.0.1:0", "--state-dir", str(tmp_path / "state"), "--simulate", "healthy"],
+             "127.0.0.1:0", "--state-dir", str(tmp_path / "state"), "--simulate", "healthy",
+             *args],
             stdout=log_file, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
     match = wait_for(lambda: SERVING.search(log_path.read_text()), timeout=30)
-    return DaemonProcess(proc, f"http://{match.group(1)}:{match.group(2)}", log_path)
+    scheme = "https" if "--web-config" in args else "http"
+    return DaemonProcess(proc, f"{scheme}://{match.group(1)}:{match.group(2)}", log_path)
 
 
 def open_idle(url: str, count: int) -> list[socket.socket]:
-    host, port = url.removeprefix("http://").split(":")
+    host, port = url.split("://")[1].split(":")
     out = []
     for _ in range(count):
         s = socket.create_connection((host, int(port)), timeout=5)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import http.client
 import signal
+import socket
 import ssl
 import time
 import urllib.error
@@ -90,8 +90,8 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert get(metrics, ca, "someone", PASSWORD)[0] == 401
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             get(metrics, None, "prometheus", PASSWORD)  # a client that does not trust the CA
-        with pytest.raises((http.client.HTTPException, ConnectionError)):
-            daemon.get("/metrics")  # plain HTTP on the TLS port
+        status, _, body = daemon.get("/metrics")  # plain HTTP on the TLS port
+        assert (status, body) == (400, b"Client sent an HTTP request to an HTTPS server.\n")
         assert "basic auth refused for user 'prometheus'" in daemon.log()
         assert PASSWORD not in daemon.log()
 
@@ -111,9 +111,15 @@ def test_metrics_answer_only_over_tls_with_the_right_password(tmp_path: Path) ->
         assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in out
         assert quote(PASSWORD) not in out and "prometheus:***@" in out
         assert gpuwatch("status", https(daemon), "--ca-file", ca_file)[0] == 3  # no password
-        # Plain HTTP to the TLS listener: no answer, and the client says what to change.
+        # Plain HTTP to the TLS listener: Go's exporters' 400, which the client explains.
         code, out, _ = gpuwatch("health", https(daemon).replace("https://", ""))
-        assert code == 3 and "give an https:// URL" in out, out
+        assert code == 3 and "the daemon serves TLS: give an https:// URL" in out, out
+        host, port = https(daemon).removeprefix("https://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as plain:
+            plain.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b"".join(iter(lambda: plain.recv(4096), b""))
+        assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n"), answer
+        assert answer.endswith(b"\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
         source = HttpFeed(tls=ssl.create_default_context(cafile=ca_file))
         snapshot = asyncio.run(fetch_and_close(source, with_password))
         assert snapshot.error == "" and len(snapshot.node["gpus"]) == 8
@@ -185,7 +191,6 @@ def test_tls_alone_lets_every_reader_in_over_tls(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path / "d", "--simulate", "healthy", "--web-config", str(web))
     try:
         assert get(https(daemon) + "/api/v1/node", ca)[0] == 200
-        with pytest.raises((http.client.HTTPException, ConnectionError)):
-            daemon.get("/api/v1/node")
+        assert daemon.get("/api/v1/node")[0] == 400  # plain HTTP: told to use TLS
     finally:
         assert stop_daemon(daemon) == 0
