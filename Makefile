@@ -61,7 +61,8 @@ run: $(RUNTIME)
 
 demo: $(RUNTIME)
 	@echo "gpuwatch is installed in .venv: in another terminal, .venv/bin/gpuwatch status"
-	@echo "(or source .venv/bin/activate first, then: gpuwatch status)"
+	@echo "(or source .venv/bin/activate first). If port 10040 was taken, give status the"
+	@echo "address the dashboard's top line shows: .venv/bin/gpuwatch status 127.0.0.1:PORT"
 	$(BIN)/gpuwatch demo
 
 # Integration tests need promtool, prometheus and alertmanager (Debian's `prometheus` and

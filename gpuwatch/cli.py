@@ -164,8 +164,7 @@ def _demo(args: argparse.Namespace, simulated: SimulatedNvml, clock: Clock, stat
     with open(log_path, "a", encoding="utf-8") as log_file, simulated_host(simulated) as host:
         logs.setup("info", "logfmt", log_file)
         try:
-            served = with_sim_host(config, host)  # no file: a reload reads the same again
-            uvloop.run(serve(served, real_nvml(), clock, show, lambda: served))
+            _serve_demo(config, host, clock, show)
         except ListenError as exc:
             if args.listen != DEMO_LISTEN:
                 return fail(str(exc), 1)
@@ -173,11 +172,35 @@ def _demo(args: argparse.Namespace, simulated: SimulatedNvml, clock: Clock, stat
             config = Config(listen="127.0.0.1:0", state_dir=state_dir)
             simulated, clock = simulated_library(args.scenario, args.speed)
             with simulated_host(simulated) as again:
-                served = with_sim_host(config, again)
-                uvloop.run(serve(served, real_nvml(), clock, show, lambda: served))
+                _serve_demo(config, again, clock, show)
         except StartupError as exc:
             return fail(str(exc), 1)
     return 0
+
+
+def _serve_demo(
+    config: Config,
+    host: SimHost,
+    clock: Clock,
+    show: Callable[[Running], Coroutine[Any, Any, None]],
+) -> None:
+    _end_on_hangup(config.state_dir, str(host.directory))
+    served = with_sim_host(config, host)  # no file: a reload reads the same again
+    uvloop.run(serve(served, real_nvml(), clock, show, lambda: served, reload_on_hangup=False))
+
+
+def _end_on_hangup(*directories: str) -> None:
+    """The demo's terminal is gone (an SSH session dropped, tmux killed): end at once, as a
+    program in a terminal does, removing what it made. A plain signal handler, not the
+    loop's: the loop may be stuck handing frames to a terminal that no longer takes them,
+    and a demo left so would hold its port for good, answering nothing."""
+
+    def hangup(signum: int, _frame: object) -> None:
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGHUP, hangup)
 
 
 def cmd_tui(args: argparse.Namespace) -> int:

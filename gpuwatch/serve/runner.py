@@ -319,8 +319,11 @@ async def serve(
     clock: Clock,
     alongside: Callable[[Running], Coroutine[Any, Any, None]] | None = None,
     reread: Callable[[], Config] | None = None,
+    *,
+    reload_on_hangup: bool = True,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or `alongside` returns); SIGHUP reloads what `reread` reads.
+    """Run until SIGTERM/SIGINT (or `alongside` returns); SIGHUP reloads what `reread` reads
+    (unless `reload_on_hangup` is off: a demo in a terminal ends with it instead).
     Under systemd, say READY=1 once serving, and feed its watchdog while samples are current."""
     systemd = SystemdNotifier()
     running = await start(config, nvml, clock, reread)
@@ -342,7 +345,8 @@ async def serve(
         background.add(task)
         task.add_done_callback(background.discard)
 
-    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    if reload_on_hangup:
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
     watchdog = asyncio.create_task(systemd.keep_watchdog(running.daemon.sampling_problem))
     background.add(watchdog)
     waiters: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
