@@ -26,6 +26,7 @@ from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_
 from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
+from gpuwatch.compat import TIMEOUT_ERRORS
 from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.logs import fields as log_fields
@@ -78,7 +79,7 @@ class DcgmSource:
         now = self._clock.now()
         try:
             reading = read_dcgm(await self._scrape())
-        except (aiohttp.ClientError, TimeoutError, OSError, DcgmFormatError, _HttpError) as exc:
+        except SCRAPE_FAILURES as exc:
             return self._down(now, _why(exc))
         if not reading.gpus:
             return self._down(now, "dcgm-exporter reports no GPU")
@@ -181,8 +182,13 @@ class _HttpError(Exception):
     pass
 
 
+# asyncio.TimeoutError: what aiohttp's timeout raises on 3.10, where it is not the builtin.
+SCRAPE_FAILURES = (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, OSError,
+                   DcgmFormatError, _HttpError)  # fmt: skip
+
+
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+    if isinstance(exc, TIMEOUT_ERRORS):
         return "no answer in time"
     if isinstance(exc, aiohttp.ClientConnectorError):
         error = exc.os_error

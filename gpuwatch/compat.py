@@ -3,13 +3,13 @@ the same names on every supported version, the standard library's where it has t
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout, timeout_at
     from enum import StrEnum
 else:  # pragma: no cover - run by the 3.10 unit tests
-    import asyncio
     import contextlib
     from collections.abc import AsyncIterator
     from enum import Enum
@@ -43,4 +43,8 @@ else:  # pragma: no cover - run by the 3.10 unit tests
             raise TimeoutError from None
 
 
-__all__ = ["StrEnum", "timeout", "timeout_at"]
+# What a timeout raises, in an `except`: on 3.10 asyncio's TimeoutError (which aiohttp's
+# ClientTimeout raises) is not the builtin one; from 3.11 they are the same class.
+TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
+
+__all__ = ["TIMEOUT_ERRORS", "StrEnum", "timeout", "timeout_at"]

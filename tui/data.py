@@ -5,6 +5,7 @@ node costs its own row a timeout and never holds up the screen."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
@@ -14,6 +15,8 @@ from typing import Any, Protocol
 
 import aiohttp
 from gpuwatch.tui.http import HttpError, JsonClient
+
+from gpuwatch.compat import TIMEOUT_ERRORS
 
 NODE_TIMEOUT_S = 2.0
 STREAM_SILENCE_S = 60.0  # the daemon sends a keepalive every 15 s; silence this long is a hang
@@ -52,7 +55,8 @@ class NodeFeed(Protocol):
         ...
 
 
-FAILURES = (HttpError, TimeoutError, OSError, ValueError, KeyError, TypeError)
+# asyncio.TimeoutError: what aiohttp raises on 3.10, where it is not the builtin one.
+FAILURES = (HttpError, TimeoutError, asyncio.TimeoutError, OSError, ValueError, KeyError, TypeError)
 
 
 def api_data(answer: Any) -> Any:
@@ -63,7 +67,7 @@ def api_data(answer: Any) -> Any:
 
 
 def failure_reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TIMEOUT_ERRORS):
         return "no answer in time"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"

@@ -221,7 +221,7 @@ class NodeScreen(Screen[None]):
                 async for kind in self.source.watch(self.url):  # type: ignore[attr-defined]
                     if kind != "cycle":
                         self.poll()
-            except (aiohttp.ClientError, TimeoutError, OSError):
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, OSError):
                 pass
             await asyncio.sleep(self.refresh_s * 5)
 

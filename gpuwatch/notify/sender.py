@@ -27,6 +27,7 @@ from collections import Counter
 import aiohttp
 
 from gpuwatch.clock import Clock, wait_event
+from gpuwatch.compat import TIMEOUT_ERRORS
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Pending
@@ -144,7 +145,7 @@ class ReceiverSender:
             ) as response:
                 body = await response.read()
                 status, headers = response.status, dict(response.headers)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, OSError) as exc:
             self._retry(item, _why(exc, self.receiver.timeout), None)
             return
         if 200 <= status < 300:
@@ -186,7 +187,7 @@ class ReceiverSender:
 def _why(exc: BaseException, timeout: float) -> str:
     """Why a delivery failed, in words, and never with the URL (a chat webhook's path is
     its secret)."""
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TIMEOUT_ERRORS):
         return f"no answer within {timeout:g}s"
     if isinstance(exc, aiohttp.ClientConnectorError):
         error = exc.os_error

@@ -10,6 +10,7 @@ completed, the input ended too soon. Only run on an error."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import promql_parser as pp
@@ -26,7 +27,12 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
-MAX_LOCATED_CHARS = 16384  # a longer expression's error is given without its place
+# Past these an error is given without its place: the search parses candidates of the
+# expression's length, and closing a few thousand open brackets overflows the parser's stack
+# (a crash, where the broken expression itself is a clean error). Real rules are far inside.
+MAX_LOCATED_CHARS = 2048
+MAX_DEPTH = 64
+MAX_PARSES = 1500
 _CLOSES = {"(": ")", "[": "]", "{": "}"}
 # What may stand where the input stopped, by the innermost bracket open there: in braces a
 # label value or matcher; in brackets a duration or a subquery's; elsewhere an operand, a
@@ -102,7 +108,7 @@ def _open_brackets(prefix: list[Token]) -> list[str] | None:
     return stack
 
 
-def _completes(text: str, prefix: list[Token]) -> bool:
+def _completes(text: str, prefix: list[Token], parses: Callable[[str], bool]) -> bool:
     stack = _open_brackets(prefix)
     if stack is None:
         return False
@@ -114,18 +120,44 @@ def _completes(text: str, prefix: list[Token]) -> bool:
     endings = {f"{closers[0]}{tail}{''.join(closers[1:])}" for tail in _TAILS} if closers else set()
     endings |= {"".join(closers) + tail for tail in _TAILS}
     endings |= {tail + "".join(closers) for tail in _TAILS}  # `without (x)` wants its operand
-    return any(_parses(f"{head}{filler}{ending}") for filler in fillers for ending in endings)
+    return any(parses(f"{head}{filler}{ending}") for filler in fillers for ending in endings)
+
+
+class _TooHardError(Exception):
+    """The expression is past what the search may spend on it."""
+
+
+def _depth(found: list[Token]) -> int:
+    depth = deepest = 0
+    for token in found:
+        if token.text in _CLOSES:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.text in (")", "]", "}"):
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def culprit(text: str) -> Token | None:
-    """The first token no ending makes valid; None when the input ended too soon."""
+    """The first token no ending makes valid; None when the input ended too soon. Raises
+    _TooHardError past MAX_DEPTH brackets or MAX_PARSES parses."""
     found = tokens(text)
+    if _depth(found) > MAX_DEPTH:
+        raise _TooHardError
+    left = [MAX_PARSES]
+
+    def parses(candidate: str) -> bool:
+        left[0] -= 1
+        if left[0] < 0:
+            raise _TooHardError
+        return _parses(candidate)
+
     # A prefix no ending completes stays so however it goes on: the first is found by
     # bisection, a few dozen parses for a long expression.
     low, high = 0, len(found)  # every prefix shorter than `low` tokens completes
     while low < high:
         middle = (low + high) // 2
-        if _completes(text, found[: middle + 1]):
+        if _completes(text, found[: middle + 1], parses):
             low = middle + 1
         else:
             high = middle
@@ -147,7 +179,10 @@ def located(text: str, message: str) -> str:
     if at is not None:
         line, column = position(text, at)
         return f"{line}:{column}: parse error: {message}"
-    token = culprit(text)
+    try:
+        token = culprit(text)
+    except _TooHardError:
+        return f"parse error: {message}"
     if token is None:
         line, column = position(text, len(text))
         said = "unexpected end of input" if _generic(message) else message

@@ -103,7 +103,7 @@ class SniffingTlsSite(web.BaseSite):
             await loop.connect_accepted_socket(
                 server, conn, ssl=self._tls, ssl_handshake_timeout=FIRST_BYTE_TIMEOUT_S
             )
-        except (OSError, ssl.SSLError, TimeoutError):
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.TimeoutError):
             conn.close()  # a failed handshake: what a TLS server does with it
 
 

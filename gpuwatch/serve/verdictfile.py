@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +25,21 @@ MAX_CHARS = 1024
 
 
 class VerdictFile:
-    def __init__(self, daemon: Daemon, state_dir: Path) -> None:
+    def __init__(
+        self, daemon: Daemon, state_dir: Path, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.daemon = daemon
         self.path = state_dir / FILE_NAME
+        # Renewals by the monotonic clock: the wall clock stepped back an hour would leave the
+        # file unrenewed for that hour, and node-problem-detector reading it as a dead daemon.
+        self._monotonic = monotonic
         self._key: object = None
         self._touched = float("-inf")
         self._failed = False
 
-    def observe(self, now: float) -> None:
+    def observe(self, _now: float) -> None:
         """After each cycle: a few comparisons unless the verdict changed or a touch is due."""
+        now = self._monotonic()
         view = self.daemon.view
         gpus = view.batch.gpus if view.batch is not None else ()
         key = (view.node_verdict, tuple((g.info.index, g.status) for g in gpus))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.promql import locate
 from gpuwatch.promql.locate import MAX_LOCATED_CHARS
 from gpuwatch.promql.parse import QueryError, parse
 
@@ -36,3 +37,27 @@ def test_an_expression_too_long_to_place_still_says_what_is_wrong() -> None:
     with pytest.raises(QueryError) as caught:
         parse(expr)
     assert str(caught.value) == "parse error: invalid promql query"
+
+
+def test_brackets_nested_past_the_parsers_stack_are_not_closed_to_find_the_place() -> None:
+    """Closing thousands of open brackets would overflow promql-parser's stack (a crash of
+    the daemon at a reload); the error is given without its place instead."""
+    with pytest.raises(QueryError) as caught:
+        parse("(x + " * 3000)
+    assert str(caught.value) == "parse error: unclosed left parenthesis"
+
+
+def test_the_search_for_the_place_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = locate._parses
+
+    def counted(text: str) -> bool:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(locate, "_parses", counted)
+    expr = "x + " * ((locate.MAX_LOCATED_CHARS - 1) // 4)
+    with pytest.raises(QueryError) as caught:
+        parse(expr)
+    assert 0 < len(calls) <= locate.MAX_PARSES
+    assert str(caught.value).endswith("parse error: unexpected end of input")
