@@ -1,4 +1,4 @@
-"""The `gpuwatch` command line (DESIGN §5)."""
+"""The `gpuwatch` command line: parse the arguments, run the command (README lists them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The catalogue of gpuwatch's metric names: type and help text for each (DESIGN §3)."""
+"""The catalogue of gpuwatch's metric names: type and help text for each, defined once here."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
 """Alerts to people: routing, grouping, inhibition, silences, a durable outbox, and one format
-per service (DESIGN §4, issue 5)."""
+per service (docs/notify.md)."""

@@ -1,2 +1,2 @@
 """Job metrics in: pushed by training processes (text format or JSON) or read from a textfile
-directory, validated, limited, and sampled into the store with each cycle (issue 6)."""
+directory, validated, limited, and sampled into the store with each cycle (docs/jobs.md)."""

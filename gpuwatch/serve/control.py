@@ -1,4 +1,4 @@
-"""The write side of the API, served on unix sockets (DESIGN §6). File permissions are the
+"""The write side of the API, served on unix sockets (docs/security.md). File permissions are the
 access control: the control socket (reload, acknowledgements, silences, pushes) is 0660, for
 root and the daemon's group; the push socket takes job metric pushes only, and is open to every
 local user by default (0666), so that a training job of any user can report."""

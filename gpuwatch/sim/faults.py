@@ -11,7 +11,7 @@ from gpuwatch.sim.models import GpuModel
 # Faults the simulated training job shows in its own reports (and, for nccl_hang and
 # idle_with_memory, in its GPUs' signals too).
 JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory")
-# Every fault kind of DESIGN §7.
+# Every fault kind the simulator plays (docs/simulator.md).
 FAULT_KINDS = (
     "xid",
     "nvml_hang",

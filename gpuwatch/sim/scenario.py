@@ -1,4 +1,4 @@
-"""Scenario files: a simulated node and a list of timed faults (DESIGN §7)."""
+"""Scenario files: a simulated node and a list of timed faults (docs/simulator.md)."""
 
 from __future__ import annotations
 

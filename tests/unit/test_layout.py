@@ -5,6 +5,7 @@ its constructor, and unit tests that never sleep."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +115,12 @@ def test_unit_tests_run_on_the_injected_clock() -> None:
             ):
                 sleeping.append(f"{path.name}:{node.lineno}")
     assert sleeping == []
+
+
+def test_the_code_cites_nothing_outside_the_repository() -> None:
+    """Docstrings and comments point at docs/ and the code, which a reader has; not at a
+    design document or tracker numbers the repository does not hold."""
+    outside = re.compile(r"DESIGN §|\bissue \d+\b")
+    cited = [f"{name}: {line.strip()}" for name, path in modules()
+             for line in path.read_text().splitlines() if outside.search(line)]  # fmt: skip
+    assert cited == []
