@@ -27,20 +27,18 @@ else:  # pragma: no cover - run by the 3.10 unit tests
 
     # 3.11 made asyncio's TimeoutError the builtin one, which gpuwatch catches.
     @contextlib.asynccontextmanager
-    async def timeout(delay: float | None) -> AsyncIterator[None]:
+    async def _builtin_timeout(limit: async_timeout.Timeout) -> AsyncIterator[None]:
         try:
-            async with async_timeout.timeout(delay):
+            async with limit:
                 yield
         except asyncio.TimeoutError:
             raise TimeoutError from None
 
-    @contextlib.asynccontextmanager
-    async def timeout_at(when: float | None) -> AsyncIterator[None]:
-        try:
-            async with async_timeout.timeout_at(when):
-                yield
-        except asyncio.TimeoutError:
-            raise TimeoutError from None
+    def timeout(delay: float | None) -> contextlib.AbstractAsyncContextManager[None]:
+        return _builtin_timeout(async_timeout.timeout(delay))
+
+    def timeout_at(when: float | None) -> contextlib.AbstractAsyncContextManager[None]:
+        return _builtin_timeout(async_timeout.timeout_at(when))
 
 
 # What a timeout raises, in an `except`: on 3.10 asyncio's TimeoutError (which aiohttp's

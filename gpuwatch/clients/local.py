@@ -97,7 +97,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"{name}: FAILED: gpuwatch run would refuse to start with it", file=sys.stderr)
         return EXIT_CONFIG
     rules = found.rules
-    loaded = f"{len(rules.paths())} rule files, {len(rules.groups)} groups" if rules else ""
+    loaded = f"{len(rules.files)} rule files, {len(rules.groups)} groups" if rules else ""
     print(f"{name}: OK ({loaded})")
     print(config_text(config))
     return 0

@@ -138,10 +138,9 @@ def _depth(found: list[Token]) -> int:
     return deepest
 
 
-def culprit(text: str) -> Token | None:
-    """The first token no ending makes valid; None when the input ended too soon. Raises
-    _TooHardError past MAX_DEPTH brackets or MAX_PARSES parses."""
-    found = tokens(text)
+def culprit(text: str, found: list[Token]) -> Token | None:
+    """The first of `text`'s tokens no ending makes valid; None when the input ended too
+    soon. Raises _TooHardError past MAX_DEPTH brackets or MAX_PARSES parses."""
     if _depth(found) > MAX_DEPTH:
         raise _TooHardError
     left = [MAX_PARSES]
@@ -175,18 +174,19 @@ def located(text: str, message: str) -> str:
     naming what was found where the parser's own words say no more than that it failed."""
     if len(text) > MAX_LOCATED_CHARS:
         return f"parse error: {message}"
-    at = _named(text, message)
+    found = tokens(text)
+    at = _named(text, found, message)
     if at is not None:
         line, column = position(text, at)
         return f"{line}:{column}: parse error: {message}"
     try:
-        token = culprit(text)
+        token = culprit(text, found)
     except _TooHardError:
         return f"parse error: {message}"
     if token is None:
         line, column = position(text, len(text))
         said = "unexpected end of input" if _generic(message) else message
-    elif token.text == ")" and _stray(text, token):
+    elif token.text == ")" and _stray(found, token):
         # A parenthesis closing nothing: the lexer, in Prometheus, stops after it.
         line, column = position(text, token.end)
         said = message
@@ -197,11 +197,10 @@ def located(text: str, message: str) -> str:
     return f"{line}:{column}: parse error: {said}"
 
 
-def _named(text: str, message: str) -> int | None:
+def _named(text: str, found: list[Token], message: str) -> int | None:
     """Where the thing a message about sound syntax names starts, as Prometheus places it: a
     call of the wrong arity at its name, an argument of the wrong type at the argument, a
     bad regular expression at its matcher, a bad value or unknown name where it is written."""
-    found = tokens(text)
     if "must contain only scalar and instant vector" in message:
         return _range_operand(found)
     quoted = re.search(r"^unknown function with name '([^']+)'$|duration syntax: (\S+)$", message)
@@ -244,9 +243,9 @@ def _range_operand(found: list[Token]) -> int:
     return 0
 
 
-def _stray(text: str, token: Token) -> bool:
+def _stray(found: list[Token], token: Token) -> bool:
     """Whether `token` closes a bracket that was never opened."""
-    before = [t for t in tokens(text) if t.start < token.start]
+    before = [t for t in found if t.start < token.start]
     return _open_brackets(before) == []
 
 

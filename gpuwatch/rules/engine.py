@@ -75,6 +75,7 @@ class RuleEngine:
         self.default_interval = default_interval
         self.state_path = state_dir / statefile.FILE_NAME if state_dir is not None else None
         self.groups: list[RuleGroup] = []
+        self.files: list[str] = []  # the files the running rules were loaded from
         # Held while a worker thread evaluates: a reload waits for it rather than swap the
         # rules (and hand their alert state over) under an evaluation in progress.
         self.evaluating = asyncio.Lock()
@@ -96,7 +97,7 @@ class RuleEngine:
             if restored:
                 log.info("restored %d alerts from %s", restored, self.state_path)
         self._saved = statefile.signature(self.alerting_rules())
-        log.info("loaded %d rule groups from %d files", len(self.groups), len(self.paths()))
+        log.info("loaded %d rule groups from %d files", len(self.groups), len(self.files))
 
     def _built(self, definitions: list[GroupDef]) -> list[RuleGroup]:
         provenance = rule_provenance(definitions)
@@ -112,7 +113,10 @@ class RuleEngine:
             unmatched = unmatched_globs(self.patterns)
             if unmatched:
                 raise FileError(unmatched)
-        return load_rule_files(self.paths())
+        paths = self.paths()
+        definitions = load_rule_files(paths)
+        self.files = paths
+        return definitions
 
     def apply(
         self, patterns: list[str] | None, default_interval: float, allow_empty_globs: bool = False

@@ -88,7 +88,7 @@ def unraised_warning(rules: RuleEngine) -> str:
 def config_warnings(config: Config, rules: RuleEngine) -> list[str]:
     """What would start but not do what the config says."""
     out = [w for w in (unraised_warning(rules),) if w]
-    if rules.patterns is not None and not rules.paths():
+    if rules.patterns is not None and not rules.files:
         out.append(f"rules.files {rules.patterns} match no file: no rules are evaluated")
     slurm = config.actions.slurm
     if slurm.enabled:
