@@ -3,16 +3,20 @@ one, by the thousand, neither keep a client that speaks TLS out nor stay open fo
 
 from __future__ import annotations
 
-import resource
 import ssl
 import time
-import urllib.request
 from pathlib import Path
 
 import trustme
 
 from tests.conftest import stop_daemon
-from tests.faults.test_connections import FD_LIMIT, open_idle, start_with_fd_limit
+from tests.faults.test_connections import (
+    FD_LIMIT,
+    open_idle,
+    probe,
+    room_for_floods,
+    start_with_fd_limit,
+)
 
 
 def _tls_node(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
@@ -27,30 +31,20 @@ def _tls_node(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
     return context, web
 
 
-def _probe(url: str, context: ssl.SSLContext) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5, context=context) as r:
-            return int(r.status)
-    except OSError:
-        return 0
-
-
+@room_for_floods()
 def test_1100_silent_connections_keep_no_tls_client_out(tmp_path: Path) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     context, web = _tls_node(tmp_path)
     daemon = start_with_fd_limit(tmp_path, FD_LIMIT, "--web-config", str(web))
     silent = []
     try:
         assert daemon.url.startswith("https://")
         silent = open_idle(daemon.url, 1100)
-        answers = [_probe(daemon.url + path, context) for path in ("/metrics", "/healthz") * 6]
+        answers = [probe(daemon.url + path, context) for path in ("/metrics", "/healthz") * 6]
         assert answers == [200] * 12, answers
     finally:
         for s in silent:
             s.close()
         assert stop_daemon(daemon) == 0, daemon.log()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_connection_that_never_says_a_first_byte_is_closed(tmp_path: Path) -> None:

@@ -65,13 +65,15 @@ def exporter() -> Iterator[FakeExporter]:
     fake.close()
 
 
-def own_kernel_log(directory: Path) -> Path:
-    """A config whose kernel log is an empty file of the test's: the XIDs under test are
-    dcgm-exporter's, and this machine's kernel log is not the node's."""
+def start_on(exporter: FakeExporter, text: str, directory: Path) -> DaemonProcess:
+    """`gpuwatch run --dcgm` on the exporter answering `text`. Its kernel log is an empty
+    file of the test's: the XIDs under test are dcgm-exporter's, and this machine's kernel
+    log is not the node's."""
+    exporter.text = text
     (directory / "kmsg").write_text("")
     config = directory / "gpuwatch.yaml"
     config.write_text(f"sources: {{kmsg: {{path: {directory / 'kmsg'}}}}}\n")
-    return config
+    return start_daemon(directory, "--dcgm", exporter.url, "-c", str(config))
 
 
 def _capture(text: str, field: str) -> dict[str, float]:
@@ -87,8 +89,7 @@ def test_a_real_capture_is_served_as_gpuwatch_metrics(
     path: Path, exporter: FakeExporter, tmp_path: Path
 ) -> None:
     text = path.read_text()
-    exporter.text = text
-    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
+    daemon = start_on(exporter, text, tmp_path)
     try:
         wait_for(lambda: _served(daemon, "gpuwatch_gpu_up"))
         assert parse_metrics(daemon.metrics())["gpuwatch_up"][0][1] == 1.0
@@ -120,8 +121,7 @@ def test_a_dcgm_xid_fires_the_shipped_xid_alert_and_a_failed_scrape_is_reported(
     exporter: FakeExporter, tmp_path: Path
 ) -> None:
     text = (FIXTURES / "h100_8gpu_nvlink_dcgm46.prom").read_text()
-    exporter.text = text
-    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
+    daemon = start_on(exporter, text, tmp_path)
     try:
         wait_for(lambda: len(_served(daemon, "gpuwatch_gpu_up")) == 8)
         # GPU 2's last XID becomes 48 (a double-bit ECC error): one XID event.
@@ -161,8 +161,7 @@ def test_an_exporter_restart_is_no_gpus_recovery_and_is_blamed_on_the_exporter(
     exporter: FakeExporter, tmp_path: Path
 ) -> None:
     text = (FIXTURES / "h100_8gpu_nvlink_dcgm46.prom").read_text()
-    exporter.text = text
-    daemon = start_daemon(tmp_path, "--dcgm", exporter.url, "-c", str(own_kernel_log(tmp_path)))
+    daemon = start_on(exporter, text, tmp_path)
 
     def fell_off(state: str) -> list[dict[str, str]]:
         events = daemon.json("/api/v1/events?kind=alert")["data"]["events"]
