@@ -40,7 +40,7 @@ PYNVML_LOWEST := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproje
 LOWEST_PIN := .venv/pins/nvidia-ml-py-$(PYNVML_LOWEST)
 NVML_TESTS := tests/integration/test_nvml_drivers.py tests/integration/test_nvml_source.py tests/unit/test_sim.py tests/unit/test_sim_faults.py tests/unit/test_daemon.py
 
-.PHONY: run demo image test test-pythons unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin
+.PHONY: run demo image test test-pythons unit integration lint typecheck format bench system-deps install systemd-unit slurm-files wheel clean test-lowest-pin xid-catalog
 
 # What the daemon needs (`make demo`, `make run`), then the tests' and linters' tools on top
 # (`make test`). PYTHONWARNINGS: setuptools' banner about editable installs is for packagers.
@@ -192,6 +192,11 @@ IMAGE ?= registry.example.com/gpuwatch:$(VERSION)
 CONTAINER ?= $(or $(shell command -v podman),docker)
 image:
 	$(CONTAINER) build -f deploy/container/Containerfile -t $(IMAGE) .
+
+# After editing gpuwatch/xid/catalog.tsv: the catalog module and the hardware pack's XID
+# matchers are written from it (a unit test fails while they differ).
+xid-catalog: $(RUNTIME)
+	$(BIN)/python -m gpuwatch.xid.generate
 
 bench: $(STAMP)
 	$(BIN)/python bench/daemon_cost.py

@@ -34,12 +34,12 @@ from gpuwatch.clock import SystemClock
 from gpuwatch.config import Config, SamplingConfig
 from gpuwatch.notify.config import NotifyConfig, ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Outgoing
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.sender import ReceiverSender
 from gpuwatch.serve.runner import start
 from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import load_scenario
+from gpuwatch.text.secrets import Secret
 
 
 class Receiver:

@@ -16,8 +16,8 @@ import sys
 import time
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import SamplingConfig
 from gpuwatch.model import Sample
+from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.sim.library import SimulatedNvml

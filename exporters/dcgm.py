@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch import metrics as m
-from gpuwatch.host.processes import GpuProcess
-from gpuwatch.model import GpuInfo, Labels, Sample
+from gpuwatch.model import GpuInfo, GpuProcess, Labels, Sample
 from gpuwatch.nvml.fields import CLOCK_EVENT_REASONS, RECOVERY_ACTIONS
 
 MIB = float(2**20)

@@ -27,11 +27,11 @@ from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.compat import TIMEOUT_ERRORS
-from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.state.inventory import Inventory, missing_samples
+from gpuwatch.xid.known import xid_event_text
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,9 @@ from gpuwatch.actions.config import ActionsConfig, parse_actions
 from gpuwatch.kernel.fabric_manager import DEFAULT_ADDRESS as DEFAULT_FABRIC_MANAGER
 from gpuwatch.kernel.fabric_manager import parse_address
 from gpuwatch.notify.config import NotifyConfig, parse_notify
-from gpuwatch.notify.secrets import parse_secret
+from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.push.config import PushConfig, parse_push
+from gpuwatch.text.secrets import parse_secret
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import (
     Checker,
@@ -39,25 +40,6 @@ LOG_FORMATS = ("logfmt", "json")
 def default_state_dir() -> str:
     # systemd's StateDirectory= sets STATE_DIRECTORY; elsewhere the FHS location.
     return os.environ.get("STATE_DIRECTORY", "/var/lib/gpuwatch").split(":")[0]
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingConfig:
-    interval: float = 1.0
-    # Deadline for one GPU's sampling calls; None means one interval.
-    timeout: float | None = None
-    # Worker threads left stuck in NVML (uninterruptible) before a GPU is no longer retried.
-    max_abandoned_workers: int = 16
-    # gpuwatch_process_gpu_memory_bytes per process: opt-in, its pid label is unbounded.
-    process_memory_metrics: bool = False
-    # How often the slow tier of fields (error counters, link states, limits, MIG) is
-    # read; never more often than `interval`. Rules judge those over minutes, and a fault
-    # event reads its GPU's at once: every second cost a quarter more CPU at 8 GPUs.
-    slow_interval: float = 5.0
-
-    @property
-    def deadline(self) -> float:
-        return self.timeout if self.timeout is not None else self.interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +101,7 @@ class Config:
     listen: str = DEFAULT_LISTEN
     state_dir: str = field(default_factory=default_state_dir)
     node_name: str = field(default_factory=socket.gethostname)
-    sampling: SamplingConfig = SamplingConfig()
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
     store: StoreConfig = StoreConfig()
     log: LogConfig = LogConfig()
     rules: RulesConfig = RulesConfig()

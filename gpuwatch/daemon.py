@@ -18,7 +18,6 @@ from gpuwatch.health.judge import HealthJudge
 from gpuwatch.health.own import state_causes
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Cause, Verdict, health_samples
-from gpuwatch.health.xid_counter import XidCounter, xid_history
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
@@ -30,6 +29,7 @@ from gpuwatch.source import Collector, Source, Watcher
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.statedir import StateProblems
 from gpuwatch.store.tsdb import Store
+from gpuwatch.xid.counter import XidCounter, xid_history
 
 log = logging.getLogger(__name__)
 

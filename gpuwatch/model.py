@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Generic, NamedTuple, TypeVar
 
 from gpuwatch.compat import StrEnum
-from gpuwatch.host.processes import GpuProcess, jobs_text
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -181,3 +180,89 @@ class PerPart(Generic[T]):
             made[id(part)] = hit
         self._made = made  # parts gone are forgotten
         return [hit for _, hit in made.values()]
+
+
+# What processes use a GPU, and whose jobs they are (gpuwatch.host.processes finds them).
+JOB_NOUNS = {
+    "slurm": "Slurm job",
+    "kubernetes": "Kubernetes pod",
+    "docker": "Docker container",
+    "containerd": "containerd container",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    name: str
+    user: str
+    gpu_memory_bytes: float | None
+    job_kind: str = ""  # slurm, kubernetes, docker, containerd, or "" when unknown
+    job_id: str = ""
+
+    @property
+    def job(self) -> str:
+        """`Slurm job 81234 of alice`, or "" when the process belongs to no known job."""
+        if not self.job_id:
+            return ""
+        ident = self.job_id[:12] if self.job_kind in ("docker", "containerd") else self.job_id
+        return f"{JOB_NOUNS.get(self.job_kind, self.job_kind)} {ident} of {self.user}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "user": self.user,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "job_kind": self.job_kind,
+            "job_id": self.job_id,
+            "job": self.job,
+        }
+
+
+def jobs_text(processes: Iterable[GpuProcess]) -> str:
+    """The jobs these processes belong to, as a person reads them: `Slurm job 81234 of alice`."""
+    return "; ".join(sorted({p.job for p in processes if p.job}))
+
+
+# The alerts the notifier works on, as the rules hand them over: firing or resolved, each
+# with the node's name, Alertmanager's fingerprint and its status.
+_FNV_OFFSET = 14695981039346656037
+_FNV_PRIME = 1099511628211
+_SEPARATOR = 0xFF
+
+
+def fingerprint(labels: Labels) -> str:
+    """Prometheus's label-set fingerprint (FNV-1a 64 over sorted names and values), as the
+    16 hex digits Alertmanager shows, so the same alert has the same id everywhere."""
+    h = _FNV_OFFSET
+    for name, value in sorted(labels):
+        for part in (name, value):
+            for byte in part.encode():
+                h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+            h = ((h ^ _SEPARATOR) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyAlert:
+    labels: Labels  # sorted, with alertname and node
+    annotations: tuple[tuple[str, str], ...]
+    starts_at: float
+    ends_at: float | None  # None while firing; when it resolved otherwise
+    value: float
+    fingerprint: str
+
+    @property
+    def firing(self) -> bool:
+        return self.ends_at is None
+
+    @property
+    def status(self) -> str:
+        return "firing" if self.ends_at is None else "resolved"
+
+    def label(self, name: str) -> str:
+        return dict(self.labels).get(name, "")
+
+    def annotation(self, name: str) -> str:
+        return dict(self.annotations).get(name, "")

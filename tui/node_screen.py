@@ -138,7 +138,8 @@ class NodePanel(Vertical):
         table = self.query_one("#gpus", DataTable)
         rows: dict[str, tuple[Text | str, ...]] = {}
         for g in gpus:
-            rows[str(g["index"])] = gpu_cells(g, snap.history.get(str(g["index"]), []))
+            history = snap.history.get(str(g["index"]), [])
+            rows[str(g["index"])] = gpu_cells(g, history, snap.alerts)
             rows.update(mig_rows(g))
         _keyed_update(table, rows)
         self._show_processes()

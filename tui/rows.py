@@ -3,13 +3,14 @@ Pure functions, so the views and their tests share them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
 
 from gpuwatch.clients.status import GIB, HEALTH_STYLE, num
-from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.text.units import ascii_int
+from gpuwatch.xid.known import lookup
 
 SPARKS = " ▁▂▃▄▅▆▇█"
 
@@ -72,7 +73,33 @@ GPU_COLUMNS = (
 )
 
 
-def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ...]:
+# The shipped thermal pack's alerts on a GPU's own temperature, and the cause its slowdown alert
+# raises: the dashboard colours a temperature only when they say so, at their thresholds.
+HEAT_ALERT_PREFIX = "GpuTemperature"
+HEAT_CAUSE = "thermal-slowdown"
+
+
+def heat_style(gpu: dict[str, Any], alerts: Sequence[dict[str, Any]]) -> str:
+    """Red when the verdict holds the GPU in thermal slowdown or a critical temperature alert
+    fires for it, yellow for a warning one; plain otherwise, however hot the number reads."""
+    if any(c.get("key") == HEAT_CAUSE for c in gpu.get("health_causes", [])):
+        return "red"
+    severities = {
+        a["labels"].get("severity", "")
+        for a in alerts
+        if a.get("state") == "firing"
+        and a["labels"].get("uuid") == gpu.get("uuid")
+        and a["labels"].get("alertname", "").startswith(HEAT_ALERT_PREFIX)
+    }
+    if "critical" in severities:
+        return "red"
+    return "yellow" if severities else ""
+
+
+def gpu_cells(
+    gpu: dict[str, Any], history: list[float], alerts: Sequence[dict[str, Any]] = ()
+) -> tuple[Text | str, ...]:
+    """A GPU's row; `alerts` are its node's (firing and pending), which colour its heat."""
     mt = gpu.get("metrics", {})
     status = gpu.get("status", "ok")
     model = str(gpu.get("model", "")).replace("NVIDIA ", "")
@@ -91,9 +118,7 @@ def gpu_cells(gpu: dict[str, Any], history: list[float]) -> tuple[Text | str, ..
         watts = bar(power / limit, 8) + Text(f" {power:.0f}/{limit:.0f}W")
     else:  # no limit known (dcgm-exporter's default fields have none): the watts alone
         watts = Text("-" if power is None else f"{power:.0f}W")
-    temp_text = Text(
-        "-" if temp is None else f"{temp:.0f}°C", style="red" if temp and temp >= 85 else ""
-    )
+    temp_text = Text("-" if temp is None else f"{temp:.0f}°C", style=heat_style(gpu, alerts))
     xids = mt.get("xid_errors", {})
     dbe = mt.get("ecc_errors", {}).get("uncorrected_volatile", 0)
     faults = Text(f"DBE {dbe}", style="bold red") if dbe else Text()

@@ -58,7 +58,8 @@ def cmd_xid(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from gpuwatch.clients.terminal import stdout_console
-    from gpuwatch.health.xid_catalog import CATALOG, lookup
+    from gpuwatch.xid.catalog import CATALOG
+    from gpuwatch.xid.known import lookup
 
     if args.code is not None:
         xid = lookup(args.code)

@@ -31,12 +31,12 @@ from gpuwatch.health.verdict import (
     status_cause,
     verdict_of,
 )
-from gpuwatch.health.xid_catalog import lookup
-from gpuwatch.health.xid_counter import OTHER, OWN_SERIES_BELOW, UNLISTED_PER_GPU, xid_label
 from gpuwatch.model import BackendState, GpuState, GpuStatus, MissingGpu, PerPart, Sample
 from gpuwatch.text.timefmt import rfc3339
+from gpuwatch.xid.counter import OTHER, OWN_SERIES_BELOW, UNLISTED_PER_GPU, xid_label
+from gpuwatch.xid.entry import WARNING_HOLD_S
+from gpuwatch.xid.known import lookup
 
-WARNING_XID_HOLD_S = 3600.0
 # An acknowledged cause an alert raises is remembered this long after the alert goes quiet:
 # a GPU that stalls for a few seconds makes its series stale and its alerts resolve and fire
 # again, and a restarted daemon's rate alerts need their windows back before they fire.
@@ -191,9 +191,9 @@ class HealthJudge:
         out: list[Cause] = []
         for code, seen in sorted(memory.xids.items()):
             xid = lookup(code)
-            if xid.xid_class == "critical":
+            if xid.holds_until_reset:
                 state = Health.UNHEALTHY
-            elif xid.xid_class in ("warning", "unknown") and seen.last >= now - WARNING_XID_HOLD_S:
+            elif xid.holds_for_a_while and seen.last >= now - WARNING_HOLD_S:
                 state = Health.DEGRADED
             else:
                 continue

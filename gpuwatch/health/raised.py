@@ -21,13 +21,6 @@ from gpuwatch.health.verdict import SEVERITY, Cause, Health, as_action
 # not say it is an emergency.
 UNHEALTHY_SEVERITIES = frozenset({"critical", "page", "error", "high"})
 SILENT_SEVERITIES = frozenset({"info", "none", "ok"})  # raise no cause
-# The causes the shipped hardware and thermal packs raise (rules/hardware.yaml,
-# rules/thermal-power.yaml): without them loaded, the verdict does not judge error rates, page
-# counts, a lasting stall, the NVLink fabric or a GPU at its slowdown temperature.
-SHIPPED_CAUSES = ("gpu-unresponsive", "driver-unresponsive", "nvlink-crc", "nvlink-replay",
-                  "pcie-replays", "remapped-rows", "retired-pages", "fabric-not-registered",
-                  "fabric-registration-failed", "fabric-unhealthy", "fabric-degraded",
-                  "thermal-slowdown")  # fmt: skip
 
 
 def health_of(severity: str) -> Health | None:
@@ -74,8 +67,3 @@ def merged(seen: list[Cause], raised: Iterable[Cause]) -> list[Cause]:
         elif SEVERITY[cause.state] > SEVERITY[out[i].state]:
             out[i] = replace(cause, reason=out[i].reason) if i < len(seen) else cause
     return out
-
-
-def unraised(loaded: set[str]) -> list[str]:
-    """The shipped causes no loaded rule raises, given the `cause` labels the rules carry."""
-    return [c for c in SHIPPED_CAUSES if c not in loaded]

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from gpuwatch.model import GpuProcess, jobs_text
 
 CGROUP_JOBS = (
     ("slurm", re.compile(r"/job_(\d+)(?:/|$)")),
@@ -27,48 +28,8 @@ CGROUP_JOBS = (
     ("containerd", re.compile(r"cri-containerd-([0-9a-f]{64})")),
     ("docker", re.compile(r"docker[-/]([0-9a-f]{64})")),
 )
-JOB_NOUNS = {
-    "slurm": "Slurm job",
-    "kubernetes": "Kubernetes pod",
-    "docker": "Docker container",
-    "containerd": "containerd container",
-}
 CACHE_LIMIT = 4096
 RECHECK_S = 5.0  # how long a pid is trusted to be the same process
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
-    pid: int
-    name: str
-    user: str
-    gpu_memory_bytes: float | None
-    job_kind: str = ""  # slurm, kubernetes, docker, containerd, or "" when unknown
-    job_id: str = ""
-
-    @property
-    def job(self) -> str:
-        """`Slurm job 81234 of alice`, or "" when the process belongs to no known job."""
-        if not self.job_id:
-            return ""
-        ident = self.job_id[:12] if self.job_kind in ("docker", "containerd") else self.job_id
-        return f"{JOB_NOUNS.get(self.job_kind, self.job_kind)} {ident} of {self.user}"
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "name": self.name,
-            "user": self.user,
-            "gpu_memory_bytes": self.gpu_memory_bytes,
-            "job_kind": self.job_kind,
-            "job_id": self.job_id,
-            "job": self.job,
-        }
-
-
-def jobs_text(processes: Iterable[GpuProcess]) -> str:
-    """The jobs these processes belong to, as a person reads them: `Slurm job 81234 of alice`."""
-    return "; ".join(sorted({p.job for p in processes if p.job}))
 
 
 def with_jobs(

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import deque
 
 from gpuwatch.clock import Clock
-from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.host.processes import with_jobs
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.nvrm import DriverLine
 from gpuwatch.kernel.sxids import SxidCounts
 from gpuwatch.model import Event
+from gpuwatch.xid.known import xid_event_text
 
 SOURCE = "kernel_log"
 SEQ = "kmsg_seq"  # the record's sequence number, in every event this source journals

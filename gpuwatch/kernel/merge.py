@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwatch.clock import Clock
-from gpuwatch.health.xid_counter import OWN_SERIES_BELOW as NUMBERED_BELOW
 from gpuwatch.model import Event
+from gpuwatch.xid.counter import OWN_SERIES_BELOW as NUMBERED_BELOW
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import NotifyAlert
 from gpuwatch.notify.db import HARDWARE_LANE, JOB_LANE
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.notify.matchers import Matcher, parse_matcher
-from gpuwatch.notify.secrets import Secret, parse_secret
+from gpuwatch.text.secrets import Secret, parse_secret
 from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import Checker, PathKey, YamlDoc, boolean, http_url, one_of, text
 

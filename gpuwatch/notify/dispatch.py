@@ -23,8 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from gpuwatch.model import Labels
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import Labels, NotifyAlert
 from gpuwatch.notify.budget import JobBudget, lane_of
 from gpuwatch.notify.config import ALL_LABELS, InhibitRule, NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.db import JOB_LANE, LogEntry, NotifyDb, Outgoing

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuwatch.health.xid_catalog import lookup
-from gpuwatch.model import Labels
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import Labels, NotifyAlert
 from gpuwatch.text.units import ascii_int
+from gpuwatch.xid.known import lookup
 
 
 @dataclass(frozen=True, slots=True)

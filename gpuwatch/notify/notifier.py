@@ -18,9 +18,8 @@ import aiohttp
 from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
-from gpuwatch.model import Sample
+from gpuwatch.model import NotifyAlert, Sample
 from gpuwatch.notify import formats
-from gpuwatch.notify.alerts import NotifyAlert
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.db import NotifyDb
 from gpuwatch.notify.dispatch import Dispatcher

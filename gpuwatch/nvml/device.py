@@ -26,9 +26,9 @@ from functools import partial
 from typing import Any, cast
 
 from gpuwatch import metrics as m
-from gpuwatch.host.processes import GpuProcess, ProcessLookup
+from gpuwatch.host.processes import ProcessLookup
 from gpuwatch.logs import fields as log_fields
-from gpuwatch.model import GpuInfo, MigInstance, Sample, series_text
+from gpuwatch.model import GpuInfo, GpuProcess, MigInstance, Sample, series_text
 from gpuwatch.nvml.errors import (
     ERROR_RESET_REQUIRED,
     NvmlGpuError,

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.clock import Clock
-from gpuwatch.health.xid_catalog import xid_event_text
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.nvml.errors import NvmlModule, handle_key
 from gpuwatch.nvml.fields import RECOVERY_ACTION_FIELD, RECOVERY_ACTIONS, FieldValues
+from gpuwatch.xid.known import xid_event_text
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,7 @@ from typing import cast
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
-from gpuwatch.config import SamplingConfig
-from gpuwatch.health.xid_catalog import APPLICATION_FAULTS
-from gpuwatch.host.processes import ProcessLookup, jobs_text, with_jobs
+from gpuwatch.host.processes import ProcessLookup, with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import (
     BackendState,
@@ -28,14 +26,17 @@ from gpuwatch.model import (
     GpuState,
     GpuStatus,
     Sample,
+    jobs_text,
 )
 from gpuwatch.nvml.caller import LaneStuckError, NvmlCaller, NvmlTimeoutError
+from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.cpu_wait import CpuWait
 from gpuwatch.nvml.errors import NvmlGpuError, NvmlModule, as_text
 from gpuwatch.nvml.events import EventWaiter, describe
 from gpuwatch.nvml.opening import open_device
 from gpuwatch.nvml.watched import INIT_DEADLINE_S, WatchedGpu, init_failure_reason
 from gpuwatch.state.inventory import Inventory, missing_samples
+from gpuwatch.xid.known import APPLICATION_FAULTS
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.host.processes import GpuProcess
-from gpuwatch.model import GpuInfo, GpuStatus, MigInstance, Sample
+from gpuwatch.model import GpuInfo, GpuProcess, GpuStatus, MigInstance, Sample
 from gpuwatch.nvml.caller import LaneStuckError, NvmlTimeoutError
 from gpuwatch.nvml.device import DeviceReader
 from gpuwatch.nvml.errors import NvmlModule

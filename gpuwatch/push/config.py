@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.notify.secrets import Secret, parse_secret
 from gpuwatch.push.registry import PushLimits
+from gpuwatch.text.secrets import Secret, parse_secret
 from gpuwatch.text.yamlfile import Checker, YamlDoc, file_path, positive_duration, whole_number
 
 

@@ -17,7 +17,6 @@ from aiohttp import web
 from gpuwatch.compat import timeout
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.parse import (
     MAX_LABELS_PER_SERIES,
@@ -28,6 +27,7 @@ from gpuwatch.push.parse import (
     text_shape,
 )
 from gpuwatch.push.registry import PushLimits
+from gpuwatch.text.secrets import Secret
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.host.processes import JOB_NOUNS
+from gpuwatch.model import JOB_NOUNS
 from gpuwatch.reports.tracker import GpuRecord, JobRecord
 from gpuwatch.state.atomicfile import write_json
 from gpuwatch.text.timefmt import rfc3339

@@ -5,7 +5,6 @@ and reloads without losing state or, on a bad file, without losing the old rules
 from __future__ import annotations
 
 import asyncio
-import importlib.resources
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -18,7 +17,13 @@ from gpuwatch.promql.evaluator import Evaluator, SeriesView
 from gpuwatch.promql.history import history_needed
 from gpuwatch.rules import statefile
 from gpuwatch.rules.alerting import ALERT_SOURCE_PREFIX, AlertingRule, RuleGroup, Transition
-from gpuwatch.rules.files import GroupDef, expand_paths, load_rule_files, unmatched_globs
+from gpuwatch.rules.files import (
+    GroupDef,
+    expand_paths,
+    load_rule_files,
+    shipped_packs,
+    unmatched_globs,
+)
 from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.store.tsdb import DEFAULT_LOOKBACK_S, Store
 from gpuwatch.text.units import format_duration
@@ -29,11 +34,6 @@ log = logging.getLogger(__name__)
 SELF_SOURCE = "rules:self"
 Write = tuple[str, float, list[Sample]]  # (source, time, samples) for the shared store
 EARLY_TOLERANCE = 0.05  # a group due within this fraction of its interval is evaluated now
-
-
-def shipped_packs() -> list[str]:
-    packs = importlib.resources.files("gpuwatch.packs")
-    return sorted(str(p) for p in packs.iterdir() if p.name.endswith(".yaml"))
 
 
 class _Querier:

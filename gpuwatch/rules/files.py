@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import importlib.resources
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,11 @@ class GroupDef:
     def key(self) -> str:
         """Groups are identified by file and name, as Prometheus does."""
         return f"{self.file};{self.name}"
+
+
+def shipped_packs() -> list[str]:
+    packs = importlib.resources.files("gpuwatch.packs")
+    return sorted(str(p) for p in packs.iterdir() if p.name.endswith(".yaml"))
 
 
 def expand_paths(patterns: list[str], base: Path | None = None) -> list[str]:

@@ -14,10 +14,11 @@ rule carried."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 
-from gpuwatch.model import Provenance
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
+from gpuwatch.model import NotifyAlert, Provenance, fingerprint
 from gpuwatch.rules.alerting import AlertingRule, AlertState
+from gpuwatch.rules.files import load_rule_files, shipped_packs
 
 
 def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert]:
@@ -73,3 +74,17 @@ def cause_labels(rules: Iterable[AlertingRule]) -> set[str]:
         for k, template in r.rule.labels
         if k == "cause"
     }
+
+
+@cache
+def shipped_causes() -> tuple[str, ...]:
+    """The causes the packs shipped with gpuwatch raise, each as its `cause` label is written;
+    one written per port or device (a template) has no one name, and is left out. Without
+    them loaded, the verdict does not judge what they judge (error rates, page counts, a
+    lasting stall, the NVLink fabric, a GPU at its slowdown temperature)."""
+    out: set[str] = set()
+    for group in load_rule_files(shipped_packs()):
+        for rule in group.rules:
+            causes = [t.source for name, t in rule.labels if name == "cause"]
+            out.update(c for c in causes if rule.kind == "alert" and "{{" not in c)
+    return tuple(sorted(out))

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwatch.config import Config, default_rule_interval
-from gpuwatch.health.raised import unraised
 from gpuwatch.rules.engine import RuleEngine
-from gpuwatch.rules.outgoing import cause_labels
+from gpuwatch.rules.outgoing import cause_labels, shipped_causes
 from gpuwatch.serve.control import PUSH_SOCKET_NAME, socket_path
 from gpuwatch.serve.webconfig import WebGuard, load_web_config
 from gpuwatch.state.reach import blocked_at
@@ -75,7 +74,8 @@ def socket_paths(config: Config) -> tuple[Path, Path]:
 def unraised_warning(rules: RuleEngine) -> str:
     """Non-empty when the rules leave the verdict without causes it is documented to have
     (the shipped hardware and thermal packs not listed in rules.files)."""
-    missing = unraised(cause_labels(rules.alerting_rules()))
+    loaded = cause_labels(rules.alerting_rules())
+    missing = [c for c in shipped_causes() if c not in loaded]
     if not missing:
         return ""
     return (

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.sim import driver as d
 from gpuwatch.sim.faults import Fault
 from gpuwatch.sim.node import SimNode
 from gpuwatch.sim.nvml_core import bus_id, uuid_of
 from gpuwatch.sim.xids import nvlink5_text
 from gpuwatch.text.pci import pci_address
+from gpuwatch.xid.known import lookup
 
 # What the driver prints after an XID's number, for the XIDs the scenarios raise.
 XID_TEXT = {

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+from gpuwatch.model import NotifyAlert, fingerprint
 from gpuwatch.notify import formats
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.message import GpuIdentity, Notification
-from gpuwatch.notify.secrets import Secret
+from gpuwatch.text.secrets import Secret
 
 T0 = 1_800_000_000.0
 HOSTILE = "<!channel> <@U123> <https://evil.example|click> @channel @here [x](https://evil.example)"

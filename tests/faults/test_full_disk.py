@@ -11,13 +11,12 @@ from pathlib import Path
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.health.own import state_causes
-from gpuwatch.model import Event
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
+from gpuwatch.model import Event, NotifyAlert, fingerprint
 from gpuwatch.notify.config import NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.notifier import Notifier
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.state.journal import Journal
 from gpuwatch.state.statedir import StateProblems
+from gpuwatch.text.secrets import Secret
 
 T0 = 1_800_000_000.0
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 
-from gpuwatch.model import Event
+from gpuwatch.model import Event, NotifyAlert, fingerprint
 from gpuwatch.notify import formats
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
 from gpuwatch.notify.config import NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.db import NotifyDb, Outgoing
 from gpuwatch.notify.dispatch import Dispatcher
 from gpuwatch.notify.message import Notification
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.silences import Silences
 from gpuwatch.rules.alerting import Alert, AlertState, Transition
+from gpuwatch.text.secrets import Secret
 
 T0 = 1_800_000_000.0
 

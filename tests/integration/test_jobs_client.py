@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.client import JobReporter
-from gpuwatch.host.processes import GpuProcess, job_from_cgroup
+from gpuwatch.host.processes import job_from_cgroup
+from gpuwatch.model import GpuProcess
 from gpuwatch.push.parse import parse_json
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock, ScaledClock
-from gpuwatch.config import SamplingConfig
 from gpuwatch.model import Event, GpuInfo, GpuStatus, MissingGpu, Sample
+from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.device import DeviceReader
 from gpuwatch.nvml.fields import FieldRequest, FieldValues
 from gpuwatch.nvml.opening import open_device

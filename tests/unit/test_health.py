@@ -11,7 +11,6 @@ from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.line import health_line
 from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Health, Verdict
-from gpuwatch.health.xid_counter import OTHER
 from gpuwatch.model import (
     BackendState,
     GpuInfo,
@@ -21,6 +20,7 @@ from gpuwatch.model import (
     PerPart,
     Sample,
 )
+from gpuwatch.xid.counter import OTHER
 
 INFO = GpuInfo(3, "GPU-3", "NVIDIA H100 80GB HBM3", "0000:1b:00.0", "1653", "96.00", 18)
 GPU = GpuState(INFO, GpuStatus.OK, "")

@@ -10,8 +10,16 @@ import pytest
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
-from gpuwatch.host.processes import GpuProcess
-from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
+from gpuwatch.model import (
+    BackendState,
+    Batch,
+    Event,
+    GpuInfo,
+    GpuProcess,
+    GpuState,
+    GpuStatus,
+    Sample,
+)
 from gpuwatch.reports.report import text
 from gpuwatch.reports.reporter import JobReports
 from gpuwatch.reports.tracker import ENDED_AFTER_S

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.health.xid_catalog import lookup
 from gpuwatch.model import Event
 from gpuwatch.state.journal import FLUSH_AT, SCHEMA, Journal, event_json
 from gpuwatch.text.timefmt import parse_since
+from gpuwatch.xid.known import lookup
 
 T0 = 1_700_000_000.0
 

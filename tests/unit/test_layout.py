@@ -15,6 +15,28 @@ PACKAGES = {"gpuwatch": ROOT / "gpuwatch", "gpuwatch.exporters": ROOT / "exporte
             "gpuwatch.tui": ROOT / "tui"}  # fmt: skip
 MAX_LINES = 400
 MAX_TOP_MODULES = 12
+# The rooms in the order data flows through them, lowest first. A room imports only from its
+# own layer or one below it: what a source reads cannot depend on the rules, nor the rules on
+# the notifier. Rooms of one layer may use each other as long as no loop forms.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # Foundations, and what gpuwatch knows of XIDs, which every source that reports one uses.
+    ("gpuwatch", "gpuwatch.compat", "gpuwatch.text", "gpuwatch.clock", "gpuwatch.model",
+     "gpuwatch.metrics", "gpuwatch.logs", "gpuwatch.gctune", "gpuwatch.source", "gpuwatch.xid"),
+    ("gpuwatch.state",),
+    ("gpuwatch.host", "gpuwatch.nvml", "gpuwatch.kernel", "gpuwatch.push"),  # sources
+    ("gpuwatch.store",),
+    # The dcgm-exporter source and the /metrics exposition: both speak Prometheus's text.
+    ("gpuwatch.exporters",),
+    ("gpuwatch.promql",),
+    ("gpuwatch.rules",),
+    ("gpuwatch.health",),
+    ("gpuwatch.notify", "gpuwatch.actions", "gpuwatch.reports"),  # what follows a verdict
+    ("gpuwatch.config",),  # every room's section, read as one file
+    ("gpuwatch.daemon",),
+    ("gpuwatch.serve",),
+    ("gpuwatch.clients", "gpuwatch.tui", "gpuwatch.sim", "gpuwatch.cli", "gpuwatch.client",
+     "gpuwatch.__main__"),
+)  # fmt: skip
 
 
 def modules() -> Iterator[tuple[str, Path]]:
@@ -73,6 +95,21 @@ def test_no_import_loop_between_rooms() -> None:
 
     loops = sorted(f"{a} <-> {b}" for a, bs in edges.items() for b in bs if reaches(b, a))
     assert loops == []
+
+
+def test_every_room_has_a_layer_and_imports_only_downward() -> None:
+    found = dict(modules())
+    known = set(found)
+    layer = {r: i for i, rooms in enumerate(LAYERS) for r in rooms}
+    against = []
+    for module, path in found.items():
+        mine = room(module, known)
+        assert mine in layer, f"{mine} is in no layer of LAYERS"
+        for target in imports(path):
+            theirs = room(target, known)
+            if theirs is not None and layer[theirs] > layer[mine]:
+                against.append(f"{module} imports {target}")
+    assert sorted(set(against)) == []
 
 
 def test_notify_imports_nothing_from_rules() -> None:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
+from gpuwatch.model import NotifyAlert, fingerprint
 from gpuwatch.notify.config import DEFAULT_INHIBIT_RULES, NotifyConfig, ReceiverConfig, Route
 from gpuwatch.notify.db import NotifyDb, Outgoing
 from gpuwatch.notify.dispatch import Dispatcher
 from gpuwatch.notify.matchers import parse_matcher
 from gpuwatch.notify.message import Notification
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
+from gpuwatch.text.secrets import Secret
 
 T0 = 1_800_000_000.0
 

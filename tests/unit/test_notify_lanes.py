@@ -6,13 +6,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gpuwatch.notify.alerts import NotifyAlert, fingerprint
+from gpuwatch.model import NotifyAlert, fingerprint
 from gpuwatch.notify.config import NotifyConfig, ReceiverConfig
 from gpuwatch.notify.db import HARDWARE_LANE, JOB_LANE, NotifyDb, Outgoing
 from gpuwatch.notify.dispatch import Dispatcher
 from gpuwatch.notify.message import Notification
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.silences import Silences
+from gpuwatch.text.secrets import Secret
 
 T0 = 1_800_000_000.0
 HOUR = 3600.0

@@ -11,7 +11,6 @@ import pytest
 from gpuwatch.cli import main
 from gpuwatch.config import load_config
 from gpuwatch.notify.matchers import parse_matcher
-from gpuwatch.notify.secrets import Secret
 from gpuwatch.notify.sender import (
     BACKOFF_CAP_S,
     RETRY_AFTER_CAP_S,
@@ -20,6 +19,7 @@ from gpuwatch.notify.sender import (
     retry_after,
     wait_for_head,
 )
+from gpuwatch.text.secrets import Secret
 from gpuwatch.text.yamlfile import FileError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.cli import main
-from gpuwatch.health.xid_catalog import CATALOG
+from gpuwatch.xid.catalog import CATALOG
 
 
 def test_a_piped_table_keeps_each_row_on_one_line(

@@ -14,12 +14,19 @@ from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import raised_causes
 from gpuwatch.health.verdict import Health, Verdict
-from gpuwatch.host.processes import GpuProcess
-from gpuwatch.model import BackendState, GpuInfo, GpuState, GpuStatus, Provenance, Sample
+from gpuwatch.model import (
+    BackendState,
+    GpuInfo,
+    GpuProcess,
+    GpuState,
+    GpuStatus,
+    Provenance,
+    Sample,
+)
 from gpuwatch.push.attribution import Attribution, job_cgroup
 from gpuwatch.push.parse import PushError, parse_json, parse_text
-from gpuwatch.rules.engine import RuleEngine, shipped_packs
-from gpuwatch.rules.files import load_rule_files
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.rules.files import load_rule_files, shipped_packs
 from gpuwatch.rules.outgoing import alerts_to_send, cause_labels, firing_alerts
 from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.rules.views import alerts_payload

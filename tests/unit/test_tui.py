@@ -207,6 +207,28 @@ def test_a_busy_healthy_gpu_is_calm_and_a_fault_is_loud() -> None:
     assert colour == {"48": "bold red", "54": "yellow", "180": "yellow", "²": "yellow"}  # 13 plain
 
 
+def test_a_temperature_is_coloured_by_the_rules_not_by_a_number_of_the_dashboards() -> None:
+    hot = {"index": 0, "uuid": "GPU-a", "status": "ok", "health": "healthy",
+           "metrics": {"temperature_celsius": 87.0}}  # fmt: skip
+    temp = GPU_COLUMNS.index("Temp")
+    assert not styles(gpu_cells(hot, [])[temp])  # 87 °C with no alert: an H100 runs there
+
+    def alert(name: str, severity: str, state: str = "firing", uuid: str = "GPU-a") -> Any:
+        labels = {"alertname": name, "severity": severity, "uuid": uuid}
+        return {"labels": labels, "state": state}
+
+    high = [alert("GpuTemperatureHigh", "warning")]
+    assert styles(gpu_cells(hot, [], high)[temp]) == {"yellow"}
+    assert not styles(gpu_cells(hot, [], [alert("GpuTemperatureHigh", "warning", "pending")])[temp])
+    assert not styles(gpu_cells(hot, [], [alert("GpuTemperatureHigh", "warning", uuid="b")])[temp])
+    assert not styles(gpu_cells(hot, [], [alert("GpuPowerBrake", "critical")])[temp])
+    assert styles(gpu_cells(hot, [], [alert("GpuTemperatureAtSlowdown", "critical")])[temp]) == {
+        "red"
+    }
+    slowing = {**hot, "health_causes": [{"key": "thermal-slowdown", "state": "unhealthy"}]}
+    assert styles(gpu_cells(slowing, [])[temp]) == {"red"}
+
+
 def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
     def alert(name: str, severity: str, state: str, at: str) -> dict[str, Any]:
         return {"labels": {"alertname": name, "severity": severity}, "state": state,

@@ -141,12 +141,12 @@ async def test_rules_without_the_hardware_pack_are_said_to_leave_causes_unjudged
     warned = [r.getMessage() for r in caplog.records if "verdict's causes" in r.getMessage()]
     if files:
         assert warned == [
-            "no loaded rule raises the verdict's causes gpu-unresponsive, driver-unresponsive, "
-            "nvlink-crc, nvlink-replay, pcie-replays, remapped-rows, retired-pages, "
-            "fabric-not-registered, "
-            "fabric-registration-failed, fabric-unhealthy, fabric-degraded, thermal-slowdown (a "
-            "`cause` label), so the verdict does not judge them: list the shipped hardware and "
-            "thermal packs in rules.files (docs/rules.md)"
+            "no loaded rule raises the verdict's causes driver-unresponsive, fabric-degraded, "
+            "fabric-manager-down, fabric-not-registered, fabric-registration-failed, "
+            "fabric-unhealthy, gpu-unresponsive, nvlink-crc, nvlink-replay, pcie-replays, "
+            "remapped-rows, retired-pages, thermal-slowdown (a `cause` label), so the verdict "
+            "does not judge them: list the shipped hardware and thermal packs in rules.files "
+            "(docs/rules.md)"
         ]
     else:
         assert warned == []  # the shipped packs raise every one

@@ -5,10 +5,10 @@ fires, for its remaining time only."""
 from __future__ import annotations
 
 from gpuwatch import metrics as m
-from gpuwatch.health.xid_counter import OTHER, UNLISTED_PER_GPU, XidCounter, xid_history
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.store.tsdb import Store
+from gpuwatch.xid.counter import OTHER, UNLISTED_PER_GPU, XidCounter, xid_history
 
 NOW = 1_800_000_000.0
 UUID = "GPU-1"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import NotifyAlert
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.text.timefmt import rfc3339
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import NotifyAlert
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.message import Notification, alert_details
 from gpuwatch.text.timefmt import rfc3339

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import NotifyAlert
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.formats.common import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuwatch.notify.alerts import NotifyAlert
+from gpuwatch.model import NotifyAlert
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import Outgoing
 from gpuwatch.notify.formats.common import alert_heading, link, outgoing, title, truncate
