@@ -39,7 +39,7 @@ from gpuwatch.health.verdict import SEVERITY, Health
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
-from gpuwatch.serve.runner import Wired, wire
+from gpuwatch.serve.wiring import Wired, wire
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario

@@ -7,8 +7,8 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from itertools import chain
+from typing import Protocol
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
@@ -17,7 +17,8 @@ from gpuwatch.health.acks import AckStore, acknowledgeable
 from gpuwatch.health.judge import HealthJudge
 from gpuwatch.health.own import state_causes
 from gpuwatch.health.raised import RaisedCause, raised_causes
-from gpuwatch.health.verdict import Cause, Verdict, health_samples
+from gpuwatch.health.verdict import Cause, Verdict, health_samples, with_sampling_problem
+from gpuwatch.health.view import NodeView
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
@@ -69,13 +70,12 @@ class EventLog:
             listener(event)
 
 
-@dataclass
-class NodeView:
-    """What the API and dashboards show of the node, refreshed every cycle."""
+class CycleOutput(Protocol):
+    """What acts on each finished cycle's verdict: the drainer, job reports, the verdict file,
+    the state directory's upkeep. Called on the loop after the cycle; cheap, or it hands the
+    work to a task of its own."""
 
-    batch: Batch | None = None
-    gpu_verdicts: dict[int, Verdict] = field(default_factory=dict)
-    node_verdict: Verdict | None = None
+    def after_cycle(self, now: float, view: NodeView) -> None: ...
 
 
 class Daemon:
@@ -94,6 +94,7 @@ class Daemon:
         problems: StateProblems | None = None,
         collectors: Sequence[Collector] = (),
         watchers: Sequence[Watcher] = (),
+        outputs: Sequence[CycleOutput] = (),
         gpus: GpuDirectory | None = None,
     ) -> None:
         self.config = config
@@ -106,6 +107,7 @@ class Daemon:
         self.problems = problems if problems is not None else StateProblems(None)
         self.collectors = collectors  # components' own metrics, gathered each cycle
         self.watchers = watchers
+        self.outputs = outputs  # in order, after each cycle
         # Which GPU sits at which PCI address, for the watchers; refreshed every cycle.
         self.gpus = gpus if gpus is not None else GpuDirectory()
         if journal is not None:
@@ -114,14 +116,15 @@ class Daemon:
         self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
         self.xids = XidCounter()
-        self._raised: list[RaisedCause] = []  # by the firing alerts of the last evaluation
+        self._raised: list[RaisedCause] = []  # by the firing alerts of this cycle's evaluation
         self._urgent = asyncio.Event()
         self._evaluate_everything = False
         events.listeners.append(self._on_event)
         self.view = NodeView()
         self.events = events
         self.started_at = clock.now()
-        self.cycle_listeners: list[Callable[[float], None]] = []  # called after each cycle
+        # Readers that come and go (a dashboard's event stream), told after each cycle.
+        self.cycle_listeners: list[Callable[[float], None]] = []
         self.last_cycle_end: float | None = None
         self.last_cycle_duration = 0.0
         self.cycles = 0  # sampling cycles completed
@@ -139,7 +142,6 @@ class Daemon:
         sample on every tick; without, whoever started it calls sample_once (a test stepping
         a manual clock, which a second sampler would race)."""
         self.restore_xids()
-        self._take_raised()  # alerts restored from before a restart hold their causes at once
         await self.source.start()
         # The first cycle lists the GPUs, so what the watchers then follow finds its GPU; it
         # already has what they kept from before (the kernel log's counts this boot).
@@ -209,6 +211,22 @@ class Daemon:
                 self.overruns += missed
 
     async def sample_once(self) -> None:
+        """One cycle, in the order data flows: the sources' batch into the store, the rules
+        over it, the verdict from the batch and this evaluation's firing alerts, the verdict
+        into the store, and then what acts on it."""
+        batch, watched = await self._collect()
+        jobs = await self.jobs.collect(self.last_cycle_end or batch.time)
+        self._ingest(batch, watched, jobs)
+        await self._evaluate(batch)
+        self._judge(batch)
+        self._notify(batch)
+        for output in self.outputs:
+            output.after_cycle(self.last_cycle_end or batch.time, self.view)
+        for listener in self.cycle_listeners:
+            listener(self.last_cycle_end or batch.time)
+
+    async def _collect(self) -> tuple[Batch, list[list[Sample] | None]]:
+        """The GPUs' batch and each watcher's read."""
         started = self.clock.now()
         # The host's files are read once the GPUs have been: a worker thread reading files
         # while the NVML runner calls the library made the two hand the interpreter lock back
@@ -231,23 +249,15 @@ class Daemon:
         self.last_cycle_duration = ended - started
         self.last_cycle_end = ended
         self.cycles += 1
-        gpu_verdicts, verdict = self.judge.judge(
-            ended,
-            self.source.backend,
-            batch.gpus,
-            batch.samples,
-            slow=batch.slow,
-            own=state_causes(self.problems),
-            raised=self._raised,
-        )
-        self.view = NodeView(batch, gpu_verdicts, verdict)
+        return batch, watched
+
+    def _ingest(self, batch: Batch, watched: list[list[Sample] | None], jobs: list[Sample]) -> None:
         samples = [
             *batch.samples,
             *self.xids.samples(batch.gpus),
-            *await self.jobs.collect(ended),
-            *health_samples(batch.gpus, gpu_verdicts, verdict),
+            *jobs,
             Sample(m.SAMPLE_DURATION, (), self.last_cycle_duration),
-            Sample(m.LAST_SAMPLE_TIMESTAMP, (), ended),
+            Sample(m.LAST_SAMPLE_TIMESTAMP, (), self.last_cycle_end or batch.time),
             Sample(m.SAMPLES, (), float(self.cycles)),
             Sample(m.SAMPLING_OVERRUNS, (), float(self.overruns)),
             Sample(m.STORE_SERIES, (), float(len(self.store))),
@@ -260,22 +270,42 @@ class Daemon:
         for watcher, read in zip(self.watchers, watched, strict=True):
             if read is not None:
                 self.store.ingest(watcher.name, batch.time, read)
-        for listener in self.cycle_listeners:
-            listener(ended)
-        if self.rules is not None:
-            everything, self._evaluate_everything = self._evaluate_everything, False
-            blind = not batch.backend.up  # what the GPUs' alerts read went with it
-            transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything, blind)
-            for transition in transitions:
-                self.events.publish(transition.as_event())
-            self._take_raised()  # a cause an alert raises shows one cycle after it fires
-            if self.notifier is not None:
-                identities = {
-                    str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)
-                    for g in batch.gpus
-                }
-                outgoing = alerts_to_send(self.rules.alerting_rules(), self.notifier.node)
-                self.notifier.update(self.clock.now(), outgoing, identities)
+
+    async def _evaluate(self, batch: Batch) -> None:
+        """The rules over what was just ingested; their firing alerts' causes for the verdict."""
+        if self.rules is None:
+            return
+        everything, self._evaluate_everything = self._evaluate_everything, False
+        blind = not batch.backend.up  # what the GPUs' alerts read went with it
+        transitions = await self.rules.evaluate_off_loop(self.clock.now(), everything, blind)
+        for transition in transitions:
+            self.events.publish(transition.as_event())
+        self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
+
+    def _judge(self, batch: Batch) -> None:
+        """The verdict per GPU and node, kept for readers and stored on its own timeline."""
+        gpu_verdicts, verdict = self.judge.judge(
+            self.last_cycle_end or batch.time,
+            self.source.backend,
+            batch.gpus,
+            batch.samples,
+            slow=batch.slow,
+            own=state_causes(self.problems),
+            raised=self._raised,
+        )
+        self.view = NodeView(batch, gpu_verdicts, verdict)
+        samples = health_samples(batch.gpus, gpu_verdicts, verdict)
+        self.store.ingest(f"{self.source.name}/verdict", batch.time, samples)
+
+    def _notify(self, batch: Batch) -> None:
+        if self.notifier is None or self.rules is None:
+            return
+        identities = {
+            str(g.info.index): GpuIdentity(g.info.model, g.info.serial, g.info.uuid, g.jobs)
+            for g in batch.gpus
+        }
+        outgoing = alerts_to_send(self.rules.alerting_rules(), self.notifier.node)
+        self.notifier.update(self.clock.now(), outgoing, identities)
 
     @staticmethod
     async def _read(watcher: Watcher) -> list[Sample] | None:
@@ -284,11 +314,6 @@ class Daemon:
         except Exception:  # one watcher's bug must not cost the cycle
             log.exception("reading %s failed", watcher.name)
             return None
-
-    def _take_raised(self) -> None:
-        """The causes the rules' firing alerts raise, for the next verdict."""
-        if self.rules is not None:
-            self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
 
     def acknowledge(self, gpu: str, key: str, note: str) -> tuple[str, Cause]:
         """Acknowledge a current cause of GPU `gpu` (index or UUID; "node" for the node's own).
@@ -326,6 +351,12 @@ class Daemon:
         )  # fmt: skip
         self._urgent.set()  # show the new verdict now
         return uuid, cause
+
+    def node_verdict_now(self) -> Verdict | None:
+        """The node's verdict as of now: the last cycle's, unhealthy too while sampling is not
+        current (a wedged loop judges nothing, so no cycle could say it)."""
+        verdict = self.view.node_verdict
+        return verdict and with_sampling_problem(verdict, self.sampling_problem())
 
     def sampling_problem(self) -> str:
         """Empty when sampling is current; otherwise why it is not."""

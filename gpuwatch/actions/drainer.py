@@ -24,6 +24,7 @@ from gpuwatch.actions.config import SlurmActions
 from gpuwatch.actions.slurm import OWN_REASON_PREFIX, SlurmCli, SlurmError, SlurmNode, own_reason
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.health.verdict import Cause, Health, Verdict
+from gpuwatch.health.view import NodeView
 from gpuwatch.model import Event, Sample
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ class SlurmDrainer:
         self._task: asyncio.Task[None] | None = None
 
     # -- the daemon's side ---------------------------------------------------------------
+    def after_cycle(self, now: float, view: NodeView) -> None:
+        self.observe(now, view.node_verdict)
+
     def observe(self, now: float, verdict: Verdict | None) -> None:
         """The cycle's verdict. Cheap: it only wakes the task when there is something to do."""
         if verdict is None:

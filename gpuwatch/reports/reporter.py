@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.clock import Clock
+from gpuwatch.health.view import NodeView
 from gpuwatch.model import Batch, Event
 from gpuwatch.reports import report
 from gpuwatch.reports.tracker import JobRecord, JobTracker
@@ -22,6 +23,9 @@ class JobReports:
         self.clock = clock
         self.publish = publish
         self.tracker = JobTracker(self._ended)
+
+    def after_cycle(self, now: float, view: NodeView) -> None:
+        self.observe(now, view.batch)
 
     def observe(self, now: float, batch: Batch | None) -> None:
         self.tracker.observe(now, batch)

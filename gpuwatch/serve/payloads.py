@@ -10,7 +10,6 @@ from typing import Any
 from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.daemon import Daemon
-from gpuwatch.health.verdict import with_sampling_problem
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.text.gofmt import non_finite
 from gpuwatch.text.timefmt import rfc3339
@@ -166,10 +165,8 @@ def landing_page(node: dict[str, Any]) -> str:
 
 
 def node_payload(daemon: Daemon) -> dict[str, Any]:
-    view = daemon.view
     backend = daemon.source.backend
-    problem = daemon.sampling_problem()
-    verdict = view.node_verdict and with_sampling_problem(view.node_verdict, problem)
+    verdict = daemon.node_verdict_now()
     return {
         "node": daemon.config.node_name,
         "version": __version__,
@@ -192,7 +189,7 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
             "interval_seconds": daemon.config.sampling.interval,
             "last_sample_time": daemon.last_cycle_end,
             "last_duration_seconds": daemon.last_cycle_duration,
-            "problem": problem,
+            "problem": daemon.sampling_problem(),
         },
         "gpus": gpus_payload(daemon),
     }

@@ -1,4 +1,5 @@
-"""Assembling and running the daemon: source, store, sampling loop and HTTP listener."""
+"""Starting and running the daemon: the state directory, the listener, the wired components
+(serve/wiring.py), the sockets and the sampling loop, and stopping them in reverse."""
 
 from __future__ import annotations
 
@@ -6,29 +7,21 @@ import asyncio
 import faulthandler
 import logging
 import signal
-import sqlite3
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from gpuwatch.actions.drainer import SlurmDrainer
 from gpuwatch.clock import Clock, within
 from gpuwatch.config import Config
-from gpuwatch.daemon import Daemon, EventLog
+from gpuwatch.daemon import Daemon
 from gpuwatch.gctune import tune_gc
-from gpuwatch.health.acks import AckStore
-from gpuwatch.host.boot import current_boot_id
-from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.kernel.merge import EventMerger
 from gpuwatch.model import Event
-from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.push.attribution import Attribution
-from gpuwatch.reports.reporter import JobReports
-from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import Api, start_http
 from gpuwatch.serve.control import (
     CONTROL_MODE,
@@ -40,22 +33,15 @@ from gpuwatch.serve.control import (
 from gpuwatch.serve.listen import bind_tcp
 from gpuwatch.serve.preflight import (
     StartupError,
-    config_warnings,
     load_guard,
-    load_rules,
     reach_warnings,
     socket_paths,
 )
 from gpuwatch.serve.pushserver import PushServer
-from gpuwatch.serve.reload import Reloader
 from gpuwatch.serve.sdnotify import SystemdNotifier
-from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
-from gpuwatch.serve.verdictfile import VerdictFile
 from gpuwatch.serve.webconfig import WebGuard
-from gpuwatch.state.journal import Journal
-from gpuwatch.state.lock import StateDirError, StateDirLock, prepare_state_dir
-from gpuwatch.state.statedir import DIR_MODE, StateProblems, ensure_dir
-from gpuwatch.store.tsdb import Store
+from gpuwatch.serve.wiring import Wired, wire
+from gpuwatch.state.lock import StateDirError, prepare_state_dir
 from gpuwatch.text.units import parse_listen
 
 log = logging.getLogger(__name__)
@@ -72,30 +58,14 @@ def real_nvml() -> NvmlModule:
 
 
 @dataclass
-class Wired:
-    """The daemon's components, each built with what it needs."""
-
-    daemon: Daemon
-    rules: RuleEngine
-    journal: Journal
-    notifier: Notifier
-    reloader: Reloader
-    reports: JobReports | None = None
-
-    async def close(self) -> None:
-        """Stop the notifier's senders and close what wiring opened: the outbox, the journal."""
-        await self.notifier.stop()
-        self.journal.close()
-
-
-@dataclass
 class Running:
     wired: Wired
     runner: web.AppRunner
     port: int
     sockets: list[UnixSocket]  # the control socket first, then the push socket
-    guard: WebGuard | None = None
-    lock: StateDirLock | None = None
+    guard: WebGuard | None
+    # What start opened, each with its closing step, closed in reverse order by stop.
+    opened: AsyncExitStack
 
     @property
     def daemon(self) -> Daemon:
@@ -121,15 +91,9 @@ class Running:
         return f"{self.scheme}://{host if ':' not in host else f'[{host}]'}:{self.port}"
 
     async def stop(self) -> None:
-        await self.runner.cleanup()
-        for served in self.sockets:
-            await served.close()
-        await self.daemon.stop()
-        await self.wired.close()
-        if self.guard is not None:
-            self.guard.close()
-        if self.lock is not None:
-            self.lock.release()
+        """Every step of start undone, the last first: the sampling loop, the sockets, the
+        listener, the notifier and the journal, the web config's watch, the lock."""
+        await self.opened.aclose()
 
 
 async def start(
@@ -138,164 +102,62 @@ async def start(
     clock: Clock,
     reread: Callable[[], Config] | None = None,
 ) -> Running:
+    """Each step of starting pushes its undoing; a step that fails undoes those before it, in
+    reverse, and a started daemon's stop undoes them all the same way."""
+    opened = AsyncExitStack()
     try:
-        state_dir, lock = prepare_state_dir(config.state_dir)
-    except StateDirError as exc:
-        raise StartupError(str(exc)) from None
-    try:
-        running = await _start(config, nvml, clock, state_dir, reread)
+        return await _start(config, nvml, clock, reread, opened)
     except BaseException:
-        lock.release()
+        await opened.aclose()
         raise
-    running.lock = lock
-    running.daemon.cycle_listeners.append(lambda _: _keep_state_dir(running, state_dir))
-    return running
-
-
-def _keep_state_dir(running: Running, state_dir: Path) -> None:
-    """After each cycle: a state directory removed under the daemon is recreated with its lock,
-    its databases (with what they held) and the control socket; held journal entries are
-    written once the disk takes them. A few stat calls when nothing is wrong."""
-    try:
-        ensure_dir(state_dir)
-        if running.lock is not None:
-            running.lock.renew()
-        running.wired.journal.flush_if_needed()
-        running.wired.notifier.db.reopen_if_unlinked()
-    except (OSError, sqlite3.Error, StartupError) as exc:
-        log.error("state directory %s: %s", state_dir, exc)
-    for served in running.sockets:
-        if not served.closed and not served.path.exists() and served.recreating is None:
-            served.recreating = asyncio.create_task(_recreate_socket(served))
-
-
-async def _recreate_socket(served: UnixSocket) -> None:
-    try:
-        served.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        await served.listen()
-        log.error("%s socket %s was removed: recreated it", served.name, served.path)
-    except OSError as exc:
-        log.error("%s socket %s: cannot recreate it: %s", served.name, served.path, exc)
-    finally:
-        served.recreating = None
-
-
-def wire(
-    config: Config,
-    nvml: NvmlModule | None,
-    clock: Clock,
-    state_dir: Path,
-    port: int,
-    *,
-    guard: WebGuard | None = None,
-    boot_id: str | None = None,
-    reread: Callable[[], Config] | None = None,
-) -> Wired:
-    """The components `gpuwatch run` serves, each handed what it needs: one store for the
-    daemon and the rules, the journal of this boot (the machine's unless `boot_id` says), the
-    notifier linking back to `port`, and the reloader that sequences their reloads."""
-    scheme = "https" if guard is not None and guard.config.tls is not None else "http"
-    problems = StateProblems(state_dir)
-    events = EventLog()
-    merger = EventMerger(clock, events.publish)  # one XID seen by NVML and the kernel log
-    try:
-        source = make_source(config, nvml, clock, merger.publish, state_dir)
-    except NoSourceError as exc:
-        raise StartupError(str(exc)) from None
-    store = Store(config.store.retention)
-    rules = load_rules(config, state_dir, store, f"{scheme}://{config.node_name}:{port}")
-    for warning in config_warnings(config, rules):
-        log.warning("%s", warning)
-    boot = current_boot_id() if boot_id is None else boot_id
-    try:
-        journal = Journal(state_dir, config.journal.retention, boot, problems)
-    except sqlite3.Error as exc:
-        raise StartupError(f"journal in {state_dir}: {exc}") from exc
-    try:
-        notifier = Notifier(
-            config.notify,
-            state_dir,
-            clock,
-            node=config.node_name,
-            external_url=f"{scheme}://{config.node_name}:{port}",
-            interval=rules.default_interval,
-            problems=problems,
-        )
-    except sqlite3.Error as exc:
-        journal.close()
-        raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
-    gpus = GpuDirectory()
-    watchers = make_watchers(config, clock, merger.publish, gpus, journal)
-    drainer = None
-    if config.actions.slurm.enabled:
-        drainer = SlurmDrainer(config.actions.slurm, config.node_name, clock, events.publish)
-        watchers.append(drainer)
-    daemon = Daemon(
-        config,
-        clock,
-        source,
-        events,
-        watchers=watchers,
-        gpus=gpus,
-        store=store,
-        rules=rules,
-        journal=journal,
-        acks=AckStore(state_dir),
-        notifier=notifier,
-        problems=problems,
-        collectors=(notifier, problems),
-    )
-    if drainer is not None:
-        observe = drainer.observe  # each cycle's verdict, once it is reached
-        daemon.cycle_listeners.append(lambda now: observe(now, daemon.view.node_verdict))
-    daemon.cycle_listeners.append(VerdictFile(daemon, state_dir).observe)
-    reports = JobReports(state_dir, clock, events.publish)
-    daemon.cycle_listeners.append(lambda now: reports.observe(now, daemon.view.batch))
-    events.listeners.append(reports.on_event)
-    reloader = Reloader(daemon, rules, notifier, guard, reread)
-    return Wired(daemon, rules, journal, notifier, reloader, reports)
 
 
 async def _start(
     config: Config,
     nvml: NvmlModule | None,
     clock: Clock,
-    state_dir: Path,
     reread: Callable[[], Config] | None,
+    opened: AsyncExitStack,
 ) -> Running:
+    try:
+        state_dir, lock = prepare_state_dir(config.state_dir)
+    except StateDirError as exc:
+        raise StartupError(str(exc)) from None
+    opened.callback(lock.release)
     guard = load_guard(config)
+    if guard is not None:
+        opened.callback(guard.close)
     control_path, push_path = socket_paths(config)
     host, port = parse_listen(config.listen)
     try:
         listening = bind_tcp(host, port)
     except OSError as exc:
         raise ListenError(f"cannot listen on {config.listen}: {exc.strerror}") from exc
+    for sock in listening:
+        opened.callback(sock.close)  # the listener's, once it serves; closing twice is nothing
     bound = int(listening[0].getsockname()[1])
-    try:
-        wired = wire(config, nvml, clock, state_dir, bound, guard=guard, reread=reread)
-    except BaseException:
-        for sock in listening:
-            sock.close()
-        raise
+    wired = wire(config, nvml, clock, state_dir, bound, guard=guard, reread=reread, lock=lock)
+    opened.push_async_callback(wired.close)
     daemon, notifier = wired.daemon, wired.notifier
     runner = await start_http(Api(daemon, reports=wired.reports), listening, guard)
-    await notifier.start()
-    push = config.push
+    opened.push_async_callback(runner.cleanup)
+    await notifier.start()  # its senders stop with wired.close
     stamp = Attribution(lambda: daemon.view.batch.gpus if daemon.view.batch else ()).stamp
     api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences, stamp)
+    pushes = PushServer(daemon.jobs, daemon.clock.now, stamp)
+    push = config.push
     sockets: list[UnixSocket] = []
-    try:
-        control = AppServer(api.app())
-        sockets.append(await start_socket("control", control, control_path, CONTROL_MODE))
-        pushes = PushServer(daemon.jobs, daemon.clock.now, stamp)
-        mode, group = push.socket_mode, push.socket_group
-        sockets.append(await start_socket("push", pushes, push_path, mode, group))
-    except OSError as exc:
-        for served in sockets:
-            await served.close()
-        await runner.cleanup()
-        await wired.close()
-        raise StartupError(f"cannot create a unix socket: {exc}") from exc
+    for name, server, path, mode, group in (
+        ("control", AppServer(api.app()), control_path, CONTROL_MODE, None),
+        ("push", pushes, push_path, push.socket_mode, push.socket_group),
+    ):
+        try:
+            served = await start_socket(name, server, path, mode, group)
+        except OSError as exc:
+            raise StartupError(f"cannot create a unix socket: {exc}") from exc
+        opened.push_async_callback(served.close)
+        sockets.append(served)
+        wired.keeper.keep(served)
     for warning in reach_warnings(config, push_path):
         log.warning("%s", warning)
     for path in daemon.problems.damaged():
@@ -305,7 +167,8 @@ async def _start(
                   f"{path.name}", {"file": path.name})
         )  # fmt: skip
     await daemon.start()
-    running = Running(wired, runner, bound, sockets, guard)
+    opened.push_async_callback(daemon.stop)
+    running = Running(wired, runner, bound, sockets, guard, opened)
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, running.scheme)
     return running
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.daemon import Daemon
 from gpuwatch.health.line import health_line
+from gpuwatch.health.view import NodeView
 from gpuwatch.text.printable import one_line
 
 log = logging.getLogger(__name__)
@@ -25,10 +25,7 @@ MAX_CHARS = 1024
 
 
 class VerdictFile:
-    def __init__(
-        self, daemon: Daemon, state_dir: Path, monotonic: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.daemon = daemon
+    def __init__(self, state_dir: Path, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = state_dir / FILE_NAME
         # Renewals by the monotonic clock: the wall clock stepped back an hour would leave the
         # file unrenewed for that hour, and node-problem-detector reading it as a dead daemon.
@@ -37,15 +34,14 @@ class VerdictFile:
         self._touched = float("-inf")
         self._failed = False
 
-    def observe(self, _now: float) -> None:
-        """After each cycle: a few comparisons unless the verdict changed or a touch is due."""
+    def after_cycle(self, _now: float, view: NodeView) -> None:
+        """A few comparisons unless the verdict changed or a touch is due."""
         now = self._monotonic()
-        view = self.daemon.view
         gpus = view.batch.gpus if view.batch is not None else ()
         key = (view.node_verdict, tuple((g.info.index, g.status) for g in gpus))
         try:
             if key != self._key:
-                self._write(one_line(health_line(self._inputs()), MAX_CHARS))
+                self._write(one_line(health_line(_inputs(view)), MAX_CHARS))
                 self._key = key
             elif now - self._touched >= TOUCH_EVERY_S:
                 os.utime(self.path)
@@ -59,22 +55,22 @@ class VerdictFile:
                 log.error("cannot write the verdict file %s: %s", self.path, exc.strerror)
             self._failed = True
 
-    def _inputs(self) -> dict[str, Any]:
-        """What health_line reads of the node's payload, without the cost of the rest."""
-        view = self.daemon.view
-        verdict = view.node_verdict
-        gpus = view.batch.gpus if view.batch is not None else ()
-        if verdict is None:
-            return {"reasons": ["no sample taken yet"]}
-        return {
-            "verdict": verdict.state.value,
-            "reasons": verdict.reasons,
-            "actions": verdict.actions,
-            "acknowledged": [{"reason": c.reason} for c in verdict.acknowledged],
-            "gpus": [{"index": g.info.index, "status": g.status.value} for g in gpus],
-        }
-
     def _write(self, line: str) -> None:
         temporary = self.path.with_name(f".{FILE_NAME}.tmp")
         temporary.write_text(line + "\n", encoding="utf-8")
         os.replace(temporary, self.path)
+
+
+def _inputs(view: NodeView) -> dict[str, Any]:
+    """What health_line reads of the node's payload, without the cost of the rest."""
+    verdict = view.node_verdict
+    gpus = view.batch.gpus if view.batch is not None else ()
+    if verdict is None:
+        return {"reasons": ["no sample taken yet"]}
+    return {
+        "verdict": verdict.state.value,
+        "reasons": verdict.reasons,
+        "actions": verdict.actions,
+        "acknowledged": [{"reason": c.reason} for c in verdict.acknowledged],
+        "gpus": [{"index": g.info.index, "status": g.status.value} for g in gpus],
+    }

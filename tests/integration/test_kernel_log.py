@@ -14,7 +14,7 @@ from typing import Any
 import pynvml
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.serve.runner import wire
+from gpuwatch.serve.wiring import wire
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import DaemonProcess, Simulate, node_config, parse_metrics, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 from gpuwatch.clock import ManualClock
 from gpuwatch.config import Config
 from gpuwatch.health.verdict import Health
-from gpuwatch.serve.runner import Wired, wire
+from gpuwatch.serve.wiring import Wired, wire
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate, node_config
 
@@ -33,8 +33,7 @@ async def sampled(
     simulate: Simulate, scenario: str, config: Config, state: Path, cycles: int
 ) -> Wired:
     """The node wired as `gpuwatch run` wires it, over a simulated scenario on a manual clock,
-    with `cycles` cycles sampled a second apart; a cause an alert raises in one cycle is in
-    the verdict of the next."""
+    with `cycles` cycles sampled a second apart."""
     clock = ManualClock()
     simulate(load_scenario(scenario), clock)
     wired = wire(config, pynvml, clock, state, 10040)
@@ -77,6 +76,29 @@ async def test_the_pack_limit_decides_the_alert_and_the_verdict(
         assert cause.reason == "GPU 1 has retired 63 memory pages"
         assert cause.action == "take the GPU out of service and RMA it"  # the verdict's style
         assert cause.fingerprint == "63"  # one more page is news after an acknowledgement
+
+
+async def test_the_verdict_of_a_cycle_judges_that_cycles_alerts(
+    tmp_path: Path, simulate: Simulate
+) -> None:
+    """Every cycle, the cause is in the verdict exactly while its alert fires: the verdict is
+    judged after the rules, never on the evaluation before."""
+    config, state = node_config(tmp_path)
+    clock = ManualClock()
+    simulate(load_scenario("retired_pages"), clock)
+    wired = wire(config, pynvml, clock, state, 10040)
+    await wired.daemon.source.start()
+    seen = []
+    for cycle in range(16):
+        clock.advance(1.0 if cycle else 0.0)
+        await wired.daemon.sample_once()
+        fires = ("GpuRetiredPagesHigh", "1") in firing(wired)
+        judged = "retired-pages" in {c.key for c in wired.daemon.view.gpu_verdicts[1].causes}
+        assert fires == judged, cycle
+        seen.append(fires)
+    assert seen[0] is False and seen[-1] is True  # it began to fire within the run
+    await wired.daemon.source.stop()
+    await wired.close()
 
 
 async def test_an_acknowledged_alert_cause_holds_across_a_restart(

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.serve.runner import wire
 from gpuwatch.serve.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
+from gpuwatch.serve.wiring import wire
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.yamlfile import FileError
 from tests.conftest import Simulate, node_config
