@@ -18,9 +18,10 @@ import yaml
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import Config, SamplingConfig
+from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon, EventLog
 from gpuwatch.model import Event, GpuStatus, Sample
+from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.device import RECHECK_S
 from gpuwatch.nvml.events import WAIT_MS
 from gpuwatch.nvml.source import NvmlSource

@@ -19,7 +19,7 @@ from gpuwatch.kernel.line_events import OTHER_PER_MINUTE
 from gpuwatch.kernel.merge import MAX_KEYS, WINDOW_S, EventMerger
 from gpuwatch.kernel.nvrm import read_driver_line
 from gpuwatch.kernel.records import parse_record
-from gpuwatch.kernel.watcher import MAX_BATCHES_QUEUED, RECORDS_A_TURN, Batch, KernelLog
+from gpuwatch.kernel.watcher import RECORDS_A_TURN, Batch, KernelLog
 from gpuwatch.model import Event, GpuInfo, GpuState, GpuStatus
 from gpuwatch.text.pci import pci_address
 
@@ -279,28 +279,6 @@ def test_a_log_truncated_in_place_and_an_upgraded_journal_lose_and_repeat_nothin
     assert after_upgrade == []
 
 
-def test_the_reader_waits_while_the_loop_is_behind(tmp_path: Path) -> None:
-    watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
-    loop = asyncio.new_event_loop()
-    watcher._loop = loop
-    stop = threading.Event()
-    for _ in range(MAX_BATCHES_QUEUED):
-        assert watcher._hand_over(records([XID_79]), stop)
-    handed: list[bool] = []
-    late = threading.Thread(
-        target=lambda: handed.append(watcher._hand_over(records([XID_79]), stop))
-    )
-    late.start()
-    late.join(0.3)
-    assert late.is_alive() and not published  # waits: the loop has taken none
-    loop.run_until_complete(asyncio.sleep(0))  # the loop takes what was queued
-    late.join(10)
-    assert handed == [True]
-    loop.run_until_complete(asyncio.sleep(0))
-    loop.close()
-    assert len(published) == 1  # the same record, taken once
-
-
 def test_a_storm_is_taken_a_few_hundred_records_a_turn_of_the_loop(tmp_path: Path) -> None:
     watcher, published, _ = kernel_log(tmp_path, directory(gpu_at(3, "3b")))
     loop = asyncio.new_event_loop()
@@ -358,36 +336,6 @@ def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path
         s for s in again.collect() if s.name == "gpuwatch_nvswitch_sxid_last_timestamp_seconds"
     ]
     assert last.labels == count.labels and last.value == sxids[-1].time
-
-
-async def test_a_missing_kernel_log_says_why_and_is_not_fatal(tmp_path: Path) -> None:
-    watcher, _, _ = kernel_log(tmp_path, directory())
-    await watcher.start()
-    try:
-        assert watcher.problem.endswith("kmsg: No such file or directory")
-        assert [s.value for s in watcher.collect() if s.name == "gpuwatch_kmsg_up"] == [0.0]
-    finally:
-        await watcher.stop()
-
-
-async def test_a_kernel_log_started_again_after_a_stop_follows_the_log(tmp_path: Path) -> None:
-    (tmp_path / "kmsg").write_text(f"4,1,1,-;{XID_79}\n")
-    arrived = asyncio.Event()
-    published: list[Event] = []
-    gpus = directory(gpu_at(3, "3B"))
-    watcher = KernelLog(str(tmp_path / "kmsg"), ManualClock(),
-                        lambda e: (published.append(e), arrived.set()), gpus)  # fmt: skip
-    await watcher.start()
-    await watcher.stop()
-    await watcher.start()
-    try:
-        arrived.clear()
-        with (tmp_path / "kmsg").open("a") as log:
-            log.write(f"4,2,2,-;{XID_79}\n")
-        await asyncio.wait_for(arrived.wait(), 10)  # its thread reads as the file grows
-    finally:
-        await watcher.stop()
-    assert [e.data["kmsg_seq"] for e in published] == [1, 2]
 
 
 def xid(source: str, code: int = 79, uuid: str = "GPU-3", at: float = 0.0) -> Event:
