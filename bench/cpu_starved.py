@@ -93,8 +93,10 @@ def run(case: str, load: float, warmup: float, burners: int, nice: int) -> dict[
         try:
             time.sleep(warmup)
             before, granted_before = _timeouts(base)
-            spinners = [multiprocessing.Process(target=_spin, args=(nice,), daemon=True)
-                        for _ in range(burners)]  # fmt: skip
+            spinners = [
+                multiprocessing.Process(target=_spin, args=(nice,), daemon=True)
+                for _ in range(burners)
+            ]
             for p in spinners:
                 p.start()
             load_start = time.monotonic()
@@ -140,9 +142,11 @@ def main() -> None:
     )
     parser.add_argument("--only", choices=("healthy", "hang"))
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python "
-          f"{platform.python_version()}; {args.burners} spinning processes for {args.load:.0f}s "
-          f"after {args.warmup:.0f}s warm-up")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python "
+        f"{platform.python_version()}; {args.burners} spinning processes for {args.load:.0f}s "
+        f"after {args.warmup:.0f}s warm-up"
+    )
     for case in ("healthy", "hang"):
         if args.only in (None, case):
             result = run(case, args.load, args.warmup, args.burners, args.nice)

@@ -165,8 +165,14 @@ def main() -> None:
         f"{'RSS MiB':>8} {'scrape p50 ms':>14} {'scrape max ms':>14} {'cached p50 ms':>14}"
     )
     for gpus in args.gpus:
-        r = measure(gpus, args.window, args.warmup, args.workload, ib_ports=args.ib_ports,
-                    nvswitches=args.nvswitches)  # fmt: skip
+        r = measure(
+            gpus,
+            args.window,
+            args.warmup,
+            args.workload,
+            ib_ports=args.ib_ports,
+            nvswitches=args.nvswitches,
+        )
         own = r["cpu_pct"] - r["sim_pct"] - r["host_pct"]
         print(
             f"{r['gpus']:>5} {r['series']:>7} {r['cpu_pct']:>15.2f} {r['sim_pct']:>6.2f} "

@@ -378,8 +378,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the daemon's warnings are what is measured here
     healthy = [name for name in args.only if name in HEALTHY]
-    print(f"machine: {platform.machine()}, Python {platform.python_version()}; "
-          f"healthy hours: {args.healthy_hours:g} over {len(healthy)} scenarios")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}; "
+        f"healthy hours: {args.healthy_hours:g} over {len(healthy)} scenarios"
+    )
     results = []
     for name in args.only:
         scenario = load_scenario(str(HERE / f"{name}.yaml"))
@@ -399,9 +401,11 @@ def main() -> None:
     false = sum(len(r.false) for r in results)
     wrong = sum(len(r.wrong_verdicts) + len(r.uncleared) for r in results)
     hours = sum(r.hours for r in results)
-    print(f"\ncaught {caught} of {expected}; {false} false alerts; {wrong} wrong verdicts "
-          f"or alerts not cleared; "
-          f"{hours:.1f} simulated hours in {sum(r.wall for r in results):.0f} s")  # fmt: skip
+    print(
+        f"\ncaught {caught} of {expected}; {false} false alerts; {wrong} wrong verdicts "
+        f"or alerts not cleared; "
+        f"{hours:.1f} simulated hours in {sum(r.wall for r in results):.0f} s"
+    )
     sys.exit(0 if caught == expected and not false and not wrong else 1)
 
 
@@ -415,8 +419,11 @@ def report(r: Result) -> None:
         )
         or "nothing expected"
     )
-    print(f"{r.name:24} {r.scenario.gpus}x {model:20} {r.hours:5.2f} h  {shown}; "
-          f"{len(r.false)} false; {r.wall:.0f} s", flush=True)  # fmt: skip
+    print(
+        f"{r.name:24} {r.scenario.gpus}x {model:20} {r.hours:5.2f} h  {shown}; "
+        f"{len(r.false)} false; {r.wall:.0f} s",
+        flush=True,
+    )
     for line in [*r.false, *r.wrong_verdicts, *r.uncleared]:
         print(f"    {line}")
 

@@ -90,12 +90,29 @@ class Daemon:
         )
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", trampoline, "-m", "gpuwatch", "run",
-                 "--listen", "127.0.0.1:0", "--state-dir", str(self.state),
-                 "--simulate", "healthy", "-c", str(work / "gpuwatch.yaml"),
-                 "--web-config", str(work / "web.yaml")],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-c",
+                    trampoline,
+                    "-m",
+                    "gpuwatch",
+                    "run",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--state-dir",
+                    str(self.state),
+                    "--simulate",
+                    "healthy",
+                    "-c",
+                    str(work / "gpuwatch.yaml"),
+                    "--web-config",
+                    str(work / "web.yaml"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=work,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             found = SERVING.search(log_path.read_text())
@@ -183,8 +200,10 @@ def wrong_passwords(d: Daemon, seconds: float) -> None:
     with ThreadPoolExecutor(300) as pool:
         n = 0
         while time.monotonic() < deadline:
-            batch = [pool.submit(get, d.url + "/healthz", auth(f"guess-{n + i}"), 30.0)
-                     for i in range(300)]  # fmt: skip
+            batch = [
+                pool.submit(get, d.url + "/healthz", auth(f"guess-{n + i}"), 30.0)
+                for i in range(300)
+            ]
             n += 300
             for f in batch:
                 f.result()
@@ -290,19 +309,24 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=90.0)
     parser.add_argument("--settle", type=float, default=20.0, help="after each flood")
     parser.add_argument(
-        "--final-settle", type=float, default=150.0,
+        "--final-settle",
+        type=float,
+        default=150.0,
         help="after the last flood: 10 s to go stale, 1 m kept, a retention sweep a minute",
-    )  # fmt: skip
+    )
     parser.add_argument("--only", nargs="*", default=list(FLOODS))
     parser.add_argument(
-        "--control", action="store_true",
+        "--control",
+        action="store_true",
         help="run a second daemon beside, probed alike and never flooded: the store fills "
         "its retention windows for an hour, and its RSS says how much of the growth is that",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     machine = f"{platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}"
-    print(f"machine: {machine}; daemon from {args.tree}; {args.seconds:g}s per flood, "
-          "daemon fd limit 1024")  # fmt: skip
+    print(
+        f"machine: {machine}; daemon from {args.tree}; {args.seconds:g}s per flood, "
+        "daemon fd limit 1024"
+    )
     with tempfile.TemporaryDirectory() as tmp, more_descriptors():
         (Path(tmp) / "flooded").mkdir()
         d = Daemon(args.tree, Path(tmp) / "flooded")
@@ -317,8 +341,10 @@ def main() -> None:
             if control is not None:
                 control_start = control.rss_mib()
                 print(f"control's RSS then: {control_start:.1f} MiB")
-            print(f"{'flood':32} {'probes':>6} {'fail':>4}  {'/metrics p50/p99/max ms':>23}  "
-                  f"{'/healthz p50/p99/max ms':>23}  {'RSS after':>9}")  # fmt: skip
+            print(
+                f"{'flood':32} {'probes':>6} {'fail':>4}  {'/metrics p50/p99/max ms':>23}  "
+                f"{'/healthz p50/p99/max ms':>23}  {'RSS after':>9}"
+            )
             for name in args.only:
                 with Prober(d.url) as prober, contextlib.ExitStack() as beside:
                     if control is not None:
@@ -331,18 +357,25 @@ def main() -> None:
                     for lat in prober.latencies.values()
                 ]
                 beside_rss = "" if control is None else f"  control {control.rss_mib():.1f}M"
-                print(f"{name:32} {counts:6d} {prober.failures:4d}  {cells[0]:>23}  "
-                      f"{cells[1]:>23}  {d.rss_mib():8.1f}M{beside_rss}", flush=True)  # fmt: skip
+                print(
+                    f"{name:32} {counts:6d} {prober.failures:4d}  {cells[0]:>23}  "
+                    f"{cells[1]:>23}  {d.rss_mib():8.1f}M{beside_rss}",
+                    flush=True,
+                )
             time.sleep(args.final_settle)
             end_rss = d.rss_mib()
-            print(f"RSS {args.final_settle:g}s after the last flood: {end_rss:.1f} MiB "
-                  f"({end_rss / start_rss - 1:+.0%} of the RSS after warm-up)")  # fmt: skip
+            print(
+                f"RSS {args.final_settle:g}s after the last flood: {end_rss:.1f} MiB "
+                f"({end_rss / start_rss - 1:+.0%} of the RSS after warm-up)"
+            )
             if control is not None:
                 control_end = control.rss_mib()
-                print(f"control's RSS then: {control_end:.1f} MiB "
-                      f"({control_end / control_start - 1:+.0%} of its own after warm-up); "
-                      f"the floods left {end_rss - control_end:+.1f} MiB beside it "
-                      f"({(end_rss - control_end) / start_rss:+.0%})")  # fmt: skip
+                print(
+                    f"control's RSS then: {control_end:.1f} MiB "
+                    f"({control_end / control_start - 1:+.0%} of its own after warm-up); "
+                    f"the floods left {end_rss - control_end:+.1f} MiB beside it "
+                    f"({(end_rss - control_end) / start_rss:+.0%})"
+                )
         finally:
             d.stop()
             if control is not None:

@@ -104,11 +104,25 @@ def start_daemon(tree: Path, work: Path, hook: Hook) -> tuple[subprocess.Popen[b
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
-             "--state-dir", str(work / "state"), "--simulate", str(work / "scenario.yaml"),
-             "-c", str(work / "gpuwatch.yaml")],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(work / "state"),
+                "--simulate",
+                str(work / "scenario.yaml"),
+                "-c",
+                str(work / "gpuwatch.yaml"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=work,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if found := SERVING.search(log_path.read_text()):
@@ -124,9 +138,11 @@ def post(path: Path, target: str, body: bytes, kind: str = "text/plain") -> tupl
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(30)
             s.connect(str(path))
-            s.sendall(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {kind}\r\n"
-                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                      + body)  # fmt: skip
+            s.sendall(
+                f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {kind}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
             reply = b""
             while chunk := s.recv(65536):
                 reply += chunk
@@ -182,8 +198,10 @@ def trickle(path: str, seconds: float) -> None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(1)
             s.connect(path)
-            s.sendall(b"POST /api/v1/push?job=slow HTTP/1.1\r\nHost: x\r\n"
-                      b"Content-Type: text/plain\r\nContent-Length: 4194304\r\n\r\n")  # fmt: skip
+            s.sendall(
+                b"POST /api/v1/push?job=slow HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: text/plain\r\nContent-Length: 4194304\r\n\r\n"
+            )
             socks.append(s)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -229,18 +247,24 @@ def observe(url: str, stop: EventType, results: Connection) -> None:
 def metric_sum(url: str, name: str) -> float:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name))  # fmt: skip
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 def lost_pages(hook: Hook) -> list[tuple[float, dict[str, Any]]]:
-    return [(t, a) for t, body in list(hook.pages) for a in body["alerts"]
-            if a["labels"]["alertname"] == "GpuFellOffBus"]  # fmt: skip
+    return [
+        (t, a)
+        for t, body in list(hook.pages)
+        for a in body["alerts"]
+        if a["labels"]["alertname"] == "GpuFellOffBus"
+    ]
 
 
 def nan_pages(hook: Hook) -> list[dict[str, Any]]:
-    return [body for _, body in list(hook.pages)
-            if body["commonLabels"].get("alertname") == "TrainingLossNaN"]  # fmt: skip
+    return [
+        body
+        for _, body in list(hook.pages)
+        if body["commonLabels"].get("alertname") == "TrainingLossNaN"
+    ]
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -295,16 +319,22 @@ def main() -> None:
             page = "never"
         nan_messages = len(nan_pages(hook))
         print(f"tree {args.tree}: {args.seconds:.0f} s of flood, 8 GPUs, GPU 1 lost at 20 s")
-        print(f"  sampling staleness   p99 {quantile(ages, 0.99):.2f} s, worst {max(ages):.2f} s"
-              f" ({len(ages)} looks)")  # fmt: skip
+        print(
+            f"  sampling staleness   p99 {quantile(ages, 0.99):.2f} s, worst {max(ages):.2f} s"
+            f" ({len(ages)} looks)"
+        )
         print(f"  NVML deadline misses {timeouts:.0f}")
         print(f"  peak RSS             {peak:.0f} MiB")
         print(f"  big pushes ({size / 1e6:.1f} MB)  {dict(sorted(counts.items()))} (status: count)")
-        print(f"  other user's pushes  {answered} answered, {len(failed)} failed {failed}, "
-              f"p99 {quantile(push_times, 0.99) * 1000:.0f} ms")  # fmt: skip
+        print(
+            f"  other user's pushes  {answered} answered, {len(failed)} failed {failed}, "
+            f"p99 {quantile(push_times, 0.99) * 1000:.0f} ms"
+        )
         print(f"  200-rank NaN push    HTTP {nan_status}; {nan_messages} TrainingLossNaN messages")
-        print(f"  lost GPU paged       {page} after its alert fired; "
-              f"{hook.requests} requests to the webhook")  # fmt: skip
+        print(
+            f"  lost GPU paged       {page} after its alert fired; "
+            f"{hook.requests} requests to the webhook"
+        )
     finally:
         proc.terminate()
         proc.wait(30)

@@ -19,10 +19,21 @@ def start(directory: Path, scenario: Path) -> tuple[subprocess.Popen[bytes], str
     log = directory / "daemon.log"
     with open(log, "wb") as out:  # the daemon keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch", "run", "--simulate", str(scenario),
-             "--listen", "127.0.0.1:0", "--state-dir", str(directory / "state")],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "run",
+                "--simulate",
+                str(scenario),
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(directory / "state"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + START_WITHIN_S
     while (found := SERVING.search(log.read_text())) is None:
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -156,11 +156,23 @@ def main() -> None:
         log_path = directory / "daemon.log"
         with open(log_path, "wb") as log_file:
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
-                 "--state-dir", str(directory / "state"), "-c", str(directory / "gpuwatch.yaml"),
-                 "--simulate", str(directory / "soak.yaml")],
-                stdout=log_file, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuwatch",
+                    "run",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--state-dir",
+                    str(directory / "state"),
+                    "-c",
+                    str(directory / "gpuwatch.yaml"),
+                    "--simulate",
+                    str(directory / "soak.yaml"),
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 60
         while not (match := SERVING.search(log_path.read_text())):
             if time.monotonic() > deadline or daemon.poll() is not None:

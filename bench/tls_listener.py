@@ -46,12 +46,27 @@ def start(tree: Path, work: Path) -> tuple[subprocess.Popen[bytes], str, ssl.SSL
     log_path = work / "daemon.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", trampoline, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
-             "--state-dir", str(work / "state"), "--simulate", "healthy",
-             "--web-config", str(work / "web.yaml")],
-            stdout=log, stderr=subprocess.STDOUT, cwd=work,
+            [
+                sys.executable,
+                "-c",
+                trampoline,
+                "-m",
+                "gpuwatch",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(work / "state"),
+                "--simulate",
+                "healthy",
+                "--web-config",
+                str(work / "web.yaml"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=work,
             env={**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if found := SERVING.search(log_path.read_text()):
@@ -77,8 +92,10 @@ def summary(times: list[float], failed: int) -> str:
     if not times:
         return f"answered 0, failed {failed}"
     p = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
-    return (f"answered {len(times)}, failed {failed}; ms p50 {p(0.5):.1f} p99 {p(0.99):.1f} "
-            f"max {times[-1]:.1f}")  # fmt: skip
+    return (
+        f"answered {len(times)}, failed {failed}; ms p50 {p(0.5):.1f} p99 {p(0.99):.1f} "
+        f"max {times[-1]:.1f}"
+    )
 
 
 def plain_http(url: str) -> str:
@@ -98,18 +115,23 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--silent", type=int, default=1100)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python "
-          f"{platform.python_version()}; daemon from {args.tree}")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python "
+        f"{platform.python_version()}; daemon from {args.tree}"
+    )
     with tempfile.TemporaryDirectory() as work:
         proc, url, context = start(args.tree, Path(work))
         try:
             time.sleep(5)  # past the first cycles
             print(f"quiet:                {summary(*probes(url, context, args.probes))}")
             host, port = url.removeprefix("https://").rsplit(":", 1)
-            silent = [socket.create_connection((host, int(port)), timeout=5)
-                      for _ in range(args.silent)]  # fmt: skip
-            print(f"{args.silent} silent connections: "
-                  f"{summary(*probes(url, context, args.probes // 4))}")  # fmt: skip
+            silent = [
+                socket.create_connection((host, int(port)), timeout=5) for _ in range(args.silent)
+            ]
+            print(
+                f"{args.silent} silent connections: "
+                f"{summary(*probes(url, context, args.probes // 4))}"
+            )
             for s in silent:
                 s.close()
             print(f"plain HTTP to it:     {plain_http(url)}")

@@ -110,8 +110,9 @@ class AiohttpClient:
             connector = aiohttp.TCPConnector(limit=0)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self.timeout)
         session = self._session
-        return list(await asyncio.gather(*(self._get(session, u) for u in urls),
-                                         return_exceptions=True))  # fmt: skip
+        return list(
+            await asyncio.gather(*(self._get(session, u) for u in urls), return_exceptions=True)
+        )
 
     async def close(self) -> None:
         if self._session is not None:

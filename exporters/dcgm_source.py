@@ -92,8 +92,9 @@ class DcgmSource:
         states = self._states(reading.gpus)
         samples = [Sample(m.UP, (), 1.0), *missing_samples(self._backend.missing), *reading.samples]
         samples += [Sample(m.GPU_UP, self._known[u].labels, 0.0) for u in sorted(self._lost)]
-        samples += [Sample(m.GPU_LOST, g.info.labels, float(g.status == GpuStatus.LOST))
-                    for g in states]  # fmt: skip
+        samples += [
+            Sample(m.GPU_LOST, g.info.labels, float(g.status == GpuStatus.LOST)) for g in states
+        ]
         return Batch(self.name, self._clock.now(), samples, self._backend, states)
 
     async def _scrape(self) -> str:

@@ -106,9 +106,10 @@ class JobReporter:
         self.labels = {
             name: str(value)
             for name, value in (labels or {}).items()
-            if self._usable(name, LABEL_NAME, "label") and name not in ("job", "rank")
+            if self._usable(name, LABEL_NAME, "label")
+            and name not in ("job", "rank")
             and self._short(name, str(value))
-        }  # fmt: skip
+        }
         self.labels["rank"] = str(rank)
         self.url = url or (None if socket_path else os.environ.get("GPUWATCH_URL")) or None
         self.token = token or os.environ.get("GPUWATCH_PUSH_TOKEN", "")
@@ -270,6 +271,9 @@ class JobReporter:
             log.warning(
                 "gpuwatch did not take a report of job %s (%s): %s; trying again every %gs, "
                 "not logged again until one gets through",
-                self.job, self._where(), why, self.interval,
-            )  # fmt: skip
+                self.job,
+                self._where(),
+                why,
+                self.interval,
+            )
         self._failing = True

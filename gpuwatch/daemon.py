@@ -346,9 +346,15 @@ class Daemon:
         self.judge.acks.add(uuid, cause, self.clock.now(), note)
         message = f"acknowledged: {cause.reason}" + (f" ({note})" if note else "")
         self.events.publish(
-            Event(self.clock.now(), "acknowledged", index, uuid or None, message,
-                  {"cause": key, "note": note})
-        )  # fmt: skip
+            Event(
+                self.clock.now(),
+                "acknowledged",
+                index,
+                uuid or None,
+                message,
+                {"cause": key, "note": note},
+            )
+        )
         self._urgent.set()  # show the new verdict now
         return uuid, cause
 

@@ -64,8 +64,11 @@ def gpuwatch(*args: str) -> tuple[int, str, str]:
     """Run the `gpuwatch` command line: (exit status, stdout, stderr)."""
     done = subprocess.run(
         [sys.executable, "-m", "gpuwatch", *args],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return done.returncode, done.stdout, done.stderr
 
 

@@ -80,8 +80,13 @@ def launch_prometheus(directory: Path, config: Path) -> PrometheusServer:
     port = free_port()
     log = open(directory / "prometheus.log", "wb")  # noqa: SIM115 (kept open for the process)
     proc = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={directory / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     return PrometheusServer(proc, port, directory)

@@ -54,9 +54,13 @@ class Slurm:
 
     def run(self, *args: str) -> str:
         done = subprocess.run(
-            list(args), capture_output=True, text=True, timeout=20, check=False,
+            list(args),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
             env={**os.environ, **self.env},
-        )  # fmt: skip
+        )
         assert done.returncode == 0, f"{args}: {done.stderr}"
         return done.stdout
 
@@ -76,8 +80,9 @@ class Slurm:
         return fields
 
     def drain(self, name: str, reason: str) -> None:
-        self.run(program("scontrol"), "update", f"NodeName={name}", "State=DRAIN",
-                 f"Reason={reason}")  # fmt: skip
+        self.run(
+            program("scontrol"), "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"
+        )
 
     def resume(self, name: str) -> None:
         self.run(program("scontrol"), "update", f"NodeName={name}", "State=RESUME")
@@ -174,12 +179,17 @@ def _wait_registered(slurm: Slurm, timeout: float = 30.0) -> None:
     state = ""
     while time.monotonic() < deadline:
         done = subprocess.run(
-            [program("sinfo"), "-h", "-n", NODE, "-o", "%T"], capture_output=True, text=True,
-            timeout=10, check=False, env={**os.environ, **slurm.env},
-        )  # fmt: skip
+            [program("sinfo"), "-h", "-n", NODE, "-o", "%T"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            env={**os.environ, **slurm.env},
+        )
         state = done.stdout.strip()
         if done.returncode == 0 and state in ("idle", "drained"):
             return
         time.sleep(0.2)
-    raise AssertionError(f"slurm node {NODE} not registered in {timeout}s (state {state!r})\n"
-                         f"{slurm.log()}")  # fmt: skip
+    raise AssertionError(
+        f"slurm node {NODE} not registered in {timeout}s (state {state!r})\n{slurm.log()}"
+    )

@@ -166,8 +166,9 @@ class NodePanel(Vertical):
         selected: dict[str, Any] = next((g for g in gpus if str(g["index"]) == key), {})
         processes = selected.get("processes", [])
         if instance:
-            found = [i for i in selected.get("mig_instances") or []
-                     if str(i.get("gpu_i_id")) == instance]  # fmt: skip
+            found = [
+                i for i in selected.get("mig_instances") or [] if str(i.get("gpu_i_id")) == instance
+            ]
             pids = set(found[0].get("pids") or []) if found else set()
             processes = [p for p in processes if p["pid"] in pids]
         _keyed_update(

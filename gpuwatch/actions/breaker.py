@@ -81,8 +81,10 @@ def raced(
     listed = list(nodes)
     for partition in partitions:
         members = [n for n in listed if partition in n.partitions]
-        out = sorted((n for n in members if n.by_gpuwatch and n.out_of_service),
-                     key=lambda n: (n.reason_time or 0.0, n.name))  # fmt: skip
+        out = sorted(
+            (n for n in members if n.by_gpuwatch and n.out_of_service),
+            key=lambda n: (n.reason_time or 0.0, n.name),
+        )
         names = [n.name for n in out]
         if me not in names:
             continue
@@ -94,8 +96,7 @@ def raced(
                 f"{len(out)} of {len(members)} nodes of partition {partition} went out at once; "
                 f"{room} may (max_drained_fraction {max_fraction:g})",
             )
-        recent = [n.name for n in out if n.reason_time is not None
-                  and n.reason_time > now - HOUR_S]  # fmt: skip
+        recent = [n.name for n in out if n.reason_time is not None and n.reason_time > now - HOUR_S]
         if max_per_hour is not None and me in recent and recent.index(me) >= max_per_hour:
             return Hold(
                 "rate",

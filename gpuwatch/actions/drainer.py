@@ -93,8 +93,9 @@ class SlurmDrainer:
         """The cycle's verdict. Cheap: it only wakes the task when there is something to do."""
         if verdict is None:
             return
-        wanted = tuple(c for c in verdict.causes
-                       if c.state is Health.UNHEALTHY and self._opted_in(c.key))  # fmt: skip
+        wanted = tuple(
+            c for c in verdict.causes if c.state is Health.UNHEALTHY and self._opted_in(c.key)
+        )
         if verdict.state is Health.UNHEALTHY:
             self._clear_since = None
         elif self._clear_since is None:
@@ -121,8 +122,12 @@ class SlurmDrainer:
 
     async def start(self) -> None:
         mode = "dry run: nothing is changed" if self.config.dry_run else "enforcing"
-        log.info("slurm actions for node %s (%s): drain on %s", self.node, mode,
-                 ", ".join(self.config.drain_on))  # fmt: skip
+        log.info(
+            "slurm actions for node %s (%s): drain on %s",
+            self.node,
+            mode,
+            ", ".join(self.config.drain_on),
+        )
         self._task = asyncio.create_task(self._loop(), name="slurm-actions")
 
     async def stop(self) -> None:
@@ -159,8 +164,12 @@ class SlurmDrainer:
                 self._failures += 1
                 self._failed_in_a_row += 1
                 backoff = min(MAX_BACKOFF_S, 5.0 * 2 ** (self._failed_in_a_row - 1))
-                log.error("slurm action on node %s failed: %s; trying again in %.0fs",
-                          self.node, exc, backoff)  # fmt: skip
+                log.error(
+                    "slurm action on node %s failed: %s; trying again in %.0fs",
+                    self.node,
+                    exc,
+                    backoff,
+                )
                 self._next_check = self.clock.now() + backoff
             except Exception:  # a bug here must not end the actions for good
                 log.exception("slurm actions: step failed")
@@ -197,12 +206,21 @@ class SlurmDrainer:
             return
         partitions = self.config.partitions or node.partitions
         fleet = await self.cli.nodes(partitions=partitions)
-        held = hold(fleet, partitions, now, self.config.max_drained_fraction,
-                    self.config.max_drains_per_hour)  # fmt: skip
+        held = hold(
+            fleet,
+            partitions,
+            now,
+            self.config.max_drained_fraction,
+            self.config.max_drains_per_hour,
+        )
         if held is not None:
             if held != self._held:
-                log.warning("not draining node %s for %s: %s", self.node,
-                            ",".join(c.key for c in causes), held.message)  # fmt: skip
+                log.warning(
+                    "not draining node %s for %s: %s",
+                    self.node,
+                    ",".join(c.key for c in causes),
+                    held.message,
+                )
                 self._event("held", causes, f"drain of node {self.node} held: {held.message}")
             self._held = held
             return
@@ -225,9 +243,14 @@ class SlurmDrainer:
         """Look again after the drain: when drains elsewhere raced this one past the limits,
         undo it and hold, as the breaker would have had it seen them."""
         fleet = await self.cli.nodes(partitions=partitions)
-        held = raced(fleet, partitions, self.node, now,
-                     max_fraction=self.config.max_drained_fraction,
-                     max_per_hour=self.config.max_drains_per_hour)  # fmt: skip
+        held = raced(
+            fleet,
+            partitions,
+            self.node,
+            now,
+            max_fraction=self.config.max_drained_fraction,
+            max_per_hour=self.config.max_drains_per_hour,
+        )
         if held is None:
             return False
         await self.cli.resume(self.node)
@@ -241,8 +264,12 @@ class SlurmDrainer:
         if node.ours:
             self._drained = _Drained(reason_causes(node.reason), False)
         elif node.reason != self._told_other:
-            log.info("node %s is out of service already (%s, reason %r): not draining it",
-                     self.node, "+".join(sorted(node.states)), node.reason)  # fmt: skip
+            log.info(
+                "node %s is out of service already (%s, reason %r): not draining it",
+                self.node,
+                "+".join(sorted(node.states)),
+                node.reason,
+            )
             self._told_other = node.reason
 
     async def _resume(self) -> None:
@@ -259,11 +286,13 @@ class SlurmDrainer:
         if node.drained and node.ours:
             await self.cli.resume(self.node)
             log.warning("resumed node %s in Slurm (was: %s)", self.node, node.reason)
-            self._event("resume", (), f"resumed node {self.node} in Slurm (was: {node.reason})",
-                        node.reason)  # fmt: skip
+            self._event(
+                "resume", (), f"resumed node {self.node} in Slurm (was: {node.reason})", node.reason
+            )
         elif node.drained:
-            log.info("node %s stays drained: its reason %r is not gpuwatch's", self.node,
-                     node.reason)  # fmt: skip
+            log.info(
+                "node %s stays drained: its reason %r is not gpuwatch's", self.node, node.reason
+            )
         self._drained, self._maybe_ours = None, False
 
     def _event(

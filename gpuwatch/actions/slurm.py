@@ -106,8 +106,9 @@ def parse_sinfo(output: str) -> list[SlurmNode]:
 
 def sinfo_format() -> str:
     # Width 0 is "as wide as the value" in -O; a field with a suffix ends in it.
-    return ",".join(f"{f}:0{SEP}" if i < len(SINFO_FIELDS) - 1 else f"{f}:0"
-                    for i, f in enumerate(SINFO_FIELDS))  # fmt: skip
+    return ",".join(
+        f"{f}:0{SEP}" if i < len(SINFO_FIELDS) - 1 else f"{f}:0" for i, f in enumerate(SINFO_FIELDS)
+    )
 
 
 def own_reason(text: str) -> str:
@@ -145,8 +146,9 @@ class SlurmCli:
         return found[0]
 
     async def drain(self, name: str, reason: str) -> None:
-        await self._run(self.scontrol, ["update", f"NodeName={name}", "State=DRAIN",
-                                        f"Reason={reason}"])  # fmt: skip
+        await self._run(
+            self.scontrol, ["update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}"]
+        )
 
     async def resume(self, name: str) -> None:
         await self._run(self.scontrol, ["update", f"NodeName={name}", "State=RESUME"])
@@ -155,12 +157,13 @@ class SlurmCli:
         what = " ".join([os.path.basename(program), *args[:2]])
         try:
             proc = await asyncio.create_subprocess_exec(
-                program, *args,
+                program,
+                *args,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group: a kill reaches its children
-            )  # fmt: skip
+            )
         except OSError as exc:
             raise SlurmError(f"{program}: cannot run it: {exc.strerror or exc}") from None
         assert proc.stdout is not None and proc.stderr is not None

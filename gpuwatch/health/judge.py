@@ -171,8 +171,10 @@ class HealthJudge:
             for c in causes
         ]
         # An alert's summary usually names its GPU; one that does not gets the name.
-        raised = [c if f"GPU {index}" in c.reason else replace(c, reason=f"GPU {index}: {c.reason}")
-                  for c in raised]  # fmt: skip
+        raised = [
+            c if f"GPU {index}" in c.reason else replace(c, reason=f"GPU {index}: {c.reason}")
+            for c in raised
+        ]
         counted, acked = self._with_acks(uuid, merged(causes, raised), prune=lost is None)
         return verdict_of(counted, acked)
 

@@ -47,8 +47,13 @@ def raised_causes(
         if not key or state is None:
             continue
         reason = notes.get("summary") or labels.get("alertname", key)
-        cause = Cause(key, state, reason, as_action(notes.get("action", "")),
-                      notes.get("cause_fingerprint", ""))  # fmt: skip
+        cause = Cause(
+            key,
+            state,
+            reason,
+            as_action(notes.get("action", "")),
+            notes.get("cause_fingerprint", ""),
+        )
         out.append(RaisedCause(labels.get("uuid", ""), cause))
     return out
 

@@ -66,8 +66,9 @@ def as_action(text: str) -> str:
 
 
 def _nvml_error_action(reason: str) -> str:
-    return next((a for name, a in NVML_ERROR_ACTIONS.items() if name in reason),
-                DEFAULT_NVML_ERROR_ACTION)  # fmt: skip
+    return next(
+        (a for name, a in NVML_ERROR_ACTIONS.items() if name in reason), DEFAULT_NVML_ERROR_ACTION
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,10 @@ _AER = re.compile(
 )
 # The root port's own line names where the error came from: `received from 0000:29:00.0`,
 # `received: 0000:29:00.0`, or before Linux 4.19 `received: id=0010` (bus, device, function).
-_SOURCE = re.compile(r"received(?: from|:) (?:([0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-                     r"\.[0-7])|id=([0-9a-fA-F]{4}))")  # fmt: skip
+_SOURCE = re.compile(
+    r"received(?: from|:) (?:([0-9a-fA-F]{4,5}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+    r"\.[0-7])|id=([0-9a-fA-F]{4}))"
+)
 _SEVERITY = re.compile(
     r"(Correct(?:ed|able)|Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\))", re.IGNORECASE
 )
@@ -50,8 +52,11 @@ def read_aer_line(text: str) -> DriverLine | None:
     severity = ""
     if found is not None:
         said = found.group(1).lower()
-        severity = "correctable" if said.startswith("correct") else (
-            "fatal" if "(fatal)" in said else "nonfatal")  # fmt: skip
+        severity = (
+            "correctable"
+            if said.startswith("correct")
+            else ("fatal" if "(fatal)" in said else "nonfatal")
+        )
     message = text.strip()
     address = pci_address(match.group(1))
     source = _SOURCE.search(rest)

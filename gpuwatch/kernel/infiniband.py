@@ -91,10 +91,12 @@ def find_ports(sysfs_root: str) -> list[Port]:
             path = os.path.join(ports_dir, port)
             layer = read_small(os.path.join(path, "link_layer")) or ""
             counters = os.path.join(path, "counters")
-            errors = tuple((n, f) for n in ERROR_COUNTERS
-                           if os.path.exists(f := os.path.join(counters, n)))  # fmt: skip
-            data = tuple((d, f) for n, d in DATA_COUNTERS
-                         if os.path.exists(f := os.path.join(counters, n)))  # fmt: skip
+            errors = tuple(
+                (n, f) for n in ERROR_COUNTERS if os.path.exists(f := os.path.join(counters, n))
+            )
+            data = tuple(
+                (d, f) for n, d in DATA_COUNTERS if os.path.exists(f := os.path.join(counters, n))
+            )
             address = chain[-1] if chain else ""
             out.append(Port(device, port, path, layer, address, chain, errors, data))
             if len(out) >= MAX_PORTS:
@@ -109,11 +111,15 @@ def port_samples(port: Port, affinity: str, read: Read = read_small) -> list[Sam
     out = [
         Sample(
             m.IB_PORT_INFO,
-            (*labels, ("link_layer", port.link_layer), ("pci_bus_id", port.pci_bus_id),
-             ("gpus", affinity)),
+            (
+                *labels,
+                ("link_layer", port.link_layer),
+                ("pci_bus_id", port.pci_bus_id),
+                ("gpus", affinity),
+            ),
             1.0,
         )
-    ]  # fmt: skip
+    ]
     state = _number(read(os.path.join(port.path, "state")) or "")
     phys = _number(read(os.path.join(port.path, "phys_state")) or "")
     if state is not None:

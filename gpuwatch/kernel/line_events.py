@@ -84,9 +84,13 @@ class LineEvents:
         return self._other(line, when, gpu, uuid, data)
 
     def _aer(
-        self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
+        self,
+        line: DriverLine,
+        when: float,
+        gpu: int | None,
+        uuid: str | None,
         data: dict[str, int | float | str],
-    ) -> Event | None:  # fmt: skip
+    ) -> Event | None:
         """An AER line about a GPU (or NVSwitch) or the port above it: at most
         OTHER_PER_MINUTE a minute, a budget of their own, since a storm of correctable errors
         prints several lines each."""
@@ -98,13 +102,16 @@ class LineEvents:
         where = f"GPU {gpu}" if gpu is not None else f"the device at {line.pci_bus_id}"
         if line.reporter != line.pci_bus_id:
             where += f" (reported by {line.reporter})"
-        return Event(when, "pcie_aer", gpu, uuid, f"PCIe AER on {where}: {line.detail[:200]}",
-                     data)  # fmt: skip
+        return Event(when, "pcie_aer", gpu, uuid, f"PCIe AER on {where}: {line.detail[:200]}", data)
 
     def _other(
-        self, line: DriverLine, when: float, gpu: int | None, uuid: str | None,
+        self,
+        line: DriverLine,
+        when: float,
+        gpu: int | None,
+        uuid: str | None,
         data: dict[str, int | float | str],
-    ) -> Event | None:  # fmt: skip
+    ) -> Event | None:
         if not self._admit(self._others):
             return None
         kind = "nvlink" if line.kind == "nvlink" else "kernel_log"

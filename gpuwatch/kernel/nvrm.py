@@ -117,8 +117,12 @@ def read_driver_line(text: str) -> DriverLine | None:
         return _sxid(message, match)
     match = _FALLEN.match(message)
     if match is not None:
-        return DriverLine("fallen_off_bus", message, pci_address(match.group(1)),
-                          detail="GPU has fallen off the bus")  # fmt: skip
+        return DriverLine(
+            "fallen_off_bus",
+            message,
+            pci_address(match.group(1)),
+            detail="GPU has fallen off the bus",
+        )
     match = _INIT_FAILED.match(message)
     if match is not None:
         at = pci_address(match.group(1)) if match.group(1) else ""

@@ -174,8 +174,11 @@ class Bus:
         fewer = driver_count is not None and len(ours) > driver_count
         for device in ours:
             unlisted = fewer and device.address not in listed
-            out.append(Sample(m.PCI_GPU_UNLISTED, (("pci_bus_id", device.address),),
-                              1.0 if unlisted else 0.0))  # fmt: skip
+            out.append(
+                Sample(
+                    m.PCI_GPU_UNLISTED, (("pci_bus_id", device.address),), 1.0 if unlisted else 0.0
+                )
+            )
         for device in self.seen.values():
             answered = up[device.address]
             labels = _labels(device, listed)
@@ -195,8 +198,9 @@ class Bus:
                 port_labels = (*labels[:-1], ("pci_bus_id", device.chain[-2]),
                                ("serves", device.address))  # fmt: skip
                 for severity, total in port_counts.items():
-                    out.append(Sample(m.PCIE_AER_ERRORS, (*port_labels, ("severity", severity)),
-                                      total))  # fmt: skip
+                    out.append(
+                        Sample(m.PCIE_AER_ERRORS, (*port_labels, ("severity", severity)), total)
+                    )
         return out
 
 

@@ -123,11 +123,18 @@ def parse_record(chunk: bytes, line_number: int = 0) -> Record | None:
         fraction = stamped.group(2).decode().ljust(6, "0")[:6]
         uptime = int(stamped.group(1)) * 1_000_000 + int(fraction)
         message = stamped.group(3).decode("utf-8", "replace")
-        return Record(line_number, uptime, 6, message, kernel=written_by_kernel(message),
-                      start=text_start(message))  # fmt: skip
+        return Record(
+            line_number,
+            uptime,
+            6,
+            message,
+            kernel=written_by_kernel(message),
+            start=text_start(message),
+        )
     message = text.decode("utf-8", "replace")
-    return Record(line_number, None, 6, message, kernel=written_by_kernel(message),
-                  start=text_start(message))  # fmt: skip
+    return Record(
+        line_number, None, 6, message, kernel=written_by_kernel(message), start=text_start(message)
+    )
 
 
 def text_start(line: str) -> int:

@@ -21,8 +21,12 @@ class SxidCounts:
         self._last: dict[_Key, float] = {}
         for event in restored:
             if event.kind == "sxid":
-                self.count(str(event.data.get("pci_bus_id", "")), str(event.data.get("sxid", "")),
-                           str(event.data.get("severity", "")), event.time)  # fmt: skip
+                self.count(
+                    str(event.data.get("pci_bus_id", "")),
+                    str(event.data.get("sxid", "")),
+                    str(event.data.get("severity", "")),
+                    event.time,
+                )
 
     def count(self, address: str, code: str, severity: str, when: float) -> None:
         key = (address, code, severity)

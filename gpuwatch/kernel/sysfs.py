@@ -117,8 +117,13 @@ class SysfsWatcher:
     def _count_late(self) -> None:
         self.late += 1
         if self.late == 1 or self.late % 100 == 0:
-            log.warning("sysfs under %s: a read took longer than %.1fs (%d cycles); keeping "
-                        "the last values", self.root, self._deadline, self.late)  # fmt: skip
+            log.warning(
+                "sysfs under %s: a read took longer than %.1fs (%d cycles); keeping "
+                "the last values",
+                self.root,
+                self._deadline,
+                self.late,
+            )
 
     def read_now(
         self,
@@ -170,8 +175,10 @@ class SysfsWatcher:
         bus = os.path.join(self.root, "bus", "pci", "devices")
         if not self._said_missing and not os.path.isdir(bus):
             self._said_missing = True  # once: a container without /sys mounted stays so
-            log.warning("sysfs: %s is not there (sources.host.sysfs_root): no PCI bus or "
-                        "InfiniBand checks", bus)  # fmt: skip
+            log.warning(
+                "sysfs: %s is not there (sources.host.sysfs_root): no PCI bus or InfiniBand checks",
+                bus,
+            )
         devices = scan(self.root)
         # A GPU the driver lists, or the node had, was on the bus even if it no longer answers
         # as one now (a GPU that fell off the bus before gpuwatch started reads all ones).
@@ -180,8 +187,9 @@ class SysfsWatcher:
         self._gpus.learn_ports(ports_above(devices))
         ports = find_ports(self.root)
         by_address = {d.address: d for d in devices if d.kind == "gpu"}
-        gpu_paths = {str(g.info.index): by_address[a].chain for a, g in listed.items()
-                     if a in by_address}  # fmt: skip
+        gpu_paths = {
+            str(g.info.index): by_address[a].chain for a, g in listed.items() if a in by_address
+        }
         near = {(p.device, p.port): affinity(p.pci_path, gpu_paths) for p in ports}
         return _Found(devices, ports, near)
 

@@ -163,8 +163,11 @@ class KernelLog:
         if problem != self._watch_noted:
             self._watch_noted = problem
             if problem:
-                log.warning("kernel log %s: polled twice a second, as inotify cannot watch it: %s",
-                            self.path, problem)  # fmt: skip
+                log.warning(
+                    "kernel log %s: polled twice a second, as inotify cannot watch it: %s",
+                    self.path,
+                    problem,
+                )
             else:
                 log.info("kernel log %s: watched with inotify again", self.path)
         return Batch(records, self._reader.restarts, self._reader.identity)
@@ -313,8 +316,9 @@ class KernelLog:
         if identity:
             event.data[FILE] = identity
         if event.kind in ("xid", "gpu_lost", "gpu_init_failed", "sxid"):
-            log.warning("kernel log: %s", event.message,
-                        extra=log_fields(gpu=event.gpu, uuid=event.uuid))  # fmt: skip
+            log.warning(
+                "kernel log: %s", event.message, extra=log_fields(gpu=event.gpu, uuid=event.uuid)
+            )
         self._publish(event)
 
     def _when(self, record: Record, backlog: bool) -> float:

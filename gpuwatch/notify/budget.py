@@ -75,9 +75,11 @@ class JobBudget:
         which = f"job {job!r}" if alone else "all jobs together"
         log.warning(
             "receiver %s: %s had %d notifications in the last hour (%s); the next wait",
-            receiver, which, self.per_hour * (1 if alone else ALL_JOBS),
+            receiver,
+            which,
+            self.per_hour * (1 if alone else ALL_JOBS),
             "notify.job_notifications_per_hour" + ("" if alone else f", times {ALL_JOBS}"),
-        )  # fmt: skip
+        )
 
 
 def _job(alerts: Sequence[NotifyAlert]) -> str:

@@ -277,8 +277,9 @@ def _plain(n: Notification) -> Notification:
     def plain(pairs: Labels) -> Labels:
         return tuple((_ascii(k), _ascii(v)) for k, v in pairs)
 
-    alerts = tuple(replace(a, labels=plain(a.labels), annotations=plain(a.annotations))
-                   for a in n.alerts)  # fmt: skip
+    alerts = tuple(
+        replace(a, labels=plain(a.labels), annotations=plain(a.annotations)) for a in n.alerts
+    )
     return replace(n, group_labels=plain(n.group_labels), alerts=alerts, gpus={})
 
 

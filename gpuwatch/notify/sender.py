@@ -107,8 +107,12 @@ class ReceiverSender:
             except (sqlite3.Error, OSError) as exc:
                 # The outbox cannot be read or updated (a full disk): what was not marked
                 # delivered is sent again later, which the Idempotency-Key makes harmless.
-                log.error("outbox: %s; trying again in %.0fs", exc, OUTBOX_RETRY_S,
-                          extra=log_fields(receiver=self.receiver.name))  # fmt: skip
+                log.error(
+                    "outbox: %s; trying again in %.0fs",
+                    exc,
+                    OUTBOX_RETRY_S,
+                    extra=log_fields(receiver=self.receiver.name),
+                )
                 await self._sleep(OUTBOX_RETRY_S)
 
     async def _next(self, session: aiohttp.ClientSession) -> None:
@@ -168,9 +172,11 @@ class ReceiverSender:
         self.counts[(name, "rejected")] += 1
         log.error(
             "refused a notification for good: HTTP %d %s; dropped it (key %s)",
-            status, body[:200].decode("utf-8", "replace"), item.key,
+            status,
+            body[:200].decode("utf-8", "replace"),
+            item.key,
             extra=log_fields(receiver=name),
-        )  # fmt: skip
+        )
 
     def _retry(self, item: Pending, why: str, wait: float | None, count: bool = True) -> None:
         if count:
@@ -178,9 +184,12 @@ class ReceiverSender:
         delay = wait if wait is not None else backoff(item.attempts, self._rng)
         if item.attempts == 0 or item.attempts % 10 == 0:
             log.warning(
-                "not delivered (%s); attempt %d, next in %.1fs", why, item.attempts + 1, delay,
+                "not delivered (%s); attempt %d, next in %.1fs",
+                why,
+                item.attempts + 1,
+                delay,
                 extra=log_fields(receiver=self.receiver.name),
-            )  # fmt: skip
+            )
         self.db.retry_at(item.id, self.clock.now() + delay)
 
 

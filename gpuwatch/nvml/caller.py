@@ -184,8 +184,13 @@ class _Runner:
             self.abandoned = True
             return True
 
-    def execute(self, lane: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                future: concurrent.futures.Future[Any]) -> None:  # fmt: skip
+    def execute(
+        self,
+        lane: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        future: concurrent.futures.Future[Any],
+    ) -> None:
         # The lane is this runner's before the call can start: a deadline passing in between
         # either cancels the call or finds the runner holding it to abandon.
         with self._lock:

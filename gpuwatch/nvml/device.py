@@ -264,7 +264,7 @@ class DeviceReader:
             (m.POWER_LIMIT, "power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, 0.001),
             (m.PCIE_LINK_GENERATION, "pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, 1.0),
             (m.PCIE_LINK_WIDTH, "pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, 1.0),
-        ):  # fmt: skip
+        ):
             value = self._try(what, partial(call, h))
             if value is not None:
                 out.append(Sample(name, base, float(value) * scale))

@@ -66,8 +66,10 @@ def fallback_reader(nvml: Any, handle: Any, request: int | tuple[int, int]) -> R
         counter = link_errors[field_id]
         return lambda: float(n.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter))
     # The CRC data counters have one field id per link (links 0-5, then 6-11).
-    for first, base_link in ((n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, 0),
-                             (n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6, 6)):  # fmt: skip
+    for first, base_link in (
+        (n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0, 0),
+        (n.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6, 6),
+    ):
         if first <= field_id < first + 6:
             data_link = base_link + field_id - first
             crc_data = n.NVML_NVLINK_ERROR_DL_CRC_DATA

@@ -145,18 +145,35 @@ def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
     for link in range(links):
         lb = (*base, ("link", str(link)))
         plan += [
-            FieldPlan((n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link), m.NVLINK_BYTES,
-                      (*lb, ("direction", "tx")), scale=1024.0),
-            FieldPlan((n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link), m.NVLINK_BYTES,
-                      (*lb, ("direction", "rx")), scale=1024.0),
+            FieldPlan(
+                (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link),
+                m.NVLINK_BYTES,
+                (*lb, ("direction", "tx")),
+                scale=1024.0,
+            ),
+            FieldPlan(
+                (n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link),
+                m.NVLINK_BYTES,
+                (*lb, ("direction", "rx")),
+                scale=1024.0,
+            ),
             FieldPlan((n.NVML_FI_DEV_NVLINK_GET_STATE, link), m.NVLINK_LINK_UP, lb),
-            FieldPlan((n.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link), m.NVLINK_ERRORS,
-                      (*lb, ("type", "replay"))),
-            FieldPlan((n.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link), m.NVLINK_ERRORS,
-                      (*lb, ("type", "recovery"))),
-            FieldPlan((n.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link), m.NVLINK_ERRORS,
-                      (*lb, ("type", "crc_flit"))),
-        ]  # fmt: skip
+            FieldPlan(
+                (n.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, link),
+                m.NVLINK_ERRORS,
+                (*lb, ("type", "replay")),
+            ),
+            FieldPlan(
+                (n.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, link),
+                m.NVLINK_ERRORS,
+                (*lb, ("type", "recovery")),
+            ),
+            FieldPlan(
+                (n.NVML_FI_DEV_NVLINK_ERROR_DL_CRC, link),
+                m.NVLINK_ERRORS,
+                (*lb, ("type", "crc_flit")),
+            ),
+        ]
         plan += [
             FieldPlan((field_id, link), m.NVLINK_ERRORS, (*lb, ("type", kind)))
             for field_id, kind in NVLINK5_ERRORS

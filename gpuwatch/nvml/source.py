@@ -160,9 +160,14 @@ class NvmlSource:
         gpu.next_open = self._clock.now() + RETRY_S
         try:
             gpu.reader = await self._caller.call(
-                gpu.lane, INIT_DEADLINE_S, open_device, nvml, gpu.index, self._lookup,
+                gpu.lane,
+                INIT_DEADLINE_S,
+                open_device,
+                nvml,
+                gpu.index,
+                self._lookup,
                 self._clock.now,
-            )  # fmt: skip
+            )
         except nvml.NVMLError_GpuIsLost:  # at start too: a gpu_lost event, as for any loss
             self._transition(gpu, GpuStatus.LOST, "NVML: GPU is lost (fallen off the bus?)")
         except (NvmlTimeoutError, LaneStuckError) as exc:

@@ -58,8 +58,9 @@ def read_limits(nvml: NvmlModule, handle: Any, attempt: Callable[..., Any]) -> d
     the reader's: it retires what the driver does not support."""
     out: dict[str, float] = {}
     for kind, name in THRESHOLDS:
-        value = attempt(name, partial(nvml.nvmlDeviceGetTemperatureThreshold, handle,
-                                      getattr(nvml, kind)))  # fmt: skip
+        value = attempt(
+            name, partial(nvml.nvmlDeviceGetTemperatureThreshold, handle, getattr(nvml, kind))
+        )
         if value:  # 0: a board that does not set it
             out[name] = float(value)
     return out

@@ -215,8 +215,9 @@ def _named(text: str, found: list[Token], message: str) -> int | None:
         name = next((i for i, t in enumerate(found) if called and t.text == called.group(1)), None)
         if "expected type" not in message:
             return found[name].start if name is not None else 0
-        opening = next((i for i, t in enumerate(found) if t.text == "(" and
-                        (name is None or i > name)), None)  # fmt: skip
+        opening = next(
+            (i for i, t in enumerate(found) if t.text == "(" and (name is None or i > name)), None
+        )
         return found[opening + 1].start if opening is not None and opening + 1 < len(found) else 0
     if message.startswith("illegal regex for "):
         regex = message.removeprefix("illegal regex for ")

@@ -121,9 +121,12 @@ def refused(exc: PushError, peer: str, job: str = "") -> dict[str, Any]:
     if len(reason) > MAX_REASON_CHARS:
         reason = f"{reason[:MAX_REASON_CHARS]}... ({len(reason)} characters)"
     log.info(
-        "push refused (%d)%s: %s", exc.status, f" for job {job[:128]!r}" if job else "", reason,
+        "push refused (%d)%s: %s",
+        exc.status,
+        f" for job {job[:128]!r}" if job else "",
+        reason,
         extra=log_fields(peer=peer),
-    )  # fmt: skip
+    )
     return error_body(reason)
 
 

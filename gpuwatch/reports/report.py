@@ -22,8 +22,9 @@ UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def _gpu(entry: GpuRecord) -> dict[str, Any]:
-    changes = {k: entry.last[k] - v for k, v in sorted(entry.first.items())
-               if entry.last.get(k, v) != v}  # fmt: skip
+    changes = {
+        k: entry.last[k] - v for k, v in sorted(entry.first.items()) if entry.last.get(k, v) != v
+    }
     xids, alerts, other = [], [], []
     for e in entry.events:
         at = rfc3339(e.time)
@@ -31,8 +32,9 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
             xids.append({"time": at, "xid": e.data.get("xid"), "message": e.message})
         elif e.kind == "alert":
             name, severity = e.data.get("alertname", ""), e.data.get("severity", "")
-            alerts.append({"time": at, "alertname": name, "severity": severity,
-                           "message": e.message})  # fmt: skip
+            alerts.append(
+                {"time": at, "alertname": name, "severity": severity, "message": e.message}
+            )
         else:
             other.append({"time": at, "kind": e.kind, "message": e.message})
     return {
@@ -65,8 +67,10 @@ def text(report: dict[str, Any]) -> str:
     start, end = report["start"], report["end"]
     span = f"{start} to {end}" if end else f"since {start}, still running"
     noun = JOB_NOUNS.get(report["job_kind"], f"{report['job_kind']} job")
-    lines = [f"gpuwatch: {noun} {report['job_id']} of {report['user']}, "
-             f"{span}, on {len(report['gpus'])} GPUs"]  # fmt: skip
+    lines = [
+        f"gpuwatch: {noun} {report['job_id']} of {report['user']}, "
+        f"{span}, on {len(report['gpus'])} GPUs"
+    ]
     for gpu in report["gpus"]:
         said = [f"XID {x['xid']} at {x['time']}" for x in gpu["xids"]]
         said += [f"{a['alertname']} at {a['time']}" for a in gpu["alerts"]]

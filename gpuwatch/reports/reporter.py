@@ -48,6 +48,12 @@ class JobReports:
         summary = report.text(made)
         log.info("%s", summary.replace("\n", ";"))
         self.publish(
-            Event(self.clock.now(), "job_report", None, None, summary.splitlines()[0],
-                  {"job": record.job_id, "file": str(path) if path else ""})
-        )  # fmt: skip
+            Event(
+                self.clock.now(),
+                "job_report",
+                None,
+                None,
+                summary.splitlines()[0],
+                {"job": record.job_id, "file": str(path) if path else ""},
+            )
+        )

@@ -255,10 +255,13 @@ class RuleEngine:
             labels = dict(t.alert.labels)
             kept = {k: v for k, v in labels.items() if k in RECORD_KEYS}
             log.info(
-                "alert %s %s -> %s%s", t.rule, t.old.value, t.new.value,
+                "alert %s %s -> %s%s",
+                t.rule,
+                t.old.value,
+                t.new.value,
                 "".join(f" {k}={logfmt_value(v)}" for k, v in kept.items()),
                 extra=log_fields(**{k: v for k, v in labels.items() if k not in kept}),
-            )  # fmt: skip
+            )
         self._persist()
 
     def collect(self) -> list[Sample]:

@@ -272,6 +272,15 @@ class _RuleChecker:
             data.get("annotations"), (*path, "annotations"), f"{what}: annotations", alert_name
         )
         return RuleDef(
-            kind, name, str(expr_text), expr, self.doc.file, self.doc.line(path), group,
-            hold or 0.0, keep, labels, annotations,
-        )  # fmt: skip
+            kind,
+            name,
+            str(expr_text),
+            expr,
+            self.doc.file,
+            self.doc.line(path),
+            group,
+            hold or 0.0,
+            keep,
+            labels,
+            annotations,
+        )

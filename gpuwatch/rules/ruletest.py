@@ -46,9 +46,14 @@ def go_duration(seconds: float) -> str:
         return "0s"
     out = ""
     for unit, size, exact in (
-        ("y", 31_536_000_000, True), ("w", 604_800_000, True), ("d", 86_400_000, False),
-        ("h", 3_600_000, False), ("m", 60_000, False), ("s", 1000, False), ("ms", 1, False),
-    ):  # fmt: skip
+        ("y", 31_536_000_000, True),
+        ("w", 604_800_000, True),
+        ("d", 86_400_000, False),
+        ("h", 3_600_000, False),
+        ("m", 60_000, False),
+        ("s", 1000, False),
+        ("ms", 1, False),
+    ):
         if exact and ms % size:
             continue
         if ms // size > 0:

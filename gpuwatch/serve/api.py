@@ -219,8 +219,11 @@ class Api:
                     chunk = b": keepalive\n\n"
                 await within(response.write(chunk), STREAM_WRITE_TIMEOUT_S)
         except TimeoutError:
-            log.info("event stream to %s dropped: it read nothing for %.0f s",
-                     request.remote, STREAM_WRITE_TIMEOUT_S)  # fmt: skip
+            log.info(
+                "event stream to %s dropped: it read nothing for %.0f s",
+                request.remote,
+                STREAM_WRITE_TIMEOUT_S,
+            )
             handler.force_close()
         except (ConnectionResetError, asyncio.CancelledError):
             pass

@@ -188,9 +188,9 @@ class PushProtocol(asyncio.Protocol):
             self.refusal = (405, f"method {method.decode('latin-1')} not allowed: POST only")
         elif self.content_length is not None and self.content_length > limit:
             raise RefusedError(
-                413, f"body of {self.content_length} bytes; the limit is {limit} "
-                "(push.max_body_bytes)"
-            )  # fmt: skip
+                413,
+                f"body of {self.content_length} bytes; the limit is {limit} (push.max_body_bytes)",
+            )
         elif over := self.server.gate.refusal(self.uid):
             # Refused before its body is read: a user over its budget costs a header's read.
             raise RefusedError(429, over.message, over.retry_after)
@@ -211,8 +211,9 @@ class PushProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         keep_alive = self.parser.should_keep_alive()
-        request = Request(self.target, self.content_type, bytes(self.body), keep_alive,
-                          self.refusal)  # fmt: skip
+        request = Request(
+            self.target, self.content_type, bytes(self.body), keep_alive, self.refusal
+        )
         self.pending.append(request)
         self._new_request()
         self.started = None
@@ -369,9 +370,10 @@ class PushServer:
             return
         keep = MAX_CONNECTIONS * 7 // 8  # a batch at once: a burst of connects stays linear
         idle = [
-            c for c in self.connections
+            c
+            for c in self.connections
             if c is not connection and c.started is None and not c.pending and not c.busy
-        ]  # fmt: skip
+        ]
         victims = idle[: len(self.connections) - keep]
         if len(self.connections) - len(victims) > MAX_CONNECTIONS:
             victims.append(connection)  # every other one has a request underway: not this one
@@ -380,8 +382,10 @@ class PushServer:
         self.evicted += len(victims)
         log.warning(
             "push socket: %d connections open, the most it keeps; closed %d (the oldest idle%s)",
-            MAX_CONNECTIONS, len(victims), ", and the newest" if connection in victims else "",
-        )  # fmt: skip
+            MAX_CONNECTIONS,
+            len(victims),
+            ", and the newest" if connection in victims else "",
+        )
 
     def sweep(self, now: float) -> None:
         """Close what has waited too long: a request not complete within REQUEST_TIMEOUT_S of

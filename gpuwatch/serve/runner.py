@@ -162,10 +162,16 @@ async def _start(
         log.warning("%s", warning)
     for path in daemon.problems.damaged():
         daemon.events.publish(
-            Event(clock.now(), "state_damaged", None, None,
-                  f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
-                  f"{path.name}", {"file": path.name})
-        )  # fmt: skip
+            Event(
+                clock.now(),
+                "state_damaged",
+                None,
+                None,
+                f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
+                f"{path.name}",
+                {"file": path.name},
+            )
+        )
     await daemon.start()
     opened.push_async_callback(daemon.stop)
     running = Running(wired, runner, bound, sockets, guard, opened)

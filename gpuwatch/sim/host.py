@@ -117,8 +117,11 @@ class SimHost:
     @staticmethod
     def _switch(bus: int, domain: str = "0000") -> list[str]:
         """The root port and PCIe switch a device on `bus` sits under."""
-        return [f"{domain}:{bus - 3:02x}:01.0", f"{domain}:{bus - 2:02x}:00.0",
-                f"{domain}:{bus - 1:02x}:00.0"]  # fmt: skip
+        return [
+            f"{domain}:{bus - 3:02x}:01.0",
+            f"{domain}:{bus - 2:02x}:00.0",
+            f"{domain}:{bus - 1:02x}:00.0",
+        ]
 
     def _build(self) -> None:
         scenario = self.node.scenario
@@ -133,8 +136,12 @@ class SimHost:
             if not (device / "driver").is_symlink():
                 (device / "driver").symlink_to(os.path.relpath(drivers, device))
         for switch in range(scenario.nvswitches):  # in a PCI domain of their own
-            self._device([*self._switch(switch * 4 + 7, "0002"), switch_address(switch)],
-                         "0x10de", "0x22a3", SWITCH_CLASS)  # fmt: skip
+            self._device(
+                [*self._switch(switch * 4 + 7, "0002"), switch_address(switch)],
+                "0x10de",
+                "0x22a3",
+                SWITCH_CLASS,
+            )
         self._ports: list[str] = []
         for port in range(scenario.ib_ports):
             # NIC i beside GPU i, under its PCIe switch; past the GPUs, under switches of its own.
@@ -218,8 +225,10 @@ class SimHost:
                 for where in (path, os.path.dirname(path)):
                     port = where != path
                     bad = gpu.fault_count("pcie_replay_storm") if port else 0
-                    n = {s: gpu.fault_count("pcie_aer", severity=s) if port else 0
-                         for s in ("correctable", "nonfatal", "fatal")}  # fmt: skip
+                    n = {
+                        s: gpu.fault_count("pcie_aer", severity=s) if port else 0
+                        for s in ("correctable", "nonfatal", "fatal")
+                    }
                     aer_files = (("correctable", "BadTLP", "COR", bad + n["correctable"]),
                                  ("nonfatal", "TLP", "NONFATAL", n["nonfatal"]),
                                  ("fatal", "SDES", "FATAL", n["fatal"]))  # fmt: skip
@@ -263,9 +272,13 @@ class SimHost:
                     down = True
 
         def counted(kind: str) -> float:  # errors the port's faults of `kind` made by now
-            return sum(f.errors_at_once + f.errors_per_s * (
-                (elapsed if f.duration is None else min(elapsed, f.at + f.duration)) - f.at)
-                for f in self._port_faults[port] if f.kind == kind and elapsed >= f.at)  # fmt: skip
+            return sum(
+                f.errors_at_once
+                + f.errors_per_s
+                * ((elapsed if f.duration is None else min(elapsed, f.at + f.duration)) - f.at)
+                for f in self._port_faults[port]
+                if f.kind == kind and elapsed >= f.at
+            )
 
         halved = bool(self._active("ib_rate_drop", port, now))
         self._put(f"{path}/state", "1: DOWN" if down else "4: ACTIVE")

@@ -79,10 +79,11 @@ def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -
     interval = min(1.0, max(0.25, 1.0 / speed))  # at most 4 reports a second per rank
     # Rank r runs on GPU r, and says so: its alerts (a NaN loss) then name their GPU.
     reporters = [
-        JobReporter(JOB_NAME, rank=r, socket_path=socket_path, interval=interval,
-                    labels={"gpu": str(r)})
+        JobReporter(
+            JOB_NAME, rank=r, socket_path=socket_path, interval=interval, labels={"gpu": str(r)}
+        )
         for r in range(scenario.gpus)
-    ]  # fmt: skip
+    ]
     job = TrainingJob(scenario)
     parent = os.getppid()
     while os.getppid() == parent:  # the daemon that started us is still there

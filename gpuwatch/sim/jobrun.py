@@ -34,10 +34,19 @@ async def run_simulated_job(running: Running, nvml: SimulatedNvml, scenario: str
         "SLURM_JOB_USER": getpass.getuser(),
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpuwatch.sim.job", "--scenario", scenario,
-        "--socket", str(running.push_path), "--wall-start", repr(wall_start),
-        "--speed", repr(speed), env=env,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "gpuwatch.sim.job",
+        "--scenario",
+        scenario,
+        "--socket",
+        str(running.push_path),
+        "--wall-start",
+        repr(wall_start),
+        "--speed",
+        repr(speed),
+        env=env,
+    )
     node.pids.append(proc.pid)
     log.info(
         "simulated training job %s (Slurm job %s) started, pid %d", JOB_NAME, SLURM_JOB_ID, proc.pid

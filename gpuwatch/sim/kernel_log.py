@@ -42,8 +42,13 @@ class Line:
 def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
     """Every line the simulated kernel log prints over the scenario, each at its time."""
     scenario = node.scenario
-    lines = [Line(boot + 5.0, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  "
-                   f"{scenario.driver.driver_version}", 5)]  # fmt: skip
+    lines = [
+        Line(
+            boot + 5.0,
+            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {scenario.driver.driver_version}",
+            5,
+        )
+    ]
     for gpu in range(scenario.gpus):
         at = bus_id(gpu)[4:-2].lower()  # 0000:18:00
         uuid = uuid_of(scenario.seed, gpu, salt=salt)
@@ -62,16 +67,27 @@ def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
             lines.append(Line(event.printed, f"NVRM: Xid ({where}): {event.data}, {text}"))
             continue
         text = XID_TEXT.get(event.data, lookup(event.data).meaning)
-        lines.append(Line(event.printed, f"NVRM: Xid ({where}): {event.data}, "
-                           f"pid='<unknown>', name=<unknown>, {text}"))  # fmt: skip
+        lines.append(
+            Line(
+                event.printed,
+                f"NVRM: Xid ({where}): {event.data}, pid='<unknown>', name=<unknown>, {text}",
+            )
+        )
         if event.data == 79:
-            lines.append(Line(event.printed, f"NVRM: GPU {pci_address(at)}: GPU has "
-                               "fallen off the bus."))  # fmt: skip
+            lines.append(
+                Line(event.printed, f"NVRM: GPU {pci_address(at)}: GPU has fallen off the bus.")
+            )
     for f in scenario.faults:
         when = node.start + f.at
         if f.kind == "gpu_missing":
-            lines.append(Line(when, f"NVRM: GPU {pci_address(bus_id(f.gpu))}: "
-                               "RmInitAdapter failed! (0x22:0x56:884)", 3))  # fmt: skip
+            lines.append(
+                Line(
+                    when,
+                    f"NVRM: GPU {pci_address(bus_id(f.gpu))}: "
+                    "RmInitAdapter failed! (0x22:0x56:884)",
+                    3,
+                )
+            )
         elif f.kind == "sxid":
             lines.extend(_sxid_lines(f, when))
         elif f.kind == "pcie_aer":

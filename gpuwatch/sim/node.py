@@ -132,8 +132,9 @@ class SimGpu:
                 return f
         return None
 
-    def fault_count(self, kind: str, *, volatile: bool = False, link: int | None = None,
-                    severity: str = "") -> int:  # fmt: skip
+    def fault_count(
+        self, kind: str, *, volatile: bool = False, link: int | None = None, severity: str = ""
+    ) -> int:
         """Errors (rows, pages) that faults of `kind` (on `link`, of `severity`) have produced
         by now: `count` at once, then `rate` a second while the fault lasts. Counters only
         grow, as the hardware's do; a volatile one starts again from 0 at a GPU reset."""

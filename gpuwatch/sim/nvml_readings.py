@@ -318,8 +318,9 @@ class ReadingCalls(LibraryCore):
         put(ctypes.c_ulonglong, out, self._by_field(handle, field_id))
         return c.SUCCESS
 
-    def nvmlDeviceGetRemappedRows(self, handle: int, cor: int, unc: int, pending: int,
-                                  failure: int) -> int:  # fmt: skip
+    def nvmlDeviceGetRemappedRows(
+        self, handle: int, cor: int, unc: int, pending: int, failure: int
+    ) -> int:
         values = [self._by_field(handle, f) for f in _REMAP]
         for address, value in zip((cor, unc, pending, failure), values, strict=True):
             put(ctypes.c_uint, address, value)
@@ -351,8 +352,9 @@ class ReadingCalls(LibraryCore):
         put(ctypes.c_int, out, self._by_field(handle, FI_NVLINK_STATE, link))
         return c.SUCCESS
 
-    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int,
-                                        out: int) -> int:  # fmt: skip
+    def nvmlDeviceGetNvLinkErrorCounter(
+        self, handle: int, link: int, counter: int, out: int
+    ) -> int:
         if counter == _LINK_COUNTER_CRC_DATA and link < 12:
             first = FI_NVLINK_CRC_DATA_L0_5 if link < 6 else FI_NVLINK_CRC_DATA_L6_11
             value = self._by_field(handle, first[link % 6])

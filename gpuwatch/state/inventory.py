@@ -45,8 +45,10 @@ class Inventory:
             if uuid not in seen and gone.pci_bus_id in slots:
                 log.info(
                     "GPU %s (last seen as GPU %d) was replaced: another GPU is in its slot %s",
-                    uuid, gone.index, gone.pci_bus_id,
-                )  # fmt: skip
+                    uuid,
+                    gone.index,
+                    gone.pci_bus_id,
+                )
                 del self.known[uuid]
         missing = tuple(g for uuid, g in self.known.items() if uuid not in seen)
         for g in present:
@@ -60,8 +62,13 @@ class Inventory:
 
 
 def _as_json(gpu: MissingGpu) -> dict[str, str | int]:
-    return {"uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "serial": gpu.serial,
-            "pci_bus_id": gpu.pci_bus_id}  # fmt: skip
+    return {
+        "uuid": gpu.uuid,
+        "index": gpu.index,
+        "model": gpu.model,
+        "serial": gpu.serial,
+        "pci_bus_id": gpu.pci_bus_id,
+    }
 
 
 def missing_samples(missing: tuple[MissingGpu, ...]) -> list[Sample]:

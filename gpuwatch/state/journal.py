@@ -120,9 +120,16 @@ class Journal:
                     self._db.execute(
                         "INSERT INTO events (time, kind, gpu, uuid, message, data, boot_id)"
                         " VALUES (?,?,?,?,?,?,?)",
-                        (event.time, event.kind, event.gpu, event.uuid, event.message,
-                         json.dumps(event.data), self.boot_id),
-                    )  # fmt: skip
+                        (
+                            event.time,
+                            event.kind,
+                            event.gpu,
+                            event.uuid,
+                            event.message,
+                            json.dumps(event.data),
+                            self.boot_id,
+                        ),
+                    )
             newest = self._held[-1].time if self._held else 0.0
             self._held.clear()
             if newest >= self._next_trim:

@@ -125,8 +125,10 @@ class StateProblems:
             found = [p for p in self.state_dir.iterdir() if DAMAGED in p.name]
         except OSError:
             return []
-        return sorted((p for p in found if not p.name.endswith(("-wal", "-shm"))),
-                      key=lambda p: p.name.rpartition(DAMAGED)[2])  # fmt: skip
+        return sorted(
+            (p for p in found if not p.name.endswith(("-wal", "-shm"))),
+            key=lambda p: p.name.rpartition(DAMAGED)[2],
+        )
 
     def failing(self) -> list[tuple[str, str]]:
         """Files whose writes fail now, with the error, by name."""

@@ -32,12 +32,25 @@ def start_with_fd_limit(tmp_path: Path, limit: int, *args: str) -> DaemonProcess
             "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
         )
         proc = subprocess.Popen(
-            [sys.executable, "-c", trampoline, "-m", "gpuwatch", "run", "--listen",
-             "127.0.0.1:0", "--state-dir", str(tmp_path / "state"), "--simulate", "healthy",
-             *args],
-            stdout=log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-c",
+                trampoline,
+                "-m",
+                "gpuwatch",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--simulate",
+                "healthy",
+                *args,
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
     match = wait_for(lambda: SERVING.search(log_path.read_text()), timeout=30)
     scheme = "https" if "--web-config" in args else "http"
     return DaemonProcess(proc, f"{scheme}://{match.group(1)}:{match.group(2)}", log_path)

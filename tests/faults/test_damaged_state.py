@@ -29,15 +29,18 @@ def test_damaged_databases_and_state_json_are_set_aside_and_shown(tmp_path: Path
         found = wait_for(lambda: [c for c in causes(daemon) if c["key"].startswith("state-")])
         damaged = sorted(c["key"].split(".damaged-")[0] for c in found)
         assert damaged == [
-            "state-damaged-acks.json", "state-damaged-alerts.json",
-            "state-damaged-journal.db", "state-damaged-notify.db",
-        ]  # fmt: skip
+            "state-damaged-acks.json",
+            "state-damaged-alerts.json",
+            "state-damaged-journal.db",
+            "state-damaged-notify.db",
+        ]
         assert all(c["state"] == "degraded" for c in found)
         assert all("rm " in c["action"] for c in found)
         events = daemon.json("/api/v1/events?kind=state_damaged")["data"]["events"]
         assert len(events) == 4
-        aside = sorted(p.name.split(".damaged-")[0] for p in state.iterdir()
-                       if ".damaged-" in p.name)  # fmt: skip
+        aside = sorted(
+            p.name.split(".damaged-")[0] for p in state.iterdir() if ".damaged-" in p.name
+        )
         assert aside == ["acks.json", "alerts.json", "journal.db", "notify.db"]
         # Deleting the damaged copy clears its cause.
         for p in state.iterdir():
@@ -78,8 +81,14 @@ def test_a_state_directory_removed_while_running_is_recreated(tmp_path: Path) ->
         wait_for(lambda: (state / "journal.db").exists() and (state / "gpuwatch.sock").exists())
         before = len(wait_for(lambda: daemon.json("/api/v1/events")["data"]["events"]))
         remove_tree(state)
-        wait_for(lambda: (state / "journal.db").exists() and (state / "notify.db").exists()
-                 and (state / "gpuwatch.sock").exists() and (state / ".lock").exists())  # fmt: skip
+        wait_for(
+            lambda: (
+                (state / "journal.db").exists()
+                and (state / "notify.db").exists()
+                and (state / "gpuwatch.sock").exists()
+                and (state / ".lock").exists()
+            )
+        )
         assert oct(state.stat().st_mode & 0o777) == "0o700"
         # The journal kept what it held, and the control socket answers again.
         assert len(daemon.json("/api/v1/events")["data"]["events"]) >= before

@@ -47,8 +47,9 @@ def test_a_notification_refused_by_a_full_disk_is_sent_once_it_has_room(tmp_path
     config = NotifyConfig((receiver,), Route(receivers=("ops",), group_wait=0.0))
     problems = StateProblems(tmp_path)
     clock = ManualClock(T0)
-    n = Notifier(config, tmp_path, clock, node="n1", external_url="", interval=1.0,
-                 problems=problems)  # fmt: skip
+    n = Notifier(
+        config, tmp_path, clock, node="n1", external_url="", interval=1.0, problems=problems
+    )
     fill(n.db.db)
     n.dispatcher.update(T0, [big_alert("0")], {})
     n._flush(T0)  # the commit fails: nothing is told, nothing lost

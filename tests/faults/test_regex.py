@@ -54,9 +54,15 @@ def test_a_rule_with_such_a_regex_evaluates_in_linear_time(tmp_path: Path) -> No
     store.ingest("job", 100.0, [])
     from gpuwatch.model import Sample
 
-    store.ingest("job", 100.0, [Sample("train_step", (("rank", LABEL),), 1.0),
-                                Sample("train_step", (("rank", "d]"),), 2.0),
-                                Sample("train_step", (("rank", "7"),), 3.0)])  # fmt: skip
+    store.ingest(
+        "job",
+        100.0,
+        [
+            Sample("train_step", (("rank", LABEL),), 1.0),
+            Sample("train_step", (("rank", "d]"),), 2.0),
+            Sample("train_step", (("rank", "7"),), 3.0),
+        ],
+    )
     engine = RuleEngine(store, [str(rules)], 15.0, None)
     engine.load()
     within(10, lambda: engine.evaluate(101.0, True))

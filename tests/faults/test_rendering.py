@@ -29,9 +29,12 @@ def test_every_format_renders_a_digit_that_int_refuses() -> None:
     bad = alert("GpuFellOffBus", gpu="٣", xid="²", uuid="GPU-1")
     for kind in formats.FORMATS:
         receiver = ReceiverConfig(
-            kind, kind, Secret("http://127.0.0.1:9/x", "inline"), True,
+            kind,
+            kind,
+            Secret("http://127.0.0.1:9/x", "inline"),
+            True,
             routing_key=Secret("R" * 32, "inline"),
-        )  # fmt: skip
+        )
         n = Notification(kind, "g", (("alertname", "GpuFellOffBus"),), (bad,), T0, "n1")
         out = formats.render(receiver, n)
         assert out.body, kind
@@ -56,9 +59,13 @@ class Harness:
         route = Route(receivers=("a", "b"), group_by=("gpu",), group_wait=0.0)
         self.db = NotifyDb(None)
         self.dispatcher = Dispatcher(
-            NotifyConfig(receivers, route), self.db, Silences(self.db), self.render,
-            node="n1", external_url="",
-        )  # fmt: skip
+            NotifyConfig(receivers, route),
+            self.db,
+            Silences(self.db),
+            self.render,
+            node="n1",
+            external_url="",
+        )
 
     def render(self, receiver: ReceiverConfig, n: Notification) -> Outgoing:
         values = [v for a in n.alerts for _, v in a.labels]
@@ -78,8 +85,11 @@ def test_a_group_that_does_not_render_goes_as_plain_text_and_the_others_go_on() 
     h.dispatcher.update(T0, alerts, {})
     assert h.dispatcher.flush_due(T0) == 4
     assert sorted(h.outbox()) == [
-        ("a", '["0"]'), ("a", '["\\\\u0378bad"]'), ("b", '["0"]'), ("b", '["\\\\u0378bad"]'),
-    ]  # fmt: skip
+        ("a", '["0"]'),
+        ("a", '["\\\\u0378bad"]'),
+        ("b", '["0"]'),
+        ("b", '["\\\\u0378bad"]'),
+    ]
     assert h.dispatcher.render_failures == {"a": 1, "b": 1}
 
 

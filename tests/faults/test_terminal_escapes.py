@@ -76,9 +76,14 @@ async def test_gpuwatch_events_prints_one_line_per_event_and_no_escape() -> None
     runner, url = await serve_events()
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gpuwatch", "events", url,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "events",
+            url,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 30)
     finally:
         await runner.cleanup()

@@ -65,11 +65,16 @@ def test_alertmanager_lists_the_alerts_and_resolves_them_with_the_daemon(tmp_pat
     (tmp_path / "am.yml").write_text("route: {receiver: nobody}\nreceivers: [{name: nobody}]\n")
     am_log = open(tmp_path / "am.log", "wb")  # noqa: SIM115 (kept open for the process)
     am = subprocess.Popen(
-        [ALERTMANAGER, f"--config.file={tmp_path / 'am.yml'}",
-         f"--web.listen-address=127.0.0.1:{port}", f"--storage.path={tmp_path / 'am-data'}",
-         "--cluster.listen-address="],
-        stdout=am_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            ALERTMANAGER,
+            f"--config.file={tmp_path / 'am.yml'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.path={tmp_path / 'am-data'}",
+            "--cluster.listen-address=",
+        ],
+        stdout=am_log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     scenario = tmp_path / "brake.yaml"
     scenario.write_text(BRAKE)

@@ -33,18 +33,32 @@ def test_the_build_stage_copies_enough_to_build_a_whole_gpuwatch(tmp_path: Path)
     for path in _copied():
         source = ROOT / path.rstrip("/")
         if source.is_dir():
-            shutil.copytree(source, context / path.rstrip("/"),
-                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+            shutil.copytree(
+                source, context / path.rstrip("/"), ignore=shutil.ignore_patterns("__pycache__")
+            )
         else:
             shutil.copy(source, context / path)
     # The Containerfile's `pip wheel .`, offline: the build backend this checkout has.
     wheels = tmp_path / "wheels"
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-         "--wheel-dir", str(wheels), str(context)],
-        capture_output=True, text=True, timeout=180, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(wheels),
+            str(context),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )  # fmt: skip
+    )
     assert built.returncode == 0, built.stderr
     [wheel] = wheels.glob("gpuwatch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -53,23 +67,46 @@ def test_the_build_stage_copies_enough_to_build_a_whole_gpuwatch(tmp_path: Path)
     assert any(n.startswith("gpuwatch/tui/") for n in names)
     assert any(n.startswith("gpuwatch/exporters/") for n in names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert re.search(r"^gpuwatch = gpuwatch.cli:main$", zipfile.ZipFile(wheel).read(entry).decode(),
-                     re.M)  # fmt: skip
+    assert re.search(
+        r"^gpuwatch = gpuwatch.cli:main$", zipfile.ZipFile(wheel).read(entry).decode(), re.M
+    )
     # Installed alone (its dependencies are this checkout's), it is the gpuwatch that runs.
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
-         "--target", str(target), str(wheel)],
-        check=True, timeout=120, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--quiet",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     env = {**os.environ, "PYTHONPATH": str(target)}
     ran = subprocess.run(
         [sys.executable, "-c", "import gpuwatch, gpuwatch.cli; print(gpuwatch.__file__)"],
-        capture_output=True, text=True, timeout=60, check=False, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
     assert ran.returncode == 0 and ran.stdout.startswith(str(target)), ran.stderr
     listed = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "config", "check"],
-        capture_output=True, text=True, timeout=60, check=False, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
     assert listed.returncode == 0 and "OK (5 rule files" in listed.stdout, listed.stderr

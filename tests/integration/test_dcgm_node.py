@@ -111,9 +111,13 @@ def test_a_real_capture_is_served_as_gpuwatch_metrics(
     if shutil.which("promtool") is None:
         pytest.skip("promtool not installed")
     lint = subprocess.run(
-        ["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True,
-        timeout=30, check=False,
-    )  # fmt: skip
+        ["promtool", "check", "metrics"],
+        input=exposition,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
 
 

@@ -24,10 +24,18 @@ def test_a_demo_whose_terminal_hangs_up_ends_and_cleans_up(tmp_path: Path) -> No
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", "demo", "--listen", f"127.0.0.1:{port}"],
-        stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),  # noqa: PLW1509
-        env={**os.environ, "TMPDIR": str(temporary), "TERM": "xterm-256color",
-             "COLUMNS": "120", "LINES": "40"},
-    )  # fmt: skip
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        preexec_fn=lambda: os.login_tty(slave),  # noqa: PLW1509
+        env={
+            **os.environ,
+            "TMPDIR": str(temporary),
+            "TERM": "xterm-256color",
+            "COLUMNS": "120",
+            "LINES": "40",
+        },
+    )
     os.close(slave)
     os.set_blocking(master, False)
     try:

@@ -22,8 +22,11 @@ from tests.conftest import (
 
 def firing(daemon: DaemonProcess) -> dict[tuple[str, str], dict[str, str]]:
     alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
-    return {(a["labels"]["alertname"], a["labels"].get("gpu", "")): a["labels"]
-            for a in alerts if a["state"] == "firing"}  # fmt: skip
+    return {
+        (a["labels"]["alertname"], a["labels"].get("gpu", "")): a["labels"]
+        for a in alerts
+        if a["state"] == "firing"
+    }
 
 
 def _run(tmp_path: Path, scenario: str) -> DaemonProcess:
@@ -79,9 +82,10 @@ def test_an_event_wait_failing_for_one_gpu_still_delivers_the_others_xids(
     daemon = start_daemon(tmp_path, "--simulate", "event_wait_error", "--speed", "10")
     try:
         events = wait_for(
-            lambda: [e for e in daemon.json("/api/v1/events?kind=xid")["data"]["events"]
-                     if e["gpu"] == 2]
-        )  # fmt: skip
+            lambda: [
+                e for e in daemon.json("/api/v1/events?kind=xid")["data"]["events"] if e["gpu"] == 2
+            ]
+        )
         assert events[0]["xid"] == 48
         assert ("GpuXidCritical", "2") in wait_for(lambda: firing(daemon))
         assert "fault events cannot be watched" in daemon.log()
@@ -124,14 +128,21 @@ def test_mig_instances_on_metrics_api_and_status(tmp_path: Path) -> None:
             return found
 
         found = wait_for(lambda: len(instances()) == 10 and instances())
-        gpu0 = sorted((labels["gpu_i_id"], labels["gpu_i_profile"]) for labels, _ in found
-                      if labels["gpu"] == "0")  # fmt: skip
+        gpu0 = sorted(
+            (labels["gpu_i_id"], labels["gpu_i_profile"])
+            for labels, _ in found
+            if labels["gpu"] == "0"
+        )
         assert gpu0 == [("1", "3g.40gb"), ("3", "2g.20gb"), ("7", "1g.10gb")]
         text = daemon.metrics()
         checked = subprocess.run(
-            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
-            timeout=30, check=False,
-        )  # fmt: skip
+            ["promtool", "check", "metrics"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert checked.returncode == 0, checked.stdout + checked.stderr
         gpus = daemon.json("/api/v1/node")["data"]["gpus"]
         assert [i["gpu_i_profile"] for i in gpus[1]["mig_instances"]] == ["1g.10gb"] * 7

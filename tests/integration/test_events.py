@@ -89,8 +89,11 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
         assert acked[0]["cause"] == "xid-48" and acked[0]["note"] == "reset by hand, OPS-12"
         done = subprocess.run(
             [sys.executable, "-m", "gpuwatch", "events", again.url, "--since", "1h"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         assert "XID 48 on GPU 1: Double-bit ECC error" in done.stdout
         assert "GpuXidCritical firing" in done.stdout
@@ -103,8 +106,11 @@ def test_an_xid_is_journaled_counted_and_kept_through_a_kill(tmp_path: Path) -> 
 def test_gpuwatch_xid_explains_a_code() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "xid", "79"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0
     assert done.stdout.splitlines() == [
         "XID 79: GPU has fallen off the bus",
@@ -113,8 +119,11 @@ def test_gpuwatch_xid_explains_a_code() -> None:
     ]
     unknown = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "xid", "999"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert unknown.returncode == 1
     assert "XID 999: Unknown to gpuwatch's XID catalog" in unknown.stdout
 
@@ -122,8 +131,11 @@ def test_gpuwatch_xid_explains_a_code() -> None:
 def health(url: str, *flags: str) -> tuple[int, str]:
     done = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "health", *flags, url],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return done.returncode, done.stdout.strip()
 
 
@@ -144,16 +156,22 @@ def test_gpuwatch_health_exit_status_follows_the_verdict(tmp_path: Path) -> None
         assert health(lost.url, "--npd") == (1, line)
         # Whether the daemon itself works, on its control socket: a sick GPU does not count.
         assert health("", "--alive", "--state-dir", str(tmp_path / "lost" / "state")) == (
-            0, "alive: sampling is current"
-        )  # fmt: skip
+            0,
+            "alive: sampling is current",
+        )
     finally:
         assert stop_daemon(healthy) == 0
         assert stop_daemon(lost) == 0
     code, line = health(healthy.url)  # stopped: nobody answers
     assert code == 3 and line.startswith(f"unreachable: {healthy.url}")
     # An address that is none is the caller's mistake, not a daemon down: 64, not 3.
-    done = subprocess.run([sys.executable, "-m", "gpuwatch", "health", "node 7:x"],
-                          capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "health", "node 7:x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 64
     assert "'node 7:x' is not a daemon's address: expected HOST, HOST:PORT" in done.stderr
     assert health(healthy.url, "--npd")[0] == 2

@@ -83,8 +83,11 @@ def metric_value(daemon: DaemonProcess, name: str, labels: dict[str, str]) -> fl
 
 def firing(daemon: DaemonProcess) -> set[tuple[str, str]]:
     alerts = daemon.json("/api/v1/alerts")["data"]["alerts"]
-    return {(a["labels"]["alertname"], a["labels"].get("gpu", "")) for a in alerts
-            if a["state"] == "firing"}  # fmt: skip
+    return {
+        (a["labels"]["alertname"], a["labels"].get("gpu", ""))
+        for a in alerts
+        if a["state"] == "firing"
+    }
 
 
 MACHINE_CAUSED = {"GpuUnresponsive", "GpuwatchNvmlTimeouts"}
@@ -96,18 +99,20 @@ def stalled(daemon: DaemonProcess) -> set[str]:
     timeout and rightly calls the GPU unresponsive; the tests set those GPUs aside, and only
     them."""
     return {
-        labels.get("gpu", "") for labels, value in
-        parse_metrics(daemon.metrics()).get("gpuwatch_nvml_timeouts_total", []) if value > 0
-    }  # fmt: skip
+        labels.get("gpu", "")
+        for labels, value in parse_metrics(daemon.metrics()).get("gpuwatch_nvml_timeouts_total", [])
+        if value > 0
+    }
 
 
 def spilled(daemon: DaemonProcess) -> set[tuple[str, str]]:
     """Alerts on GPUs other than GPU 1, less a stalled GPU's timeouts and unresponsiveness."""
     late = stalled(daemon)
     return {
-        (name, gpu) for name, gpu in firing(daemon)
+        (name, gpu)
+        for name, gpu in firing(daemon)
         if gpu not in {"1", ""} and not (name in MACHINE_CAUSED and gpu in late)
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
@@ -120,10 +125,11 @@ def test_a_fault_becomes_event_metric_and_alert(scenario: str, tmp_path: Path) -
         if expect.xid is not None:
             events = wait_for(
                 lambda: [
-                    e for e in daemon.json("/api/v1/events?kind=xid")["data"]["events"]
+                    e
+                    for e in daemon.json("/api/v1/events?kind=xid")["data"]["events"]
                     if e["xid"] == expect.xid and e["gpu"] == 1
                 ]
-            )  # fmt: skip
+            )
             assert events[0]["action"]
 
         def metric_holds() -> bool:
@@ -136,14 +142,18 @@ def test_a_fault_becomes_event_metric_and_alert(scenario: str, tmp_path: Path) -
         if expect.event is not None:
             kind, what = expect.event
             events = wait_for(
-                lambda: [e for e in daemon.json(f"/api/v1/events?kind={kind}")["data"]["events"]
-                         if e["gpu"] == 1]
-            )  # fmt: skip
+                lambda: [
+                    e
+                    for e in daemon.json(f"/api/v1/events?kind={kind}")["data"]["events"]
+                    if e["gpu"] == 1
+                ]
+            )
             assert any(what in str(v) for v in events[0].values()), events[0]
         if not expect.alert:  # a fault that needs nothing done: the GPU stays healthy, unalerted
             node, late = daemon.json("/api/v1/node")["data"], stalled(daemon)
-            assert all(g["health"] == "healthy" for g in node["gpus"]
-                       if str(g["index"]) not in late), node  # fmt: skip
+            assert all(
+                g["health"] == "healthy" for g in node["gpus"] if str(g["index"]) not in late
+            ), node
             assert {a for a in firing(daemon) if a[1] in {"1", ""}} == set()
             assert spilled(daemon) == set()
             return

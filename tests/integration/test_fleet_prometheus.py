@@ -127,8 +127,11 @@ def test_the_dashboard_and_the_recording_rules_use_only_gpuwatch_metrics(daemon:
 def test_promtool_accepts_the_example_config_with_every_rule_file() -> None:
     result = subprocess.run(
         ["promtool", "check", "config", str(EXAMPLE)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fleet/recording.yaml" in result.stdout and "training.yaml" in result.stdout
 

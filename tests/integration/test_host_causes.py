@@ -100,8 +100,11 @@ async def test_ports_down_flapping_and_erring_raise_causes_that_clear(
             ("IbPortFlapping", "mlx5_1"),
             ("IbPortSymbolErrors", "mlx5_2"),
         }
-        assert {"ib-port-down:mlx5_0/1", "ib-port-flapping:mlx5_1/1",
-                "ib-symbol-errors:mlx5_2/1"} <= node_causes(wired)  # fmt: skip
+        assert {
+            "ib-port-down:mlx5_0/1",
+            "ib-port-flapping:mlx5_1/1",
+            "ib-symbol-errors:mlx5_2/1",
+        } <= node_causes(wired)
         assert not {a for a in firing(wired) if a[1] == "mlx5_3"}  # the healthy port
         verdict = wired.daemon.view.node_verdict
         assert verdict is not None and verdict.state.value == "unhealthy"
@@ -143,8 +146,10 @@ async def test_receive_and_link_integrity_errors_are_counted_and_raise_a_warning
     downs; the second is a 4-bit counter in the InfiniBand specification, stopping at 15."""
     async with play(tmp_path, simulate, RECEIVE) as (wired, host, clock):
         await run_until(wired, host, clock, 60)
-        assert firing(wired) == {("IbPortReceiveErrors", "mlx5_0"),
-                                 ("IbPortReceiveErrors", "mlx5_1")}  # fmt: skip
+        assert firing(wired) == {
+            ("IbPortReceiveErrors", "mlx5_0"),
+            ("IbPortReceiveErrors", "mlx5_1"),
+        }
 
         def counter(device: str, name: str) -> int:
             path = host.sysfs / "class" / "infiniband" / device / "ports" / "1" / "counters"
@@ -204,8 +209,11 @@ async def test_a_gpu_given_to_a_vm_is_not_counted_as_unlisted(
     tmp_path: Path, simulate: Simulate
 ) -> None:
     async with play(tmp_path, simulate, UNLISTED) as (wired, host, clock):
-        gpu = next(p for p in (host.sysfs / "bus" / "pci" / "devices").iterdir()
-                   if p.name == "0000:3a:00.0")  # fmt: skip
+        gpu = next(
+            p
+            for p in (host.sysfs / "bus" / "pci" / "devices").iterdir()
+            if p.name == "0000:3a:00.0"
+        )
         vfio = host.sysfs / "bus" / "pci" / "drivers" / "vfio-pci"
         vfio.mkdir(parents=True)
         (gpu / "driver").unlink()

@@ -25,8 +25,11 @@ faults:
 def job_report(url: str, job: str, *flags: str) -> tuple[int, str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "job-report", job, url, *flags],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     return done.returncode, done.stdout, done.stderr
 
 

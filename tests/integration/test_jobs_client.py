@@ -140,8 +140,9 @@ def test_a_url_that_is_not_http_fails_every_send_without_raising() -> None:
 
 def test_a_process_cgroup_names_its_job() -> None:
     assert job_from_cgroup("0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0\n") == (
-        "slurm", "81234",
-    )  # fmt: skip
+        "slurm",
+        "81234",
+    )
     assert job_from_cgroup("4:memory:/slurm/uid_1000/job_55/step_batch\n") == ("slurm", "55")
     pod = (
         "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c2a8e_3b4d_4e5f_8a9b_0c1d2e3f4a5b.slice/cri-containerd-"

@@ -52,8 +52,9 @@ async def test_a_kernel_log_started_again_after_a_stop_follows_the_log(tmp_path:
     arrived = asyncio.Event()
     published: list[Event] = []
     gpus = directory(gpu_at(3, "3B"))
-    watcher = KernelLog(str(tmp_path / "kmsg"), ManualClock(),
-                        lambda e: (published.append(e), arrived.set()), gpus)  # fmt: skip
+    watcher = KernelLog(
+        str(tmp_path / "kmsg"), ManualClock(), lambda e: (published.append(e), arrived.set()), gpus
+    )
     await watcher.start()
     await watcher.stop()
     await watcher.start()

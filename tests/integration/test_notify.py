@@ -204,9 +204,19 @@ def test_a_silence_stops_the_matching_notifications_and_nothing_else(
     state = str(tmp_path / "state")
     try:
         code, out, err = gpuwatch(
-            "silence", "add", 'gpu="1"', "alertname=~GpuXid.*", "--duration", "1h",
-            "--comment", "GPU 1 is being swapped", "--author", "alice", "--state-dir", state,
-        )  # fmt: skip
+            "silence",
+            "add",
+            'gpu="1"',
+            "alertname=~GpuXid.*",
+            "--duration",
+            "1h",
+            "--comment",
+            "GPU 1 is being swapped",
+            "--author",
+            "alice",
+            "--state-dir",
+            state,
+        )
         assert code == 0, err
         silence_id = out.split()[0]
         assert 'gpu="1" alertname=~"GpuXid.*"  by alice: GPU 1 is being swapped' in out

@@ -53,9 +53,12 @@ class Npd:
         args = [str(verdict_file), *self.rule["args"][1:]]
         try:
             done = subprocess.run(
-                [str(self.script), *args], capture_output=True, timeout=timeout, check=False,
+                [str(self.script), *args],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # NPD's image's, and no more
-            )  # fmt: skip
+            )
         except subprocess.TimeoutExpired:
             return "Unknown", "timeout"
         output = done.stdout.decode().strip()[: plugin["max_output_length"]]

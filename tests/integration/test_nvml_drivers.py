@@ -44,8 +44,14 @@ PIDS = [os.getpid(), os.getppid()]
 class Node:
     """A simulated node's daemon, sampled on a manual clock."""
 
-    def __init__(self, daemon: Daemon, source: NvmlSource, clock: ManualClock,
-                 library: SimulatedNvml, events: Iterable[Event]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        daemon: Daemon,
+        source: NvmlSource,
+        clock: ManualClock,
+        library: SimulatedNvml,
+        events: Iterable[Event],
+    ) -> None:
         self.daemon, self.source, self.clock = daemon, source, clock
         self.library, self.events = library, events
 
@@ -135,24 +141,47 @@ class Generation(NamedTuple):
     [
         # R470: no clock-event, memory-v2, _v3-process or energy-field entry points, no field
         # ids past 160 (NVLink errors and states through their calls), no recovery action.
-        Generation("R470", "A100", {m.ECC_ERRORS, m.REMAPPED_ROWS, m.NVLINK_LINK_UP},
-                   {m.RECOVERY_ACTION}, {"replay", "recovery", "crc_flit", "crc_data"}),
-        Generation("R535", "H100", {m.ECC_ERRORS, m.NVLINK_BYTES}, {m.RECOVERY_ACTION},
-                   {"replay", "recovery", "crc_flit"}),
-        Generation("R550", "V100", {m.RETIRED_PAGES}, {m.RECOVERY_ACTION, m.REMAPPED_ROWS},
-                   {"replay", "recovery", "crc_flit", "crc_data"}),
-        Generation("R570", "H100", {m.RECOVERY_ACTION}, {m.RETIRED_PAGES},
-                   {"replay", "recovery", "crc_flit"}),
-        Generation("R580", "L4", {m.RECOVERY_ACTION}, {m.NVLINK_LINK_UP, m.NVLINK_BYTES},
-                   set()),
+        Generation(
+            "R470",
+            "A100",
+            {m.ECC_ERRORS, m.REMAPPED_ROWS, m.NVLINK_LINK_UP},
+            {m.RECOVERY_ACTION},
+            {"replay", "recovery", "crc_flit", "crc_data"},
+        ),
+        Generation(
+            "R535",
+            "H100",
+            {m.ECC_ERRORS, m.NVLINK_BYTES},
+            {m.RECOVERY_ACTION},
+            {"replay", "recovery", "crc_flit"},
+        ),
+        Generation(
+            "R550",
+            "V100",
+            {m.RETIRED_PAGES},
+            {m.RECOVERY_ACTION, m.REMAPPED_ROWS},
+            {"replay", "recovery", "crc_flit", "crc_data"},
+        ),
+        Generation(
+            "R570",
+            "H100",
+            {m.RECOVERY_ACTION},
+            {m.RETIRED_PAGES},
+            {"replay", "recovery", "crc_flit"},
+        ),
+        Generation("R580", "L4", {m.RECOVERY_ACTION}, {m.NVLINK_LINK_UP, m.NVLINK_BYTES}, set()),
         # Blackwell: the data-link error counters give way to NVLink5's.
-        Generation("R580", "B200", {m.RECOVERY_ACTION, m.NVLINK_BYTES}, set(),
-                   {"link_recovery", "link_recovery_failed", "effective", "symbol"}),
-        Generation("R615", "H100", {m.RECOVERY_ACTION}, set(),
-                   {"replay", "recovery", "crc_flit"}),
+        Generation(
+            "R580",
+            "B200",
+            {m.RECOVERY_ACTION, m.NVLINK_BYTES},
+            set(),
+            {"link_recovery", "link_recovery_failed", "effective", "symbol"},
+        ),
+        Generation("R615", "H100", {m.RECOVERY_ACTION}, set(), {"replay", "recovery", "crc_flit"}),
     ],
     ids=lambda case: f"{case.driver}-{case.model}",
-)  # fmt: skip
+)
 async def test_each_driver_generation_gives_its_metrics_and_a_healthy_verdict(
     node: Any, case: Generation
 ) -> None:
@@ -447,8 +476,9 @@ async def test_a_failed_nvlink5_recovery_is_counted_once(node: Any) -> None:
     assert errors[(("link", link), ("type", "link_recovery_failed"))] == 1.0
     # The hardware pack's rule for the verdict's nvlink-replay cause sees one error, not two.
     groups = yaml.safe_load((ROOT / "rules" / "hardware.yaml").read_text())["groups"]
-    [rule] = [r for g in groups for r in g["rules"]
-              if r.get("labels", {}).get("cause") == "nvlink-replay"]  # fmt: skip
+    [rule] = [
+        r for g in groups for r in g["rules"] if r.get("labels", {}).get("cause") == "nvlink-replay"
+    ]
     [found] = Evaluator(n.daemon.store).eval(parse(rule["expr"]), n.clock.now())
     assert dict(found.metric)["link"] == link
     assert 1.0 <= found.value < 1.5  # increase() extrapolates one error a little; two is 2+
@@ -480,8 +510,12 @@ async def test_the_nvlink_fabric_comes_through_each_drivers_struct(node: Any, dr
         assert len(found) == 3
         return {dict(k)["state"] for k, v in found.items() if v == 1.0}
 
-    assert [state(g) for g in "0123"] == [{"completed"}, {"in_progress"}, {"completed"},
-                                          {"completed"}]  # fmt: skip
+    assert [state(g) for g in "0123"] == [
+        {"completed"},
+        {"in_progress"},
+        {"completed"},
+        {"completed"},
+    ]
     assert values(samples, m.FABRIC_STATUS, "0") == {(): 0.0}
     assert values(samples, m.FABRIC_STATUS, "1") == {}  # meaningful once completed
     assert values(samples, m.FABRIC_STATUS, "2") == {(): float(cdefs.ERROR_UNKNOWN)}
@@ -502,11 +536,14 @@ async def test_the_nvlink_fabric_comes_through_each_drivers_struct(node: Any, dr
         assert summary == {}
 
 
-@pytest.mark.parametrize("scenario", [
-    "node: {gpus: 2, model: H100, driver: R580}",  # no NVSwitch: a PCIe board, or NVLink pairs
-    "node: {gpus: 2, model: A100, driver: R580, nvswitches: 6}",  # before Hopper
-    "node: {gpus: 2, model: A100, driver: R470, nvswitches: 6}",  # before the call
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "node: {gpus: 2, model: H100, driver: R580}",  # no NVSwitch: a PCIe board, or NVLink pairs
+        "node: {gpus: 2, model: A100, driver: R580, nvswitches: 6}",  # before Hopper
+        "node: {gpus: 2, model: A100, driver: R470, nvswitches: 6}",  # before the call
+    ],
+)
 async def test_a_gpu_without_a_fabric_has_no_fabric_series(node: Any, scenario: str) -> None:
     n = await node(scenario + "\n")
     samples = await n.sample()
@@ -520,8 +557,14 @@ async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_rea
     guest = await node("node: {gpus: 1, model: A100, virtualization: vgpu_guest}\n")
     samples = await guest.sample()
     assert names(samples) >= ALWAYS | {m.UTILIZATION}
-    assert not names(samples) & {m.TEMPERATURE, m.POWER, m.ECC_ERRORS, m.MEMORY_TEMPERATURE,
-                                 m.NVLINK_LINK_UP, m.PCIE_REPLAYS}  # fmt: skip
+    assert not names(samples) & {
+        m.TEMPERATURE,
+        m.POWER,
+        m.ECC_ERRORS,
+        m.MEMORY_TEMPERATURE,
+        m.NVLINK_LINK_UP,
+        m.PCIE_REPLAYS,
+    }
     assert guest.node()["verdict"] == "healthy"
     no_ecc = await node("node: {gpus: 1, model: L4, ecc: false}\n")
     samples = await no_ecc.sample()
@@ -539,10 +582,15 @@ async def test_mig_instances_have_their_own_memory_and_processes(node: Any) -> N
         "  mig: [{gpu: 0, instances: [3g.40gb, 2g.20gb, 1g.10gb]}]\n"
     )
     samples = await n.sample()
-    instances = {dict(k)["gpu_i_id"]: (dict(k)["gpu_i_profile"], v)
-                 for k, v in values(samples, m.INSTANCE_MEMORY_TOTAL).items()}  # fmt: skip
-    assert instances == {"1": ("3g.40gb", 40 * 2**30), "3": ("2g.20gb", 20 * 2**30),
-                         "7": ("1g.10gb", 10 * 2**30)}  # fmt: skip
+    instances = {
+        dict(k)["gpu_i_id"]: (dict(k)["gpu_i_profile"], v)
+        for k, v in values(samples, m.INSTANCE_MEMORY_TOTAL).items()
+    }
+    assert instances == {
+        "1": ("3g.40gb", 40 * 2**30),
+        "3": ("2g.20gb", 20 * 2**30),
+        "7": ("1g.10gb", 10 * 2**30),
+    }
     used = {dict(k)["gpu_i_id"]: v for k, v in values(samples, m.INSTANCE_MEMORY_USED).items()}
     assert used["1"] > 0 and used["3"] == used["7"] == 0
     procs = {dict(k)["gpu_i_id"]: v for k, v in values(samples, m.INSTANCE_PROCESSES).items()}
@@ -553,6 +601,8 @@ async def test_mig_instances_have_their_own_memory_and_processes(node: Any) -> N
     assert not values(samples, m.INSTANCE_MEMORY_USED, "1")  # GPU 1 is not in MIG mode
     gpu0 = n.daemon.view.batch.gpus[0]
     assert [(i.gpu_instance_id, i.profile, i.pids) for i in gpu0.instances] == [
-        (1, "3g.40gb", tuple(PIDS)), (3, "2g.20gb", ()), (7, "1g.10gb", ())
-    ]  # fmt: skip
+        (1, "3g.40gb", tuple(PIDS)),
+        (3, "2g.20gb", ()),
+        (7, "1g.10gb", ()),
+    ]
     assert n.node()["verdict"] == "healthy"

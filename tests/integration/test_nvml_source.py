@@ -522,10 +522,18 @@ def test_a_kept_field_request_answers_as_pynvmls_own_call(simulate: Simulate) ->
 
 def test_field_values_of_every_value_type_unpack_as_pynvmls_struct_reads_them() -> None:
     array = (pynvml.c_nvmlFieldValue_t * 7)()
-    for slot, (kind, member, value) in zip(array, [
-        (0, "dVal", 1.5), (1, "uiVal", 7), (2, "ulVal", 2**40), (3, "ullVal", 2**63 + 5),
-        (4, "sllVal", -3), (5, "siVal", -2),
-    ], strict=False):  # fmt: skip
+    for slot, (kind, member, value) in zip(
+        array,
+        [
+            (0, "dVal", 1.5),
+            (1, "uiVal", 7),
+            (2, "ulVal", 2**40),
+            (3, "ullVal", 2**63 + 5),
+            (4, "sllVal", -3),
+            (5, "siVal", -2),
+        ],
+        strict=False,
+    ):
         slot.valueType, slot.nvmlReturn = kind, 0
         setattr(slot.value, member, value)
     # An unsigned short (6): pynvml before 12.570 has no name for it in the union.

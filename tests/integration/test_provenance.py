@@ -45,8 +45,10 @@ def _post(sock_path: Path, target: str, content_type: str, body: bytes) -> int:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
         sock.connect(str(sock_path))
-        head = (f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
+        head = (
+            f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
         sock.sendall(head.encode() + body)
         reply = b""
         while chunk := sock.recv(65536):
@@ -112,8 +114,12 @@ def test_a_pushed_cause_pages_the_job_and_moves_neither_verdict_nor_slurm(
         assert "cause" not in labels and "uuid" not in labels and "gpu" not in labels
         assert (labels["exported_cause"], labels["exported_gpu"]) == ("xid-79", "5")
         # The job's page names this node, not the one the job wrote, and no other job's GPU.
-        [page] = [a for body in wait_for(hook.bodies) for a in body["alerts"]
-                  if a["labels"]["alertname"] == "TrainingLossNaN"]  # fmt: skip
+        [page] = [
+            a
+            for body in wait_for(hook.bodies)
+            for a in body["alerts"]
+            if a["labels"]["alertname"] == "TrainingLossNaN"
+        ]
         assert (page["labels"]["node"], page["labels"]["provenance"]) == ("gw1", "job")
         assert "running" not in page["annotations"]
         # Nor does it land in the report of the Slurm job that runs on GPU 5.
@@ -193,8 +199,10 @@ def test_a_flood_of_job_pages_is_one_message_a_job_and_the_hardwares_goes_first(
     hook = FakeService().up()
     config = tmp_path / "gpuwatch.yaml"
     receiver = f"{{name: ops, type: webhook, url: '{hook.url}', rate_limit: 2}}"
-    config.write_text(f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
-                      f"notify:\n  receivers:\n    - {receiver}\n")  # fmt: skip
+    config.write_text(
+        f"node_name: gw1\npush: {{socket: {shared / 'push.sock'}}}\n"
+        f"notify:\n  receivers:\n    - {receiver}\n"
+    )
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(FALLS_LATE)
     daemon = start_daemon(tmp_path, "--simulate", str(scenario), "-c", str(config))
@@ -209,13 +217,22 @@ def test_a_flood_of_job_pages_is_one_message_a_job_and_the_hardwares_goes_first(
             """(when it arrived, the alert) of each alert of this name the receiver took."""
             with hook.lock:
                 got = [(r.time, r.json) for r in hook.received]
-            return [(t, a) for t, body in got for a in body["alerts"]
-                    if a["labels"]["alertname"] == name]  # fmt: skip
+            return [
+                (t, a)
+                for t, body in got
+                for a in body["alerts"]
+                if a["labels"]["alertname"] == name
+            ]
 
         lost = wait_for(lambda: pages("GpuFellOffBus"), timeout=90)
         fired = lost[0][1]["startsAt"]
-        nan = wait_for(lambda: len({a["labels"]["job"] for _, a in pages("TrainingLossNaN")}) == 40
-                       and pages("TrainingLossNaN"), timeout=90)  # fmt: skip
+        nan = wait_for(
+            lambda: (
+                len({a["labels"]["job"] for _, a in pages("TrainingLossNaN")}) == 40
+                and pages("TrainingLossNaN")
+            ),
+            timeout=90,
+        )
         with hook.lock:
             messages = [r.json for r in hook.received]
         job_messages = [m for m in messages if m["commonLabels"].get("provenance") == "job"]
@@ -242,8 +259,10 @@ def _trickle(path: str, count: int, ready: Any, done: Any) -> None:
         s.settimeout(5)
         try:
             s.connect(path)
-            s.sendall(b"POST /api/v1/push?job=slow HTTP/1.1\r\nHost: x\r\n"
-                      b"Content-Length: 4194304\r\n\r\nx")  # fmt: skip
+            s.sendall(
+                b"POST /api/v1/push?job=slow HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Length: 4194304\r\n\r\nx"
+            )
         except BlockingIOError:  # the kernel's queue of connects is full: again
             s.close()
             time.sleep(0.01)

@@ -35,8 +35,10 @@ def over_socket(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(30)
         sock.connect(str(daemon_state / "gpuwatch.sock"))
-        head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
         sock.sendall(head)
         # Refused before the whole body was read, the answer is still there to read.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -107,29 +109,35 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         reasons = {name: (status, reply["error"]) for name, (status, reply) in cases.items()}
         assert reasons["10 MB body"][0] == 413 and "limit is 4194304" in reasons["10 MB body"][1]
         assert reasons["100,000 series"] == (
-            422, "too many series: 100000 sample lines for job 'many', the limit per job is "
+            422,
+            "too many series: 100000 sample lines for job 'many', the limit per job is "
             "1000 (push.max_series_per_job)",
-        )  # fmt: skip
+        )
         assert reasons["gpuwatch_up"] == (
-            400, "metric name 'gpuwatch_up': names starting with gpuwatch_ or gpuwatch: are "
-            "the daemon's own"
-        )  # fmt: skip
+            400,
+            "metric name 'gpuwatch_up': names starting with gpuwatch_ or gpuwatch: are "
+            "the daemon's own",
+        )
         assert reasons["NaN label, JSON"] == (
-            400, "labels: label 'rank' must have a string value, got nan"
-        )  # fmt: skip
+            400,
+            "labels: label 'rank' must have a string value, got nan",
+        )
         assert reasons["NaN label, text"][0] == 400
         assert "not valid Prometheus text format" in reasons["NaN label, text"][1]
         assert reasons["no token over TCP"] == (
-            401, "missing or wrong bearer token (Authorization: Bearer ...)"
-        )  # fmt: skip
+            401,
+            "missing or wrong bearer token (Authorization: Bearer ...)",
+        )
         assert reasons["wrong token over TCP"][0] == 401
         assert reasons["newline in a metric name"] == (
-            400, "metric name 'train_step\\n' is not a valid Prometheus name"
-        )  # fmt: skip
+            400,
+            "metric name 'train_step\\n' is not a valid Prometheus name",
+        )
         assert reasons["newline in a job"][0] == 400
         assert reasons["lone surrogate in a label"] == (
-            400, "labels: label 'a' is not valid UTF-8 text"
-        )  # fmt: skip
+            400,
+            "labels: label 'a' is not valid UTF-8 text",
+        )
         assert "job: expected a name" in reasons["newline in a job"][1]
         status, _ = over_tcp(daemon, b'train_step{rank="1"} 8\n', TOKEN, scheme="bearer")
         assert status == 200  # the scheme's case does not matter
@@ -157,9 +165,13 @@ def test_bad_pushes_are_refused_with_a_reason_and_the_daemon_keeps_sampling(tmp_
         wait_for(lambda: 'step_seconds_count{job="hist"} 4.0' in daemon.metrics())
         assert "# TYPE tokens_total counter" in daemon.metrics()
         checked = subprocess.run(
-            ["promtool", "check", "metrics"], input=daemon.metrics(), capture_output=True,
-            text=True, timeout=30, check=False,
-        )  # fmt: skip
+            ["promtool", "check", "metrics"],
+            input=daemon.metrics(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
         wait_for(lambda: last_sample(daemon) > before + 1)
         status, _, _ = daemon.get("/healthz")
@@ -181,8 +193,9 @@ def test_a_push_over_tcp_is_off_without_a_token(tmp_path: Path) -> None:
         status, reply = over_tcp(daemon, b"train_step 1\n", None)
         assert status == 403 and "set push.token" in reply["error"]
         assert {p.name for p in (tmp_path / "state").glob("*.sock")} == {
-            "gpuwatch.sock", "push.sock"
-        }  # fmt: skip
+            "gpuwatch.sock",
+            "push.sock",
+        }
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
     # A stopped daemon leaves no socket for a client to find and fail on.
@@ -195,10 +208,25 @@ def test_a_push_socket_on_the_control_socket_is_refused_at_start(tmp_path: Path)
     other_name = tmp_path / "state" / ".." / "state" / "gpuwatch.sock"
     config.write_text(f"push: {{socket: {other_name}}}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0", "--simulate",
-         "healthy", "--state-dir", str(tmp_path / "state"), "-c", str(config)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--simulate",
+            "healthy",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "-c",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode != 0
     assert "is the control socket: give it its own path" in done.stderr, done.stderr
 
@@ -239,9 +267,16 @@ print("delivered" if reporter.flush(timeout=10) else f"failed {reporter.failed}"
 
 def as_nobody(command: list[str], lib: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command, user=65534, group=65534, cwd="/", env={"PYTHONPATH": str(lib)},
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        command,
+        user=65534,
+        group=65534,
+        cwd="/",
+        env={"PYTHONPATH": str(lib)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def python_for_nobody(lib: Path) -> str | None:
@@ -282,8 +317,10 @@ def test_any_users_job_reports_on_the_push_socket_and_only_pushes_there(tmp_path
         with socket.socket(socket.AF_UNIX) as sock:
             sock.settimeout(10)
             sock.connect(str(push_sock))
-            sock.sendall(b"POST /api/v1/ack HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-                         b"Connection: close\r\n\r\n{}")  # fmt: skip
+            sock.sendall(
+                b"POST /api/v1/ack HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                b"Connection: close\r\n\r\n{}"
+            )
             assert sock.recv(100).startswith(b"HTTP/1.1 404")
         lib = shared / "lib"
         python = python_for_nobody(lib)
@@ -312,13 +349,16 @@ def test_a_push_socket_other_users_cannot_reach_is_said_at_start(tmp_path: Path)
     try:
         state = shared / "state"
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
-        said = (f"push socket {state / 'push.sock'}: other users cannot reach it ({state} is "
-                "mode 0700), so their jobs cannot push")  # fmt: skip
+        said = (
+            f"push socket {state / 'push.sock'}: other users cannot reach it ({state} is "
+            "mode 0700), so their jobs cannot push"
+        )
         wait_for(lambda: said in daemon.log())
         python = python_for_nobody(shared / "lib")
         if python is not None:
-            done = as_nobody([python, "-c", REPORT_AS_ANOTHER_USER, str(state / "push.sock")],
-                             shared / "lib")  # fmt: skip
+            done = as_nobody(
+                [python, "-c", REPORT_AS_ANOTHER_USER, str(state / "push.sock")], shared / "lib"
+            )
             assert done.stdout.strip().startswith("failed"), done.stderr
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -38,8 +38,12 @@ async def test_refused_and_dropped_pushes_leave_no_body_for_the_collector(
         await asyncio.sleep(0.05)  # the server sees them go
         gc.collect()
         # Bytes are no containers: found through what the garbage refers to.
-        kept = [len(r) for o in gc.garbage for r in gc.get_referents(o)
-                if isinstance(r, bytes | bytearray) and len(r) > 4096]  # fmt: skip
+        kept = [
+            len(r)
+            for o in gc.garbage
+            for r in gc.get_referents(o)
+            if isinstance(r, bytes | bytearray) and len(r) > 4096
+        ]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()

@@ -73,8 +73,10 @@ def test_sighup_applies_a_good_config_and_keeps_everything_on_a_bad_one(tmp_path
         before = daemon.json("/api/v1/rules")["data"]["groups"][0]["lastEvaluation"]
         daemon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "rule reload failed, keeping the old rules" in daemon.log(), timeout=10)
-        why = (f'{rules}:5:15: group \\"jobs\\" alert \\"JobSaysHello\\": expr: 1:14: parse '
-               "error: unexpected end of input")  # fmt: skip
+        why = (
+            f'{rules}:5:15: group \\"jobs\\" alert \\"JobSaysHello\\": expr: 1:14: parse '
+            "error: unexpected end of input"
+        )
         assert why in daemon.log()  # logfmt escapes the quotes
         wait_for(
             lambda: daemon.json("/api/v1/rules")["data"]["groups"][0]["lastEvaluation"] > before,

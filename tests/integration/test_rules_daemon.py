@@ -36,8 +36,10 @@ def unix_post(path: Path, target: str) -> tuple[int, dict[str, Any]]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(5)
         sock.connect(str(path))
-        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: gpuwatch\r\nContent-Length: 0\r\n"
-                     "Connection: close\r\n\r\n".encode())  # fmt: skip
+        sock.sendall(
+            f"POST {target} HTTP/1.1\r\nHost: gpuwatch\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -138,10 +140,25 @@ def test_a_bad_rule_file_at_startup_is_refused_with_file_and_line(tmp_path: Path
     config = tmp_path / "gpuwatch.yaml"
     config.write_text(f"rules:\n  files: [{rules}]\n")
     done = subprocess.run(
-        [sys.executable, "-m", "gpuwatch", "run", "--simulate", "healthy", "-c", str(config),
-         "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state")],
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "run",
+            "--simulate",
+            "healthy",
+            "-c",
+            str(config),
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 2
     assert (
         f'{rules}:5:15: group "mine" alert "AllGpusUp": expr: '

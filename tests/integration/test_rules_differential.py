@@ -123,9 +123,13 @@ def test_gpuwatch_and_promtool_agree_on_unseen_files(seed: int, tmp_path: Path) 
     path = tmp_path / f"random_{seed}.test.yaml"
     generate(seed, path)
     reference = subprocess.run(
-        ["promtool", "test", "rules", path.name], cwd=tmp_path, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        ["promtool", "test", "rules", path.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     err = io.StringIO()
     cwd = Path.cwd()
     os.chdir(tmp_path)

@@ -51,9 +51,15 @@ def run_daemon(
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(scenario)
     return start_daemon(
-        tmp_path, "--config", str(config), "--simulate", str(scenario_file),
-        "--speed", str(speed), env=slurm.env,
-    )  # fmt: skip
+        tmp_path,
+        "--config",
+        str(config),
+        "--simulate",
+        str(scenario_file),
+        "--speed",
+        str(speed),
+        env=slurm.env,
+    )
 
 
 def actions(daemon: DaemonProcess) -> list[str]:

@@ -62,8 +62,9 @@ async def test_a_failing_resume_is_retried_on_the_backoff_not_every_cycle(tmp_pa
     scontrol = script(tmp_path, body)
     clock = ManualClock(NOW)
     config = SlurmActions(enabled=True, drain_on=("gpu-lost",), resume_after=60.0)
-    drainer = SlurmDrainer(config, "gw2", clock, lambda _: None,
-                           SlurmCli(scontrol, sinfo, timeout=5))  # fmt: skip
+    drainer = SlurmDrainer(
+        config, "gw2", clock, lambda _: None, SlurmCli(scontrol, sinfo, timeout=5)
+    )
     await drainer.start()
     try:
         healthy = Verdict(Health.HEALTHY)
@@ -92,8 +93,9 @@ async def test_without_resume_the_drained_metric_ends_when_an_admin_resumes(
     sinfo = script(tmp_path, f"cat {answer}", "sinfo")
     clock = ManualClock(NOW)
     config = SlurmActions(enabled=True, drain_on=("gpu-lost",), resume=False)
-    drainer = SlurmDrainer(config, "gw2", clock, lambda _: None,
-                           SlurmCli(script(tmp_path, "exit 1"), sinfo, timeout=5))  # fmt: skip
+    drainer = SlurmDrainer(
+        config, "gw2", clock, lambda _: None, SlurmCli(script(tmp_path, "exit 1"), sinfo, timeout=5)
+    )
     lost = Cause("gpu-lost", Health.UNHEALTHY, "GPU 1 is lost", "drain the node")
 
     def drained() -> bool:

@@ -32,10 +32,20 @@ def install(libexec: Path, state_dir: Path, conf: Path) -> None:
     the test cluster's slurm.conf."""
     prefix = Path(sys.executable).parent.parent
     subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "slurm-files", f"PREFIX={prefix}",
-         f"LIBEXECDIR={libexec}", f"GPUWATCH_STATE_DIR={state_dir}", f"SLURM_CONF_FILE={conf}"],
-        check=True, timeout=30,
-    )  # fmt: skip
+        [
+            "make",
+            "-s",
+            "-C",
+            str(ROOT),
+            "slurm-files",
+            f"PREFIX={prefix}",
+            f"LIBEXECDIR={libexec}",
+            f"GPUWATCH_STATE_DIR={state_dir}",
+            f"SLURM_CONF_FILE={conf}",
+        ],
+        check=True,
+        timeout=30,
+    )
 
 
 def basic_auth(tmp_path: Path) -> Path:
@@ -55,8 +65,9 @@ def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: P
         """The file as slurmd runs it: as root, its environment the node's name (and the
         job's id for a prolog) and nothing else, no PATH."""
         env = {"SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "4242"}
-        return subprocess.run([str(libexec / name)], env=env, capture_output=True, text=True,
-                              timeout=30, check=False)  # fmt: skip
+        return subprocess.run(
+            [str(libexec / name)], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
 
     check = f"HealthCheckProgram={libexec}/gpuwatch-healthcheck\nHealthCheckInterval=1"
     slurm = start_slurm(tmp_path / "slurm", check)
@@ -69,8 +80,9 @@ def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: P
         scenario = tmp_path / "scenario.yaml"
         scenario.write_text(SCENARIO)
         # Behind a password: the scripts ask the control socket, not the listener.
-        daemon = start_daemon(tmp_path / "d", "--simulate", str(scenario), "--web-config",
-                              str(basic_auth(tmp_path)))  # fmt: skip
+        daemon = start_daemon(
+            tmp_path / "d", "--simulate", str(scenario), "--web-config", str(basic_auth(tmp_path))
+        )
         try:
             # Healthy: the check takes back its own drain; the prolog lets jobs start.
             assert run("gpuwatch-healthcheck").returncode == 0
@@ -79,8 +91,9 @@ def test_the_health_check_and_prolog_act_on_the_verdict_under_slurmd(tmp_path: P
             # GPU 1 falls off the bus: the prolog refuses jobs, the check drains (run as
             # slurmd runs it: slurmd's own runs start only some 12 s after it does).
             refused = wait_for(lambda: (r := run("gpuwatch-prolog")).returncode == 1 and r)
-            assert refused.stderr.startswith(f"gpuwatch: not starting job 4242 on {NODE}: "
-                                             "unhealthy: GPU 1 is lost")  # fmt: skip
+            assert refused.stderr.startswith(
+                f"gpuwatch: not starting job 4242 on {NODE}: unhealthy: GPU 1 is lost"
+            )
             assert run("gpuwatch-healthcheck").returncode == 0
             assert "DRAIN" in slurm.node()["State"]
             reason = slurm.node()["Reason"]

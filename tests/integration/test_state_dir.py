@@ -23,22 +23,44 @@ def test_state_files_are_private_and_a_second_daemon_is_refused_first(tmp_path: 
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         files = [p for p in state.rglob("*") if p.is_file()]
         assert files
-        loose = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files
-                 if stat.S_IMODE(p.stat().st_mode) & 0o077}  # fmt: skip
+        loose = {
+            p.name: oct(stat.S_IMODE(p.stat().st_mode))
+            for p in files
+            if stat.S_IMODE(p.stat().st_mode) & 0o077
+        }
         assert loose == {}
-        before = sorted((p.name, p.stat().st_mtime_ns) for p in state.iterdir() if p.is_file()
-                        and p.suffix == ".json")  # fmt: skip
+        before = sorted(
+            (p.name, p.stat().st_mtime_ns)
+            for p in state.iterdir()
+            if p.is_file() and p.suffix == ".json"
+        )
         second = subprocess.run(
-            [sys.executable, "-m", "gpuwatch", "run", "--listen", "127.0.0.1:0",
-             "--state-dir", str(state), "--simulate", "healthy"],
-            check=False, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "run",
+                "--listen",
+                "127.0.0.1:0",
+                "--state-dir",
+                str(state),
+                "--simulate",
+                "healthy",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode != 0
         assert f"state directory {state} is in use by another gpuwatch (pid {daemon.proc.pid})" in (
             second.stderr + second.stdout
         )
-        after = sorted((p.name, p.stat().st_mtime_ns) for p in state.iterdir() if p.is_file()
-                       and p.suffix == ".json")  # fmt: skip
+        after = sorted(
+            (p.name, p.stat().st_mtime_ns)
+            for p in state.iterdir()
+            if p.is_file() and p.suffix == ".json"
+        )
         assert after == before
         status, _, _ = daemon.get("/healthz")
         assert status == 200

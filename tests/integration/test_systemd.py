@@ -67,10 +67,21 @@ def test_the_unit_as_installed_runs_gpuwatch_from_the_prefix_and_verifies_clean(
     checkout's virtualenv, so the gpuwatch that ExecStart names exists for systemd to check."""
     prefix = Path(sys.executable).parent.parent
     made = subprocess.run(
-        ["make", "--no-print-directory", "-s", "systemd-unit", f"PREFIX={prefix}",
-         f"CONFDIR={tmp_path / 'etc'}", f"UNITDIR={tmp_path / 'units'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "-s",
+            "systemd-unit",
+            f"PREFIX={prefix}",
+            f"CONFDIR={tmp_path / 'etc'}",
+            f"UNITDIR={tmp_path / 'units'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     unit = tmp_path / "units" / "gpuwatch.service"
     [exec_start] = [line for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]

@@ -108,8 +108,12 @@ def test_a_healthy_job_raises_no_training_alert_in_30_simulated_minutes(tmp_path
             seen |= {a["labels"]["alertname"] for a in alerts}  # pending counts too
             time.sleep(0.5)
         assert not seen & TRAINING_ALERTS, seen
-        steps = [v for line in daemon.metrics().splitlines() if line.startswith("train_step{")
-                 for v in [float(line.rsplit(" ", 1)[1])]]  # fmt: skip
+        steps = [
+            v
+            for line in daemon.metrics().splitlines()
+            if line.startswith("train_step{")
+            for v in [float(line.rsplit(" ", 1)[1])]
+        ]
         assert len(steps) == 8 and min(steps) > 2 * 60 * 25  # all ranks stepped all along
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -50,5 +50,7 @@ def test_a_malformed_address_exits_64_before_anything_is_asked(
         read_hosts(str(hosts))
     hosts.write_text("node1\nnode2:9100  # a comment\nhttps://node3:10040\n")
     assert read_hosts(str(hosts)) == [
-        "http://node1:10040", "http://node2:9100", "https://node3:10040"
-    ]  # fmt: skip
+        "http://node1:10040",
+        "http://node2:9100",
+        "https://node3:10040",
+    ]

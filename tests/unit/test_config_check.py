@@ -115,9 +115,15 @@ def test_slurm_actions_whose_programs_are_not_here_are_warned_about(
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(1.0, "1s"), (1.5, "1s500ms"), (0.25, "250ms"), (2592000.0, "30d"), (93784.0, "1d2h3m4s"),
-     (0.0, "0s")],
-)  # fmt: skip
+    [
+        (1.0, "1s"),
+        (1.5, "1s500ms"),
+        (0.25, "250ms"),
+        (2592000.0, "30d"),
+        (93784.0, "1d2h3m4s"),
+        (0.0, "0s"),
+    ],
+)
 def test_durations_print_as_written_and_read_back_exactly(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
     assert parse_duration(text) == seconds

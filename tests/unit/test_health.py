@@ -147,8 +147,9 @@ def test_another_gpu_at_a_lost_gpus_index_keeps_its_xids() -> None:
     judge = HealthJudge(AckStore(None))
     judge.record_xid("GPU-9", 1.0, 48)
     judge_at(judge, 2.0, gpu=GpuState(INFO, GpuStatus.LOST, "NVML: GPU is lost"))
-    other = GpuState(GpuInfo(3, "GPU-9", INFO.model, "0000:9b:00.0", "1654", "96.00", 18),
-                     GpuStatus.OK, "")  # fmt: skip
+    other = GpuState(
+        GpuInfo(3, "GPU-9", INFO.model, "0000:9b:00.0", "1654", "96.00", 18), GpuStatus.OK, ""
+    )
     assert [c.key for c in judge_at(judge, 3.0, gpu=other).causes] == ["xid-48"]
 
 

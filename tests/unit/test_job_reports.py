@@ -33,8 +33,13 @@ def gpu(index: int, job: str | None) -> GpuState:
     return GpuState(info, GpuStatus.OK, processes=procs)
 
 
-def batch(t: float, jobs: dict[int, str | None], dbe: float = 0.0, slowdown: bool = False,
-          slow_reads: dict[tuple[int, float], list[Sample]] | None = None) -> Batch:  # fmt: skip
+def batch(
+    t: float,
+    jobs: dict[int, str | None],
+    dbe: float = 0.0,
+    slowdown: bool = False,
+    slow_reads: dict[tuple[int, float], list[Sample]] | None = None,
+) -> Batch:
     """A cycle; with `slow_reads`, the ECC counters come as NVML's slow tier has them: a list
     per GPU, the same list (kept in `slow_reads`) until it is read with another value."""
     gpus = [gpu(i, j) for i, j in jobs.items()]
@@ -48,8 +53,13 @@ def batch(t: float, jobs: dict[int, str | None], dbe: float = 0.0, slowdown: boo
             slow.append(slow_reads.setdefault(read, [Sample(m.ECC_ERRORS, ecc, value)]))
         else:
             samples.append(Sample(m.ECC_ERRORS, ecc, value))
-        samples.append(Sample(m.CLOCK_EVENT, (*labels, ("reason", "hw_slowdown")),
-                              1.0 if slowdown and g.info.index == 1 else 0.0))  # fmt: skip
+        samples.append(
+            Sample(
+                m.CLOCK_EVENT,
+                (*labels, ("reason", "hw_slowdown")),
+                1.0 if slowdown and g.info.index == 1 else 0.0,
+            )
+        )
     return Batch("nvml", t, samples, BackendState(True, "nvml"), gpus, slow)
 
 
@@ -67,10 +77,26 @@ def test_a_job_gets_its_gpus_counters_throttling_and_events_and_a_report_at_its_
     reports.observe(T0 + 2, batch(T0 + 2, on, dbe=2.0, slowdown=True, slow_reads=slow_reads))
     reports.on_event(Event(T0 + 2, "xid", 1, "GPU-1", "XID 79 on GPU 1", {"xid": 79}))
     reports.on_event(Event(T0 + 2, "xid", 2, "GPU-2", "XID 13 on GPU 2", {"xid": 13}))
-    reports.on_event(Event(T0 + 2, "alert", 1, None, "TrainingLossNaN firing",
-                           {"alertname": "TrainingLossNaN", "state": "firing"}))  # fmt: skip
-    reports.on_event(Event(T0 + 2, "alert", 1, None, "TrainingLossNaN resolved",
-                           {"alertname": "TrainingLossNaN", "state": "resolved"}))  # fmt: skip
+    reports.on_event(
+        Event(
+            T0 + 2,
+            "alert",
+            1,
+            None,
+            "TrainingLossNaN firing",
+            {"alertname": "TrainingLossNaN", "state": "firing"},
+        )
+    )
+    reports.on_event(
+        Event(
+            T0 + 2,
+            "alert",
+            1,
+            None,
+            "TrainingLossNaN resolved",
+            {"alertname": "TrainingLossNaN", "state": "resolved"},
+        )
+    )
     running = reports.report("7")
     assert running is not None and running["running"] and running["end"] is None
     gone = {0: None, 1: None, 2: "8"}

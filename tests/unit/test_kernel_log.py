@@ -187,8 +187,11 @@ def test_what_a_rotated_log_is_given_before_its_writer_moves_on_is_read(tmp_path
     assert watcher._read().records == []
     texts = [str(e.data["driver_text"]) for e in published if e.kind == "xid"]
     assert [t.partition("bus.")[2] for t in texts] == [
-        "", " (after the rename)", " (before the writer moved)", " (the new file)",
-    ]  # fmt: skip
+        "",
+        " (after the rename)",
+        " (before the writer moved)",
+        " (the new file)",
+    ]
 
 
 def test_a_rotation_undone_is_read_on_as_if_none_happened(
@@ -271,8 +274,10 @@ def test_a_log_truncated_in_place_and_an_upgraded_journal_lose_and_repeat_nothin
     again.take(again._read())
     assert [e.data["kmsg_seq"] for e in taken] == [2, 3]
     # A journal written before events named their file: its numbers are this file's.
-    unnamed = [replace(e, data={k: v for k, v in e.data.items() if k != "kmsg_file"})
-               for e in [*published, *taken]]  # fmt: skip
+    unnamed = [
+        replace(e, data={k: v for k, v in e.data.items() if k != "kmsg_file"})
+        for e in [*published, *taken]
+    ]
     upgraded, after_upgrade, _ = kernel_log(tmp_path, gpus, unnamed)
     upgraded._reader.open()
     upgraded.take(upgraded._read())
@@ -328,8 +333,11 @@ def test_sxids_count_per_switch_code_and_severity_and_survive_a_restart(tmp_path
     )
     again, _, _ = kernel_log(tmp_path, directory(), published)
     [count] = [s for s in again.collect() if s.name == "gpuwatch_nvswitch_sxid_errors_total"]
-    assert dict(count.labels) == {"pci_bus_id": "0000:86:00.0", "sxid": "12028",
-                                  "severity": "non_fatal"}  # fmt: skip
+    assert dict(count.labels) == {
+        "pci_bus_id": "0000:86:00.0",
+        "sxid": "12028",
+        "severity": "non_fatal",
+    }
     assert count.value == 2
     # When it was last printed survives too: a restart is not a new SXid for the rules.
     [last] = [

@@ -25,13 +25,18 @@ CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
-    return [(f"{path.name}#{i}", doc) for path in sorted(DEPLOY.glob("*.yaml"))
-            for i, doc in enumerate(yaml.safe_load_all(path.read_text())) if doc]  # fmt: skip
+    return [
+        (f"{path.name}#{i}", doc)
+        for path in sorted(DEPLOY.glob("*.yaml"))
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        if doc
+    ]
 
 
 def kind(wanted: str, name: str = "gpuwatch") -> dict[str, Any]:
-    [found] = [doc for _, doc in documents()
-               if doc["kind"] == wanted and doc["metadata"]["name"] == name]  # fmt: skip
+    [found] = [
+        doc for _, doc in documents() if doc["kind"] == wanted and doc["metadata"]["name"] == name
+    ]
     return found
 
 
@@ -104,8 +109,9 @@ def test_the_npd_plugin_reads_the_verdict_file_gpuwatch_writes() -> None:
     assert rule["path"] == "/config/gpuwatch/gpuwatch-verdict.sh"
     assert npd["gpuwatch-verdict.sh"].startswith("#!/bin/bash\n")
     # The file the daemon renews in the state directory the DaemonSet's hostPath holds.
-    [state] = [v for v in kind("DaemonSet")["spec"]["template"]["spec"]["volumes"]
-               if v["name"] == "state"]  # fmt: skip
+    [state] = [
+        v for v in kind("DaemonSet")["spec"]["template"]["spec"]["volumes"] if v["name"] == "state"
+    ]
     assert rule["args"][0] == f"{state['hostPath']['path']}/{verdictfile.FILE_NAME}"
     assert int(rule["args"][1]) > verdictfile.TOUCH_EVERY_S * 3
 

@@ -125,15 +125,19 @@ def test_nothing_outside_the_daemon_assigns_its_attributes() -> None:
         if module == "gpuwatch.daemon":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            targets = node.targets if isinstance(node, ast.Assign) else (
-                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
-            )  # fmt: skip
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else ([node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+            )
             for target in targets:
                 if isinstance(target, ast.Attribute):
                     owner = target.value
-                    name = owner.id if isinstance(owner, ast.Name) else (
-                        owner.attr if isinstance(owner, ast.Attribute) else ""
-                    )  # fmt: skip
+                    name = (
+                        owner.id
+                        if isinstance(owner, ast.Name)
+                        else (owner.attr if isinstance(owner, ast.Attribute) else "")
+                    )
                     if name == "daemon":
                         offenders.append(f"{module}:{node.lineno}")
     assert offenders == []
@@ -168,6 +172,10 @@ def test_the_code_cites_nothing_outside_the_repository() -> None:
     """Docstrings and comments point at docs/ and the code, which a reader has; not at a
     design document or tracker numbers the repository does not hold."""
     outside = re.compile(r"DESIGN §|\bissue \d+\b")
-    cited = [f"{name}: {line.strip()}" for name, path in modules()
-             for line in path.read_text().splitlines() if outside.search(line)]  # fmt: skip
+    cited = [
+        f"{name}: {line.strip()}"
+        for name, path in modules()
+        for line in path.read_text().splitlines()
+        if outside.search(line)
+    ]
     assert cited == []

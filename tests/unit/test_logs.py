@@ -50,8 +50,11 @@ def test_json_lines_carry_level_logger_and_message() -> None:
     logging.getLogger("gpuwatch.test").warning("GPU %d lost", 3)
     [line] = out.getvalue().splitlines()
     assert json.loads(line) | {"ts": 0} == {
-        "ts": 0, "level": "warning", "logger": "gpuwatch.test", "msg": "GPU 3 lost"
-    }  # fmt: skip
+        "ts": 0,
+        "level": "warning",
+        "logger": "gpuwatch.test",
+        "msg": "GPU 3 lost",
+    }
 
 
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])

@@ -24,13 +24,20 @@ def alert(value: float, **labels: str) -> NotifyAlert:
 
 
 def nan(job: str, rank: int) -> NotifyAlert:
-    return alert(float("nan"), alertname="TrainingLossNaN", job=job, rank=str(rank),
-                 severity="warning", provenance="job")  # fmt: skip
+    return alert(
+        float("nan"),
+        alertname="TrainingLossNaN",
+        job=job,
+        rank=str(rank),
+        severity="warning",
+        provenance="job",
+    )
 
 
 def lost(gpu: str) -> NotifyAlert:
-    return alert(0.0, alertname="GpuFellOffBus", gpu=gpu, severity="critical",
-                 provenance="hardware")  # fmt: skip
+    return alert(
+        0.0, alertname="GpuFellOffBus", gpu=gpu, severity="critical", provenance="hardware"
+    )
 
 
 def receiver(name: str, kind: str = "webhook") -> ReceiverConfig:
@@ -61,8 +68,11 @@ def test_a_jobs_ranks_are_one_message_to_its_owners_and_never_to_the_pager() -> 
     node.step(31, *(nan("llama", r) for r in range(200)))  # the job route waits 30 s
     [(to, message)] = node.sent
     assert to == "chat" and len(message.alerts) == 200
-    assert dict(message.group_labels) == {"alertname": "TrainingLossNaN", "job": "llama",
-                                          "node": "n1"}  # fmt: skip
+    assert dict(message.group_labels) == {
+        "alertname": "TrainingLossNaN",
+        "job": "llama",
+        "node": "n1",
+    }
     node.step(32, lost("1"))
     assert sorted(to for to, n in node.sent[1:]) == ["chat", "pager"]
 

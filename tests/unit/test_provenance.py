@@ -88,8 +88,13 @@ def test_a_rule_is_the_hardwares_only_when_everything_it_reads_is(tmp_path: Path
     hardware = {name for name, p in found.items() if p is Provenance.HARDWARE}
     # A job may push any name outside gpuwatch_, a record's too, so only records named in the
     # daemon's namespace and fed by hardware series stay the hardware's, across groups.
-    assert hardware == {"Hot", "NamedByMatcher", "gpuwatch:clean", "job:clean_but_pushable",
-                        "OnClean"}  # fmt: skip
+    assert hardware == {
+        "Hot",
+        "NamedByMatcher",
+        "gpuwatch:clean",
+        "job:clean_but_pushable",
+        "OnClean",
+    }
 
 
 def test_the_shipped_packs_training_rules_are_a_jobs_and_the_rest_the_hardwares() -> None:
@@ -121,15 +126,26 @@ def test_a_pushed_cause_raises_nothing_and_the_daemon_names_node_and_provenance(
     path.write_text(NAN_RULE)
     engine = RuleEngine(Store(3600), [str(path)], 1.0, None)
     engine.load()
-    job, pushed = parse_json(json.dumps({
-        "job": "alice",
-        "labels": {"rank": "0", "cause": "xid-79", "uuid": "GPU-3", "node": "other", "gpu": "3"},
-        "metrics": {"train_loss": "NaN"},
-    }).encode())  # fmt: skip
+    job, pushed = parse_json(
+        json.dumps(
+            {
+                "job": "alice",
+                "labels": {
+                    "rank": "0",
+                    "cause": "xid-79",
+                    "uuid": "GPU-3",
+                    "node": "other",
+                    "gpu": "3",
+                },
+                "metrics": {"train_loss": "NaN"},
+            }
+        ).encode()
+    )
     assert job == "alice"
     engine.store.ingest("push", T0, pushed)
-    engine.store.ingest("nvml", T0, [Sample("gpuwatch_gpu_up", (("gpu", "1"), ("uuid", "GPU-1")),
-                                            0.0)])  # fmt: skip
+    engine.store.ingest(
+        "nvml", T0, [Sample("gpuwatch_gpu_up", (("gpu", "1"), ("uuid", "GPU-1")), 0.0)]
+    )
     engine.evaluate(T0)
     rules = list(engine.alerting_rules())
     # Only the hardware's alert raises a cause; the pushed cause, GPU and node are the job's
@@ -142,7 +158,10 @@ def test_a_pushed_cause_raises_nothing_and_the_daemon_names_node_and_provenance(
     assert (nan["node"], nan["provenance"]) == ("gw1", "job")
     assert "cause" not in nan and "uuid" not in nan and "gpu" not in nan
     assert (nan["exported_cause"], nan["exported_uuid"], nan["exported_node"]) == (
-        "xid-79", "GPU-3", "other")  # fmt: skip
+        "xid-79",
+        "GPU-3",
+        "other",
+    )
     # The hardware's keep the labels (and fingerprints) receivers already know.
     assert "provenance" not in sent["GpuLost"]
     shown = {a["labels"]["alertname"]: a["provenance"] for a in alerts_payload(engine)["alerts"]}
@@ -153,9 +172,12 @@ def test_reserved_labels_are_renamed_as_prometheus_renames_a_clash() -> None:
     body = b'train_loss{gpu="3",exported_gpu="x",severity="critical",rank="0"} 1\n'
     [sample] = parse_text(body, "bert")
     assert dict(sample.labels) == {
-        "exported_exported_gpu": "3", "exported_gpu": "x", "exported_severity": "critical",
-        "rank": "0", "job": "bert",
-    }  # fmt: skip
+        "exported_exported_gpu": "3",
+        "exported_gpu": "x",
+        "exported_severity": "critical",
+        "rank": "0",
+        "job": "bert",
+    }
     assert math.isclose(sample.value, 1.0)
 
 

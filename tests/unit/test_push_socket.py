@@ -181,22 +181,42 @@ async def test_other_paths_and_methods_are_refused_and_the_connection_kept(
 @pytest.mark.parametrize(
     ("request_bytes", "status", "says"),
     [
-        (post(b"x" * 10, extra="").replace(b"Content-Length: 10", b"Content-Length: 300000"),
-         413, "body of 300000 bytes; the limit is 200000"),
-        (b"POST /api/v1/push?job=a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-         + (b"8000\r\n" + b"#" * 0x8000 + b"\r\n") * 7, 413, "body over 200000 bytes"),
-        (b"POST /api/v1/push HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n",
-         431, "request head over 16384 bytes"),
+        (
+            post(b"x" * 10, extra="").replace(b"Content-Length: 10", b"Content-Length: 300000"),
+            413,
+            "body of 300000 bytes; the limit is 200000",
+        ),
+        (
+            b"POST /api/v1/push?job=a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + (b"8000\r\n" + b"#" * 0x8000 + b"\r\n") * 7,
+            413,
+            "body over 200000 bytes",
+        ),
+        (
+            b"POST /api/v1/push HTTP/1.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n",
+            431,
+            "request head over 16384 bytes",
+        ),
         (b"NOT HTTP AT ALL\r\n\r\n", 400, "not valid HTTP/1.1"),
         # as `curl --http2` asks over plain HTTP
-        (post(PUSH, extra="Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"),
-         400, "protocol upgrades are not served here"),
-        (b"POST /api/v1/push HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Late: 1\r\n\r\n",
-         400, "trailers are not taken"),
-        (b"POST /api/v1/push HTTP/1.1\r\nContent-Length: 9\r\nX-Pad: " + b"a" * 300_000,
-         431, "request head over 16384 bytes"),
+        (
+            post(PUSH, extra="Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"),
+            400,
+            "protocol upgrades are not served here",
+        ),
+        (
+            b"POST /api/v1/push HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"0\r\nX-Late: 1\r\n\r\n",
+            400,
+            "trailers are not taken",
+        ),
+        (
+            b"POST /api/v1/push HTTP/1.1\r\nContent-Length: 9\r\nX-Pad: " + b"a" * 300_000,
+            431,
+            "request head over 16384 bytes",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_what_cannot_be_served_is_answered_and_closed(
     served: tuple[PushServer, Path], request_bytes: bytes, status: int, says: str
 ) -> None:

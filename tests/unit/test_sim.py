@@ -107,8 +107,10 @@ def test_fabric_faults_a_node_cannot_have_are_named(tmp_path: Path) -> None:
         "  - {kind: fabric_unregistered, gpu: 1, condition: route_unhealthy}\n",
     )
     assert f"{path}:3: faults[0].kind: NVIDIA A100-SXM4-80GB has no place in an NVLink" in text
-    assert (f"{path}:4: faults[1].condition: driver R550 reports these fabric conditions: "
-            "degraded_bandwidth, route_recovery, route_unhealthy") in text  # fmt: skip
+    assert (
+        f"{path}:4: faults[1].condition: driver R550 reports these fabric conditions: "
+        "degraded_bandwidth, route_recovery, route_unhealthy"
+    ) in text
     assert f"{path}:5: faults[2].condition: only fabric_degraded takes a condition" in text
     path.write_text("node: {gpus: 2}\nfaults: [{kind: fabric_manager_down}]\n")
     with pytest.raises(FileError, match=r"fabric_manager_down needs node\.nvswitches"):
@@ -224,12 +226,19 @@ def test_the_scenario_in_the_simulator_docs_loads(tmp_path: Path) -> None:
     (tmp_path / "host.yaml").write_text(host)
     ports = load_scenario(str(tmp_path / "host.yaml"))
     assert (ports.ib_ports, ports.nvswitches) == (8, 4)
-    assert [(f.kind, f.port) for f in ports.faults][:2] == [("ib_port_down", 0),
-                                                           ("ib_port_flap", 1)]  # fmt: skip
+    assert [(f.kind, f.port) for f in ports.faults][:2] == [
+        ("ib_port_down", 0),
+        ("ib_port_flap", 1),
+    ]
     assert (scenario.driver.name, scenario.mig) == ("R615", {0: ("3g.40gb", "2g.20gb", "1g.10gb")})
     kinds = [(f.kind, f.gpu) for f in scenario.faults]
-    assert kinds[:5] == [("nvml_error", 1), ("event_wait_error", 2), ("recovery_action", 3),
-                         ("pcie_replay_storm", 4), ("nvlink_crc_storm", 5)]  # fmt: skip
+    assert kinds[:5] == [
+        ("nvml_error", 1),
+        ("event_wait_error", 2),
+        ("recovery_action", 3),
+        ("pcie_replay_storm", 4),
+        ("nvlink_crc_storm", 5),
+    ]
     assert next(f for f in scenario.faults if f.kind == "nvlink_crc_storm").link == 3
     assert [g for k, g in kinds if k == "nccl_hang"] == list(range(8))
 

@@ -123,9 +123,14 @@ def test_a_thermal_shutdown_climbs_then_the_gpu_leaves_the_bus(
     events = pynvml.nvmlEventSetCreate()
     pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, events)
     # The board's own limits, as NVML answers them for an H100 SXM.
-    limits = [pynvml.nvmlDeviceGetTemperatureThreshold(h, kind) for kind in (
-        pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
-        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)]  # fmt: skip
+    limits = [
+        pynvml.nvmlDeviceGetTemperatureThreshold(h, kind)
+        for kind in (
+            pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+        )
+    ]
     assert limits == [87, 89, 95]
     start = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
     clock.advance(40)  # halfway up from about 70 °C to 95 °C
@@ -183,12 +188,20 @@ def test_magnitudes_and_mixed_nodes_are_checked_against_the_node(tmp_path: Path)
     assert at(3, 0, "rate: only ecc_sbe, ecc_dbe, pcie_replay_storm") in " ".join(problems)
     assert at(4, 1, "kind: NVIDIA L4 has no NVLink") in problems
     assert at(5, 2, "link: expected a whole number from 0 to 17, got 18") in problems
-    assert at(6, 3, "kind: Tesla V100-SXM2-32GB retires pages instead of remapping rows "
-                    "(retired_pages)") in problems  # fmt: skip
+    assert (
+        at(
+            6,
+            3,
+            "kind: Tesla V100-SXM2-32GB retires pages instead of remapping rows (retired_pages)",
+        )
+        in problems
+    )
     rate = at(7, 4, "rate: must be a number of errors a second")
     assert any(p.startswith(rate) for p in problems)
-    assert at(8, 5, "kind: NVIDIA H100 80GB HBM3 remaps rows instead of retiring pages "
-                    "(row_remap_*)") in problems  # fmt: skip
+    assert (
+        at(8, 5, "kind: NVIDIA H100 80GB HBM3 remaps rows instead of retiring pages (row_remap_*)")
+        in problems
+    )
     short = tmp_path / "short.yaml"
     short.write_text("node: {gpus: 3, model: [H100, L4]}\nfaults: [{kind: xid, gpu: ALL}]\n")
     with pytest.raises(FileError) as caught:

@@ -30,8 +30,11 @@ def test_sinfo_capture_reads_states_reasons_and_their_time() -> None:
     assert sorted(nodes) == ["gw1", "gw2", "gw3", "gw4"]
     gw1, gw2, gw3, gw4 = (nodes[n] for n in sorted(nodes))
     assert (gw1.states, gw1.reason, gw1.reason_time, gw1.out_of_service) == (
-        {"idle"}, "", None, False
-    )  # fmt: skip
+        {"idle"},
+        "",
+        None,
+        False,
+    )
     assert gw1.partitions == ("gpu",)  # the default partition's star dropped
     assert gw2.drained and gw2.ours and gw2.reason_time == SET_AT
     assert gw3.drained and not gw3.ours and gw3.reason == "admin: bad fan | OPS-7"
@@ -47,8 +50,13 @@ def test_a_node_in_two_partitions_is_one_node_in_both() -> None:
     assert node.partitions == ("gpu", "debug") and node.states == {"mixed", "drain"}
 
 
-def node(name: str, states: set[str], reason: str = "", at: float | None = None,
-         partitions: tuple[str, ...] = ("gpu",)) -> SlurmNode:  # fmt: skip
+def node(
+    name: str,
+    states: set[str],
+    reason: str = "",
+    at: float | None = None,
+    partitions: tuple[str, ...] = ("gpu",),
+) -> SlurmNode:
     return SlurmNode(name, partitions, frozenset(states), reason, at)
 
 
@@ -133,8 +141,10 @@ def test_the_config_refuses_an_action_that_could_never_act(tmp_path: Path) -> No
 
 
 def test_the_config_takes_no_rate_limit_and_defaults_the_rest(tmp_path: Path) -> None:
-    text = ("actions:\n  slurm:\n    enabled: true\n    drain_on: [gpu-lost, 'xid-*']\n"
-            "    max_drains_per_hour: null\n    resume_after: 5m\n")  # fmt: skip
+    text = (
+        "actions:\n  slurm:\n    enabled: true\n    drain_on: [gpu-lost, 'xid-*']\n"
+        "    max_drains_per_hour: null\n    resume_after: 5m\n"
+    )
     slurm = load_config(write(tmp_path, text)).actions.slurm
     assert slurm.drain_on == ("gpu-lost", "xid-*") and slurm.max_drains_per_hour is None
     assert (slurm.resume_after, slurm.max_drained_fraction, slurm.dry_run) == (300.0, 0.1, False)

@@ -46,8 +46,11 @@ def test_what_sysfs_never_writes_is_left_out_and_the_rest_is_read(tmp_path: Path
     assert values(samples, m.IB_PORT_RATE) == {"mlx5_1": 400e9 / 8, "mlx5_2": 200e9 / 8}
     assert values(samples, m.IB_PORT_STATE) == {"mlx5_0": 4.0, "mlx5_2": 1.0}
     assert values(samples, m.IB_PORT_UP) == {"mlx5_0": 1.0, "mlx5_2": 0.0}
-    errors = [(dict(s.labels)["device"], dict(s.labels)["type"]) for s in samples
-              if s.name == m.IB_PORT_ERRORS]  # fmt: skip
+    errors = [
+        (dict(s.labels)["device"], dict(s.labels)["type"])
+        for s in samples
+        if s.name == m.IB_PORT_ERRORS
+    ]
     assert errors == [(d, "symbol_error") for d in ("mlx5_0", "mlx5_1", "mlx5_2")]
 
 
@@ -156,8 +159,11 @@ def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
     gpus = GpuDirectory()
     watcher = SysfsWatcher(str(tmp_path), ManualClock(), gpus, DEADLINE)
     samples = watcher.read_now({}, None, rescan=True)
-    fatal = {s.labels: s.value for s in samples
-             if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels}  # fmt: skip
+    fatal = {
+        s.labels: s.value
+        for s in samples
+        if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels
+    }
     assert fatal == {
         (("pci_bus_id", "0000:18:00.0"), ("severity", "fatal")): 0.0,
         (("pci_bus_id", "0000:17:00.0"), ("serves", "0000:18:00.0"), ("severity", "fatal")): 2.0,
@@ -166,8 +172,11 @@ def test_aer_errors_counted_at_the_port_above_a_gpu_are_on_that_gpus_account(
     # all ones; the port still answers, and its count stays on the GPU's account.
     (gpu_dir / "config").write_bytes(b"\xff" * 64)
     samples = watcher.read_now({}, None, rescan=False)
-    fatal = {s.labels: s.value for s in samples
-             if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels}  # fmt: skip
+    fatal = {
+        s.labels: s.value
+        for s in samples
+        if s.name == m.PCIE_AER_ERRORS and ("severity", "fatal") in s.labels
+    }
     assert fatal == {
         (("pci_bus_id", "0000:17:00.0"), ("serves", "0000:18:00.0"), ("severity", "fatal")): 2.0,
     }

@@ -121,11 +121,21 @@ async def test_mig_instances_created_later_are_shown_under_their_gpu() -> None:
             await pilot.press("down")
         assert gpus.cursor_row == 5
         source.snapshots[NODE].node["gpus"][2]["mig_instances"] = [
-            {"gpu_i_id": 1, "gpu_i_profile": "4g.40gb", "memory_used_bytes": 2**30,
-             "memory_total_bytes": 40 * 2**30, "pids": [4242]},
-            {"gpu_i_id": 5, "gpu_i_profile": "3g.40gb", "memory_used_bytes": 0,
-             "memory_total_bytes": 40 * 2**30, "pids": []},
-        ]  # fmt: skip
+            {
+                "gpu_i_id": 1,
+                "gpu_i_profile": "4g.40gb",
+                "memory_used_bytes": 2**30,
+                "memory_total_bytes": 40 * 2**30,
+                "pids": [4242],
+            },
+            {
+                "gpu_i_id": 5,
+                "gpu_i_profile": "3g.40gb",
+                "memory_used_bytes": 0,
+                "memory_total_bytes": 40 * 2**30,
+                "pids": [],
+            },
+        ]
         screen.poll()
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -231,8 +241,7 @@ def test_a_temperature_is_coloured_by_the_rules_not_by_a_number_of_the_dashboard
 
 def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
     def alert(name: str, severity: str, state: str, at: str) -> dict[str, Any]:
-        return {"labels": {"alertname": name, "severity": severity}, "state": state,
-                "activeAt": at}  # fmt: skip
+        return {"labels": {"alertname": name, "severity": severity}, "state": state, "activeAt": at}
 
     listed = by_severity([
         alert("GpuXidApplication", "warning", "firing", "2026-11-25T04:00:00Z"),
@@ -241,8 +250,11 @@ def test_alerts_are_listed_critical_first_then_firing_before_pending() -> None:
         alert("Custom", "", "firing", "2026-11-25T03:00:00Z"),
     ])  # fmt: skip
     assert [a["labels"]["alertname"] for a in listed] == [
-        "GpuFellOffBus", "GpuUnresponsive", "GpuXidApplication", "Custom"
-    ]  # fmt: skip
+        "GpuFellOffBus",
+        "GpuUnresponsive",
+        "GpuXidApplication",
+        "Custom",
+    ]
 
 
 async def test_ctrl_c_quits_as_in_any_terminal_program() -> None:

@@ -64,28 +64,58 @@ def test_a_full_file_as_prometheus_documents_it(certs: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
-        ("tls_server_config:\n  cert_file: node.crt\n  keyfile: node.key\n", 3,
-         "tls_server_config.keyfile: unknown key"),
-        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
-         "  curve_preferences: [X25519]\n", 4, "curve_preferences: not supported"),
-        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
-         "  client_auth_type: RequestClientCert\n", 4,
-         "RequestClientCert is not supported: gpuwatch only takes client certificates it"),
-        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
-         "  client_auth_type: VerifyClientCertIfGiven\n", 4,
-         "client_auth_type: VerifyClientCertIfGiven needs client_ca_file"),
-        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: node.key\n", 2,
-         "cert_file: cannot load missing.crt and node.key"),
-        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
-         "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n", 4, "unknown cipher suites"),
-        ("tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
-         "  min_version: TLS14\n", 4, "min_version: expected one of"),
-        ("basic_auth_users:\n  alice: hunter2\n", 2,
-         "basic_auth_users.alice: must be a bcrypt hash"),
-        ("http_server_config:\n  headers: {Server: gpuwatch}\n", 2,
-         "http_server_config.headers.Server: unknown key"),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  keyfile: node.key\n",
+            3,
+            "tls_server_config.keyfile: unknown key",
+        ),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+            "  curve_preferences: [X25519]\n",
+            4,
+            "curve_preferences: not supported",
+        ),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+            "  client_auth_type: RequestClientCert\n",
+            4,
+            "RequestClientCert is not supported: gpuwatch only takes client certificates it",
+        ),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+            "  client_auth_type: VerifyClientCertIfGiven\n",
+            4,
+            "client_auth_type: VerifyClientCertIfGiven needs client_ca_file",
+        ),
+        (
+            "tls_server_config:\n  cert_file: missing.crt\n  key_file: node.key\n",
+            2,
+            "cert_file: cannot load missing.crt and node.key",
+        ),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+            "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+            4,
+            "unknown cipher suites",
+        ),
+        (
+            "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n"
+            "  min_version: TLS14\n",
+            4,
+            "min_version: expected one of",
+        ),
+        (
+            "basic_auth_users:\n  alice: hunter2\n",
+            2,
+            "basic_auth_users.alice: must be a bcrypt hash",
+        ),
+        (
+            "http_server_config:\n  headers: {Server: gpuwatch}\n",
+            2,
+            "http_server_config.headers.Server: unknown key",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_mistake_is_named_with_its_line(
     certs: Path, text: str, line: int, message: str
 ) -> None:
@@ -134,8 +164,11 @@ async def test_wrong_guesses_from_many_clients_never_push_out_a_scrapers_passwor
 
 async def test_links_back_to_a_daemon_behind_tls_say_https(certs: Path, simulate: Simulate) -> None:
     """The notifier's and the templates' URL of the daemon itself follow the listener's TLS."""
-    guard = WebGuard(load_web_config(write(certs, "tls_server_config:\n  cert_file: node.crt\n"
-                                                  "  key_file: node.key\n")))  # fmt: skip
+    guard = WebGuard(
+        load_web_config(
+            write(certs, "tls_server_config:\n  cert_file: node.crt\n  key_file: node.key\n")
+        )
+    )
     config, state = node_config(certs, "rules: {files: []}\n")
     clock = ManualClock()
     simulate(load_scenario("healthy"), clock)

@@ -193,8 +193,10 @@ def _format(value: object, verb: str, f: _Flags, depth: int) -> str:
         if verb not in "vgGeEfF":
             return _bad_verb(verb, value, f)
         imag = _Flags("+", None, f.precision)
-        return f.pad(f"({_float(value.real, verb, _Flags('', None, f.precision))}"
-                     f"{_float(value.imag, verb, imag)}i)")  # fmt: skip
+        return f.pad(
+            f"({_float(value.real, verb, _Flags('', None, f.precision))}"
+            f"{_float(value.imag, verb, imag)}i)"
+        )
     if isinstance(value, GoHTML | str):
         if verb in "vsqxX":
             return _string(str(value), "s" if verb == "v" else verb, f)
