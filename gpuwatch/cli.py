@@ -149,7 +149,7 @@ def _demo(args: argparse.Namespace, simulated: SimulatedNvml, clock: Clock, stat
         try:
             if args.once:
                 await asyncio.sleep(3)
-                console.print(render_node(printable_json(node_payload(running.daemon))))
+                console.print(render_node(printable_json(node_payload(running.wired.readers))))
                 return
             from gpuwatch.tui.app import GpuwatchApp
             from gpuwatch.tui.data import HttpFeed

@@ -20,7 +20,7 @@ from gpuwatch.health.raised import RaisedCause, raised_causes
 from gpuwatch.health.verdict import Cause, Verdict, health_samples, with_sampling_problem
 from gpuwatch.health.view import NodeView
 from gpuwatch.kernel.gpus import GpuDirectory
-from gpuwatch.model import Batch, Event, Sample
+from gpuwatch.model import BackendState, Batch, Event, Sample
 from gpuwatch.notify.message import GpuIdentity
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.push.jobs import JobInputs
@@ -357,6 +357,10 @@ class Daemon:
         )
         self._urgent.set()  # show the new verdict now
         return uuid, cause
+
+    @property
+    def backend(self) -> BackendState:
+        return self.source.backend
 
     def node_verdict_now(self) -> Verdict | None:
         """The node's verdict as of now: the last cycle's, unhealthy too while sampling is not

@@ -12,7 +12,6 @@ from typing import Any
 from aiohttp import web
 
 from gpuwatch.clock import within
-from gpuwatch.daemon import Daemon
 from gpuwatch.exporters.prometheus import (
     OPENMETRICS_CONTENT_TYPE,
     TEXT_CONTENT_TYPE,
@@ -23,7 +22,6 @@ from gpuwatch.metrics import CATALOGUE, MetricDef, pushed
 from gpuwatch.model import Event
 from gpuwatch.push.http import authorized, error_response, handle_push
 from gpuwatch.push.parse import PushError
-from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.views import alerts_payload, rules_payload
 from gpuwatch.serve.connlimit import (
     ACCEPT_PER_TURN,
@@ -43,6 +41,7 @@ from gpuwatch.serve.payloads import (
     sample_text,
     summarize_gpus,
 )
+from gpuwatch.serve.readers import NodeState, ReaderOptions
 from gpuwatch.serve.tlssite import SniffingTlsSite
 from gpuwatch.serve.webconfig import WebGuard
 from gpuwatch.state.journal import event_json
@@ -74,27 +73,22 @@ def _error(message: str, status: int, error_type: str) -> web.Response:
 
 
 class Api:
-    def __init__(
-        self, daemon: Daemon, cap: ConnectionCap | None = None, reports: JobReports | None = None
-    ) -> None:
-        self.daemon = daemon
-        self.reports = reports
-        self.renderer = MetricsRenderer(daemon.store, daemon.clock, self._describe)
+    def __init__(self, options: ReaderOptions, cap: ConnectionCap | None = None) -> None:
+        self.options = options
+        self.renderer = MetricsRenderer(options.store, options.clock, self._describe)
         self.cap = cap if cap is not None else ConnectionCap()
 
     def _describe(self, name: str) -> MetricDef | None:
         """TYPE and HELP for /metrics: the catalogue's, else a job's pushed metric's."""
         found = CATALOGUE.get(name)
-        if found is None and name in self.daemon.jobs.pushed.names:
+        if found is None and name in self.options.jobs.pushed.names:
             return pushed(name, self._on_page)
         return found
 
     def _on_page(self, name: str) -> bool:
         """A metric of that name is on /metrics: pushed, the daemon's own, or recorded."""
-        store = self.daemon.store
-        return (
-            name in self.daemon.jobs.pushed.names or name in CATALOGUE or bool(store.select(name))
-        )
+        pushed_names = self.options.jobs.pushed.names
+        return name in pushed_names or name in CATALOGUE or bool(self.options.store.select(name))
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""
@@ -119,10 +113,10 @@ class Api:
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics over TCP: only with the configured bearer token."""
         try:
-            authorized(request, self.daemon.config.push.token)
+            authorized(request, self.options.node.config.push.token)
         except PushError as exc:
             return error_response(exc, request, request.query.get("job", ""))
-        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now())
+        return await handle_push(request, self.options.jobs, self.options.clock.now())
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -142,7 +136,7 @@ class Api:
             )
 
     async def landing(self, request: web.Request) -> web.Response:
-        return web.Response(text=landing_page(node_payload(self.daemon)), content_type="text/html")
+        return web.Response(text=landing_page(node_payload(self.options)), content_type="text/html")
 
     async def metrics(self, request: web.Request) -> web.Response:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
@@ -157,11 +151,11 @@ class Api:
         return response
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return healthz_response(self.daemon)
+        return healthz_response(self.options.node)
 
     async def node(self, request: web.Request) -> web.Response:
         """`?gpus=summary` trims each GPU to what a fleet view shows (a tenth of the bytes)."""
-        payload = node_payload(self.daemon)
+        payload = node_payload(self.options)
         if request.query.get("gpus") == "summary":
             payload["gpus"] = summarize_gpus(payload["gpus"])
         return _success(payload)
@@ -169,14 +163,15 @@ class Api:
     async def job_report(self, request: web.Request) -> web.Response:
         """A job's report: per GPU, what happened while it ran there (404: not seen here)."""
         job = request.match_info["job"]
-        made = self.reports.report(job) if self.reports is not None else None
+        reports = self.options.reports
+        made = reports.report(job) if reports is not None else None
         if made is None:
             message = f"no job {job!r} ran on this node's GPUs while gpuwatch watched"
             return _error(message, 404, "not_found")
         return _success(made)
 
     async def gpus(self, request: web.Request) -> web.Response:
-        return _success(gpus_payload(self.daemon))
+        return _success(gpus_payload(self.options))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: `cycle` after every sample (data: its time), and every journal
@@ -208,8 +203,8 @@ class Api:
         await response.prepare(request)
         handler = request.protocol
         streams.add(handler)
-        self.daemon.events.listeners.append(on_event)
-        self.daemon.cycle_listeners.append(on_cycle)
+        self.options.events.listeners.append(on_event)
+        self.options.cycle_listeners.append(on_cycle)
         try:
             while True:
                 try:
@@ -229,31 +224,31 @@ class Api:
             pass
         finally:
             streams.discard(handler)
-            self.daemon.events.listeners.remove(on_event)
-            self.daemon.cycle_listeners.remove(on_cycle)
+            self.options.events.listeners.remove(on_event)
+            self.options.cycle_listeners.remove(on_cycle)
         return response
 
     async def alerts(self, request: web.Request) -> web.Response:
-        engine = self.daemon.rules
+        engine = self.options.rules
         return _success(alerts_payload(engine) if engine is not None else {"alerts": []})
 
     async def events(self, request: web.Request) -> web.Response:
         q = request.query
         try:
-            since = parse_since(q.get("since", "1h"), self.daemon.clock.now())
+            since = parse_since(q.get("since", "1h"), self.options.clock.now())
             limit = int(q.get("limit", str(MAX_EVENTS)))
         except ValueError as exc:
             return _bad_request(f"since/limit: {exc}")
         limit = max(1, min(limit, MAX_EVENTS))
-        journal = self.daemon.journal
+        journal = self.options.journal
         if journal is None:
-            found = [e for e in self.daemon.events.recent if e.time > since][-limit:]
+            found = [e for e in self.options.events.recent if e.time > since][-limit:]
         else:
             found = journal.events(since, limit, q.get("kind", ""))
         return _success({"events": [event_json(e) for e in found]})
 
     async def rules(self, request: web.Request) -> web.Response:
-        engine = self.daemon.rules
+        engine = self.options.rules
         kind = request.query.get("type", "")
         if kind not in ("", "alert", "record"):
             return _bad_request("parameter 'type' must be 'alert' or 'record'")
@@ -274,14 +269,14 @@ class Api:
         if window <= 0:
             return _bad_request("range must be greater than zero")
         gpu = q.get("gpu")
-        end = self.daemon.clock.now()
+        end = self.options.clock.now()
         start = end - window
         if step and window / step > MAX_HISTORY_POINTS:
             return _bad_request(
                 f"range/step gives more than {MAX_HISTORY_POINTS} points; use a larger step"
             )
         result: list[tuple[dict[str, str], list[list[float | str]]]] = []
-        for series in self.daemon.store.select(name):
+        for series in self.options.store.select(name):
             labels = series.label_dict
             if gpu is not None and labels.get("gpu") != gpu:
                 continue
@@ -330,14 +325,14 @@ async def start_http(
     return runner
 
 
-def healthz_response(daemon: Daemon) -> web.Response:
+def healthz_response(node: NodeState) -> web.Response:
     """200 while samples keep coming, 503 once they stop: whether the daemon works, not
     whether the GPUs do (a liveness probe that failed on a sick GPU would restart the daemon
     in a loop instead of reporting it). Served on the listener and on the control socket."""
-    problem = daemon.sampling_problem()
+    problem = node.sampling_problem()
     body = {
         "status": "stale" if problem else "ok",
         "problem": problem,
-        "last_sample_time": daemon.last_cycle_end,
+        "last_sample_time": node.last_cycle_end,
     }
     return web.json_response(body, status=503 if problem else 200)

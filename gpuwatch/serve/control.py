@@ -16,12 +16,13 @@ from typing import Protocol
 
 from aiohttp import web
 
-from gpuwatch.daemon import AckError, Daemon
+from gpuwatch.daemon import AckError
+from gpuwatch.health.verdict import Cause
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
 from gpuwatch.push.http import Stamp, handle_push, unstamped
-from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.api import healthz_response
 from gpuwatch.serve.payloads import node_payload
+from gpuwatch.serve.readers import ReaderOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +52,16 @@ def _error(message: str, status: int = 400) -> web.Response:
 class ControlApi:
     def __init__(
         self,
-        daemon: Daemon,
+        options: ReaderOptions,
+        acknowledge: Callable[[str, str, str], tuple[str, Cause]],
         reload: Callable[[], Awaitable[str]],
-        rules: RuleEngine | None,
         silences: Silences | None,
         stamp: Stamp = unstamped,
     ) -> None:
-        self.daemon = daemon
+        self.options = options
+        self.rules = options.rules
+        self._acknowledge = acknowledge  # (gpu, cause, note) -> (uuid, cause); AckError
         self._reload = reload  # empty when the reload applied, else why it did not
-        self.rules = rules
         self.silences = silences
         self.stamp = stamp  # the GPU a pushing process may speak for
 
@@ -77,21 +79,22 @@ class ControlApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """As the listener's, for a probe that cannot pass the listener's TLS or password."""
-        return healthz_response(self.daemon)
+        return healthz_response(self.options.node)
 
     async def node(self, request: web.Request) -> web.Response:
         """The verdict, as the listener's, for the node's own health check (Slurm's)."""
-        return web.json_response({"status": "success", "data": node_payload(self.daemon)})
+        return web.json_response({"status": "success", "data": node_payload(self.options)})
 
     async def push(self, request: web.Request) -> web.Response:
         """Job metrics; the socket's file permissions are the access control."""
-        return await handle_push(request, self.daemon.jobs, self.daemon.clock.now(), self.stamp)
+        jobs, now = self.options.jobs, self.options.clock.now()
+        return await handle_push(request, jobs, now, self.stamp)
 
     async def list_silences(self, request: web.Request) -> web.Response:
         silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
-        now = self.daemon.clock.now()
+        now = self.options.clock.now()
         return web.json_response(
             {"status": "success", "data": [silence_json(s, now) for s in silences.all()]}
         )
@@ -106,7 +109,7 @@ class ControlApi:
             body = await request.json()
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-            now = self.daemon.clock.now()
+            now = self.options.clock.now()
             silence = silences.add(*silence_request(body, now))
         except ValueError as exc:
             return _error(str(exc))
@@ -124,7 +127,7 @@ class ControlApi:
         silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
-        now = self.daemon.clock.now()
+        now = self.options.clock.now()
         try:
             silence = silences.expire(request.match_info["id"], now)
         except KeyError:
@@ -153,7 +156,7 @@ class ControlApi:
             if not isinstance(value, str | int) or isinstance(value, bool):
                 return _error(f"field {name!r} must be a string")
         try:
-            uuid, cause = self.daemon.acknowledge(str(gpu), str(key), str(note))
+            uuid, cause = self._acknowledge(str(gpu), str(key), str(note))
         except AckError as exc:
             return _error(str(exc), exc.status)
         return web.json_response({"status": "success", "data": {"uuid": uuid, **cause.as_json()}})

@@ -9,8 +9,9 @@ from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch import metrics as m
-from gpuwatch.daemon import Daemon
 from gpuwatch.rules.alerting import AlertState
+from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.serve.readers import ReaderOptions
 from gpuwatch.text.gofmt import non_finite
 from gpuwatch.text.timefmt import rfc3339
 
@@ -37,12 +38,12 @@ def _short(name: str) -> str:
     )
 
 
-def gpus_payload(daemon: Daemon) -> list[dict[str, Any]]:
-    view = daemon.view
+def gpus_payload(options: ReaderOptions) -> list[dict[str, Any]]:
+    view = options.node.view
     if view.batch is None:
         return []
     per_gpu: dict[str, dict[str, Any]] = {}
-    for series in daemon.store.latest(daemon.clock.now()):
+    for series in options.store.latest(options.clock.now()):
         labels = series.label_dict
         uuid = labels.get("uuid")
         if not uuid or "gpu" not in labels or series.name in (m.GPU_INFO, m.GPU_HEALTH):
@@ -110,14 +111,14 @@ def summarize_gpus(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def firing_alert_names(daemon: Daemon) -> list[str]:
+def firing_alert_names(rules: RuleEngine | None) -> list[str]:
     """What a fleet view shows per node, without fetching /api/v1/alerts too."""
-    if daemon.rules is None:
+    if rules is None:
         return []
     return sorted(
         {
             a.name
-            for r in daemon.rules.alerting_rules()
+            for r in rules.alerting_rules()
             for a in r.active.values()
             if a.state == AlertState.FIRING
         }
@@ -164,18 +165,19 @@ def landing_page(node: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def node_payload(daemon: Daemon) -> dict[str, Any]:
-    backend = daemon.source.backend
-    verdict = daemon.node_verdict_now()
+def node_payload(options: ReaderOptions) -> dict[str, Any]:
+    node = options.node
+    backend = node.backend
+    verdict = node.node_verdict_now()
     return {
-        "node": daemon.config.node_name,
+        "node": node.config.node_name,
         "version": __version__,
-        "started_at": rfc3339(daemon.started_at),
+        "started_at": rfc3339(node.started_at),
         "verdict": verdict.state.value if verdict else "unknown",
         "reasons": verdict.reasons if verdict else ["no sample taken yet"],
         "actions": verdict.actions if verdict else [],
         "causes": [c.as_json() for c in verdict.causes] if verdict else [],
-        "firing_alerts": firing_alert_names(daemon),
+        "firing_alerts": firing_alert_names(options.rules),
         "acknowledged": [c.as_json() for c in verdict.acknowledged] if verdict else [],
         "backend": {
             "name": backend.name,
@@ -186,12 +188,12 @@ def node_payload(daemon: Daemon) -> dict[str, Any]:
             "missing_gpus": [asdict(g) for g in backend.missing],
         },
         "sampling": {
-            "interval_seconds": daemon.config.sampling.interval,
-            "last_sample_time": daemon.last_cycle_end,
-            "last_duration_seconds": daemon.last_cycle_duration,
-            "problem": daemon.sampling_problem(),
+            "interval_seconds": node.config.sampling.interval,
+            "last_sample_time": node.last_cycle_end,
+            "last_duration_seconds": node.last_cycle_duration,
+            "problem": node.sampling_problem(),
         },
-        "gpus": gpus_payload(daemon),
+        "gpus": gpus_payload(options),
     }
 
 

@@ -17,7 +17,6 @@ from dataclasses import replace
 
 from gpuwatch import logs
 from gpuwatch.config import Config, default_rule_interval, load_config
-from gpuwatch.daemon import Daemon
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.preflight import config_warnings
@@ -40,13 +39,16 @@ RESTART_ONLY_PUSH = (
 class Reloader:
     def __init__(
         self,
-        daemon: Daemon,
+        running: Callable[[], Config],
+        apply: Callable[[Config], None],
+        *,
         rules: RuleEngine | None,
         notifier: Notifier | None,
         guard: WebGuard | None,
         reread: Callable[[], Config] | None = None,
     ) -> None:
-        self.daemon = daemon
+        self._running = running  # the config the daemon runs with now
+        self._apply = apply  # the daemon's own step: the new config, less what takes a restart
         # The config as the daemon was started with it, read again: the file with what the
         # command line (or the simulated node) puts over it. Without that, the listener or
         # the simulated node's paths would read as changes that take a restart.
@@ -65,11 +67,11 @@ class Reloader:
             return await self._reload()
 
     def _file_again(self) -> Config:
-        old = self.daemon.config
+        old = self._running()
         return load_config(old.source).with_overrides(old.listen, old.state_dir)
 
     async def _reload(self) -> str:
-        old = self.daemon.config
+        old = self._running()
         try:
             new = self._reread()
         except (FileError, ValueError) as exc:
@@ -119,7 +121,7 @@ class Reloader:
         return ""
 
     async def _daemon(self, applied: Config) -> str:
-        self.daemon.apply(applied)
+        self._apply(applied)
         return ""
 
     @staticmethod

@@ -139,12 +139,13 @@ async def _start(
     wired = wire(config, nvml, clock, state_dir, bound, guard=guard, reread=reread, lock=lock)
     opened.push_async_callback(wired.close)
     daemon, notifier = wired.daemon, wired.notifier
-    runner = await start_http(Api(daemon, reports=wired.reports), listening, guard)
+    options = wired.readers
+    runner = await start_http(Api(options), listening, guard)
     opened.push_async_callback(runner.cleanup)
     await notifier.start()  # its senders stop with wired.close
     stamp = Attribution(lambda: daemon.view.batch.gpus if daemon.view.batch else ()).stamp
-    api = ControlApi(daemon, wired.reloader.reload, wired.rules, notifier.silences, stamp)
-    pushes = PushServer(daemon.jobs, daemon.clock.now, stamp)
+    api = ControlApi(options, daemon.acknowledge, wired.reloader.reload, notifier.silences, stamp)
+    pushes = PushServer(daemon.jobs, clock.now, stamp)
     push = config.push
     sockets: list[UnixSocket] = []
     for name, server, path, mode, group in (

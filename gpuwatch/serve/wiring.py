@@ -26,6 +26,7 @@ from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.control import UnixSocket
 from gpuwatch.serve.preflight import StartupError, config_warnings, load_rules
+from gpuwatch.serve.readers import ReaderOptions, reader_options
 from gpuwatch.serve.reload import Reloader
 from gpuwatch.serve.sources import NoSourceError, make_source, make_watchers
 from gpuwatch.serve.verdictfile import VerdictFile
@@ -92,6 +93,7 @@ class Wired:
     reloader: Reloader
     reports: JobReports
     keeper: StateKeeper
+    readers: ReaderOptions  # what the HTTP API and the control socket are handed
 
     async def close(self) -> None:
         """Stop the notifier's senders and close what wiring opened: the outbox, the journal."""
@@ -171,5 +173,13 @@ def wire(
         problems=problems,
         collectors=(notifier, problems),
     )
-    reloader = Reloader(daemon, rules, notifier, guard, reread)
-    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper)
+    reloader = Reloader(
+        lambda: daemon.config,
+        daemon.apply,
+        rules=rules,
+        notifier=notifier,
+        guard=guard,
+        reread=reread,
+    )
+    readers = reader_options(daemon, reports)
+    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers)

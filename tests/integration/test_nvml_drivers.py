@@ -28,6 +28,7 @@ from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.promql.evaluator import Evaluator
 from gpuwatch.promql.parse import parse
 from gpuwatch.serve.payloads import node_payload
+from gpuwatch.serve.readers import reader_options
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.driver import PROFILES
 from gpuwatch.sim.library import SimulatedNvml
@@ -63,7 +64,7 @@ class Node:
         return [*batch.samples, *batch.slow_samples]
 
     def node(self) -> dict[str, Any]:
-        return node_payload(self.daemon)
+        return node_payload(reader_options(self.daemon))
 
 
 @pytest.fixture

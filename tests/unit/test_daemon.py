@@ -15,6 +15,7 @@ from gpuwatch.model import GpuStatus
 from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.serve.payloads import landing_page, node_payload
+from gpuwatch.serve.readers import reader_options
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
 
@@ -30,17 +31,17 @@ async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
     daemon = Daemon(config, clock, source, events)
     await source.start()
     await daemon.sample_once()
-    assert node_payload(daemon)["verdict"] == "healthy"
+    assert node_payload(reader_options(daemon))["verdict"] == "healthy"
     # No cycle for 5 intervals (a wedged loop): the verdict says so without a new sample.
     clock.advance(5)
-    node = node_payload(daemon)
+    node = node_payload(reader_options(daemon))
     assert node["verdict"] == "unhealthy"
     assert node["reasons"] == ["last sample is 5.0s old (more than 3 intervals)"]
     page = landing_page(node)  # what a browser on the daemon's address shows first
     assert "<b>UNHEALTHY</b>" in page
     assert "<h2>Why</h2><ul><li>last sample is 5.0s old (more than 3 intervals)</li>" in page
     await daemon.sample_once()
-    assert node_payload(daemon)["verdict"] == "healthy"
+    assert node_payload(reader_options(daemon))["verdict"] == "healthy"
     await source.stop()
 
 
