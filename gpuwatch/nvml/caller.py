@@ -21,14 +21,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from gpuwatch.clock import Clock
 from gpuwatch.nvml.cpu_wait import CpuWait, Stretch
-from gpuwatch.source import run_into
+from gpuwatch.nvml.threads import Job, Relay, Runner, Worker
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -42,171 +41,11 @@ class LaneStuckError(Exception):
     """An earlier call on this lane is still stuck, or too many workers are stuck overall."""
 
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "concurrent.futures.Future[Any]"]
 Call = tuple[str, Callable[..., Any], tuple[Any, ...]]  # lane, function, arguments
 IDLE_RUNNERS = 2  # runner threads kept waiting for the next cycle's calls
 # Deadlines a cycle's calls may be given on top of their own for the time the process waited
 # for a CPU: bounded, so that a hang on a host also starved still times out (at 1 s, by 5 s).
 MAX_STRETCH = 4.0
-
-
-class _Worker:
-    """One lane's thread, for single calls."""
-
-    def __init__(self, name: str, on_freed: Callable[[_Worker], None]) -> None:
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._busy = False
-        self._abandoned = False
-        self._on_freed = on_freed
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, job: _Job) -> None:
-        self._queue.put(job)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-
-    def abandon(self) -> bool:
-        """Mark the worker abandoned; False when its call already finished (nothing is stuck)."""
-        with self._lock:
-            self._abandoned = True
-            return self._busy
-
-    def _run(self) -> None:
-        while (job := self._queue.get()) is not None:
-            fn, args, future = job
-            with self._lock:  # busy before the call can start, as in _Runner.execute
-                self._busy = True
-            if future.set_running_or_notify_cancel():
-                run_into(future, fn, args)
-            with self._lock:
-                self._busy = False
-                if self._abandoned:
-                    break
-        if self._abandoned:
-            self._on_freed(self)
-
-
-class _Relay:
-    """One cycle's calls, run one after another by one runner thread. When a call has run for
-    `hold`, the caller hands the rest to another runner (`take_over`), and the one holding
-    the slow call stops after it. `wake` is called once every call has finished and every
-    runner handed the relay is back among the idle ones: the next cycle finds them there
-    instead of starting threads. `close` (at the deadline) stops runners taking more calls."""
-
-    def __init__(
-        self, jobs: list[tuple[str, _Job]], clock: Clock, wake: Callable[[], None]
-    ) -> None:
-        self.jobs = jobs
-        self._clock = clock
-        self._wake = wake
-        self._lock = threading.Lock()
-        self._left = len(jobs)  # calls not finished
-        self._runners = 0  # runners handed the relay that have not settled
-        self._woken = False
-        self._next = 0
-        self._owner: _Runner | None = None
-        self._started = 0.0  # when the call running now started, in the clock's time
-        self.running_in: dict[int, _Runner] = {}  # job -> the runner that runs or ran it
-
-    def take_over(self, runner: _Runner) -> None:
-        with self._lock:
-            self._owner = runner
-            self._runners += 1
-
-    def close(self) -> None:
-        """No call starts from now on: the deadline has passed, or nobody waits."""
-        with self._lock:
-            self._owner = None
-
-    def overdue(self, hold: float) -> bool:
-        """Whether the call running now has run for `hold`, with calls left after it."""
-        with self._lock:
-            last = self._next - 1  # the call its runner started last
-            if last < 0 or self._next >= len(self.jobs) or self.running_in[last] is not self._owner:
-                return False
-            started = self._started
-        return not self.jobs[last][1][2].done() and self._clock.now() - started >= hold
-
-    def run(self, runner: _Runner) -> None:
-        while True:
-            with self._lock:
-                if self._owner is not runner or self._next >= len(self.jobs):
-                    return
-                i = self._next
-                self._next += 1
-                self._started = self._clock.now()
-                self.running_in[i] = runner
-            lane, (fn, args, future) = self.jobs[i]
-            runner.execute(lane, fn, args, future)
-            with self._lock:
-                self._left -= 1
-            if runner.abandoned:
-                return
-
-    def settle(self) -> None:
-        """A runner is done with the relay: wake the caller if every call has finished and
-        every runner is done (once)."""
-        with self._lock:
-            self._runners -= 1
-            done = self._left == 0 and self._runners == 0 and not self._woken
-            self._woken |= done
-        if done:
-            self._wake()
-
-
-class _Runner:
-    """A thread that runs relays of calls, each call on behalf of its lane."""
-
-    def __init__(self, on_done: Callable[[_Runner], None]) -> None:
-        self._queue: queue.SimpleQueue[_Relay | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._lane: str | None = None  # the lane whose call runs now
-        self.abandoned = False
-        self._on_done = on_done
-        self.thread = threading.Thread(target=self._run, name="nvml-runner", daemon=True)
-        self.thread.start()
-
-    def submit(self, relay: _Relay) -> None:
-        self._queue.put(relay)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-
-    def abandon(self, lane: str) -> bool:
-        """Mark the runner abandoned while it runs `lane`'s call; False when that call has
-        already finished (nothing is stuck)."""
-        with self._lock:
-            if self._lane != lane:
-                return False
-            self.abandoned = True
-            return True
-
-    def execute(
-        self,
-        lane: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        future: concurrent.futures.Future[Any],
-    ) -> None:
-        # The lane is this runner's before the call can start: a deadline passing in between
-        # either cancels the call or finds the runner holding it to abandon.
-        with self._lock:
-            self._lane = lane
-        if future.set_running_or_notify_cancel():
-            run_into(future, fn, args)
-        with self._lock:
-            self._lane = None
-
-    def _run(self) -> None:
-        while (relay := self._queue.get()) is not None:
-            relay.run(self)
-            self._on_done(self)
-            relay.settle()
-            if self.abandoned:
-                return
 
 
 class NvmlCaller:
@@ -217,9 +56,9 @@ class NvmlCaller:
         self._max_stuck = max_stuck
         self._cpu_wait = cpu_wait
         self._lock = threading.Lock()
-        self._workers: dict[str, _Worker] = {}
-        self._stuck: dict[str, _Worker | _Runner] = {}
-        self._idle: list[_Runner] = []
+        self._workers: dict[str, Worker] = {}
+        self._stuck: dict[str, Worker | Runner] = {}
+        self._idle: list[Runner] = []
         self._closed = False
         self.timeouts: dict[str, int] = {}
         self.stretched_s = 0.0  # deadline time granted for the process's wait for a CPU
@@ -259,7 +98,7 @@ class NvmlCaller:
         loop = asyncio.get_running_loop()
         all_done: asyncio.Future[None] = loop.create_future()
         results: list[Any] = [None] * len(calls)
-        jobs: list[tuple[str, _Job]] = []
+        jobs: list[tuple[str, Job]] = []
         index: list[int] = []  # the call each job is
 
         def wake() -> None:  # in the runner that finished the last call
@@ -278,7 +117,7 @@ class NvmlCaller:
                 continue
             jobs.append((lane, (fn, args, concurrent.futures.Future())))
             index.append(i)
-        relay = _Relay(jobs, self._clock, wake)
+        relay = Relay(jobs, self._clock, wake)
         if jobs:
             self._hand(relay)
         else:
@@ -314,7 +153,7 @@ class NvmlCaller:
         self,
         lane: str,
         future: concurrent.futures.Future[Any],
-        runner: _Runner | None,
+        runner: Runner | None,
         deadline: float,
     ) -> NvmlTimeoutError:
         """A call of call_many past the deadline: cancelled where it has not started, else
@@ -326,16 +165,16 @@ class NvmlCaller:
         log.warning("nvml call timed out lane=%s deadline=%.3gs: runner abandoned", lane, deadline)
         return NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s")
 
-    def _hand(self, relay: _Relay) -> None:
+    def _hand(self, relay: Relay) -> None:
         """Give the relay's remaining calls to an idle runner, or a new one."""
         with self._lock:
             runner = self._idle.pop() if self._idle else None
         if runner is None:
-            runner = _Runner(self._runner_done)
+            runner = Runner(self._runner_done)
         relay.take_over(runner)
         runner.submit(relay)
 
-    def _runner_done(self, runner: _Runner) -> None:
+    def _runner_done(self, runner: Runner) -> None:
         """A runner's relay is over (or it was abandoned, and its call has now returned)."""
         with self._lock:
             lane = next((k for k, v in self._stuck.items() if v is runner), None)
@@ -359,15 +198,15 @@ class NvmlCaller:
         if len(self._stuck) >= self._max_stuck:
             raise LaneStuckError(f"{len(self._stuck)} NVML calls are stuck; not starting another")
 
-    def _worker_for(self, lane: str) -> _Worker:
+    def _worker_for(self, lane: str) -> Worker:
         with self._lock:
             self._check_lane_locked(lane)
             worker = self._workers.get(lane)
             if worker is None:
-                worker = self._workers[lane] = _Worker(f"nvml-{lane}", self._freed_callback(lane))
+                worker = self._workers[lane] = Worker(f"nvml-{lane}", self._freed_callback(lane))
             return worker
 
-    def _timed_out(self, lane: str, worker: _Worker, deadline: float) -> NvmlTimeoutError:
+    def _timed_out(self, lane: str, worker: Worker, deadline: float) -> NvmlTimeoutError:
         """Abandon the lane's worker, whose call is past its deadline."""
         with self._lock:
             self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
@@ -379,8 +218,8 @@ class NvmlCaller:
         log.warning("nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline)
         return NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s")
 
-    def _freed_callback(self, lane: str) -> Callable[[_Worker], None]:
-        def freed(worker: _Worker) -> None:
+    def _freed_callback(self, lane: str) -> Callable[[Worker], None]:
+        def freed(worker: Worker) -> None:
             with self._lock:
                 if self._stuck.get(lane) is worker:
                     del self._stuck[lane]

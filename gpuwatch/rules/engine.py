@@ -25,7 +25,8 @@ from gpuwatch.rules.files import (
     unmatched_globs,
 )
 from gpuwatch.rules.provenance import rule_provenance
-from gpuwatch.store.tsdb import DEFAULT_LOOKBACK_S, Store
+from gpuwatch.store.runs import DEFAULT_LOOKBACK_S
+from gpuwatch.store.tsdb import Store
 from gpuwatch.text.units import format_duration
 from gpuwatch.text.yamlfile import FileError
 

@@ -43,7 +43,7 @@ async def test_the_connection_past_a_users_bound_is_answered_429_and_closed(
     served: tuple[PushServer, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pushgate, "MAX_CONNECTIONS_PER_UID", 3)
-    monkeypatch.setattr("gpuwatch.serve.pushserver.MAX_CONNECTIONS_PER_UID", 3)
+    monkeypatch.setattr("gpuwatch.serve.pushconn.MAX_CONNECTIONS_PER_UID", 3)
     server, path = served
     held = [await connect(path) for _ in range(3)]
     for client in held:  # each trickles a request it never finishes

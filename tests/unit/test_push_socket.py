@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.push.http import unstamped
+from gpuwatch.push.http import PARSE_ON_LOOP_BYTES, unstamped
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.registry import PushLimits
 from gpuwatch.serve import pushserver
@@ -37,7 +37,7 @@ def large_push() -> bytes:
     """A text push of 900 series, job "big": a body parsed on a thread."""
     text = "".join(f'train_step{{rank="{r}",pad="{"p" * 80}"}} {r}\n' for r in range(900))
     body = text.encode()
-    assert len(body) > pushserver.PARSE_ON_LOOP_BYTES
+    assert len(body) > PARSE_ON_LOOP_BYTES
     head = f"POST /api/v1/push?job=big HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n"
     return head.encode() + body
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 import math
 
 from gpuwatch.model import Sample
-from gpuwatch.store.tsdb import RUN_CAPACITY, Store
+from gpuwatch.store.runs import RUN_CAPACITY
+from gpuwatch.store.tsdb import Store
 
 GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
 GPU1 = (("gpu", "1"), ("uuid", "GPU-b"))

@@ -1,0 +1,277 @@
+"""A series' values over time: one timeline of timestamps per source, and per series its
+runs, each a constant or a packed array of doubles (gpuwatch.store.tsdb says why)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+
+from gpuwatch.model import Labels
+from gpuwatch.store.series import CounterStats, count_drops, is_stale_marker
+
+RUN_CAPACITY = 512  # samples in one varying run
+CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
+DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
+
+
+def _same(a: float, b: float) -> bool:
+    """Equal, treating NaNs with the same bits (a NaN loss, the stale marker) as equal."""
+    return a == b or (math.isnan(a) and struct.pack("<d", a) == struct.pack("<d", b))
+
+
+class Timeline:
+    """Timestamps of one source's batches; batch i is at times[i - first]."""
+
+    __slots__ = ("first", "times")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.first = 0
+
+    def append(self, t: float) -> int:
+        self.times.append(t)
+        return self.first + len(self.times) - 1
+
+    def time(self, index: int) -> float:
+        return self.times[index - self.first]
+
+    def index_after(self, t: float) -> int:
+        """The first index whose time is > t."""
+        return self.first + bisect_right(self.times, t)
+
+    def trim(self, before: float) -> None:
+        k = bisect_left(self.times, before)
+        if k:
+            del self.times[:k]
+            self.first += k
+
+
+class _Run:
+    __slots__ = ("const", "count", "drops", "stale", "start", "values")
+
+    def __init__(self, start: int, value: float, stale: bool = False) -> None:
+        self.start = start
+        self.count = 1
+        self.const = value
+        self.values: array[float] | None = None
+        self.drops = False  # a value below its predecessor inside the run (a counter reset)
+        self.stale = stale  # a stale marker: always a run of its own
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+    def value(self, index: int) -> float:
+        return self.const if self.values is None else self.values[index - self.start]
+
+
+class Series:
+    __slots__ = (
+        "_metric",
+        "labels",
+        "last_index",
+        "last_time",
+        "last_value",
+        "name",
+        "runs",
+        "stale",
+        "timeline",
+    )
+
+    def __init__(self, name: str, labels: Labels, timeline: Timeline) -> None:
+        self.name = name
+        self.labels = labels
+        self.timeline = timeline
+        self.runs: list[_Run] = []
+        self.last_index = -1
+        self.last_time = math.nan
+        self.last_value = math.nan
+        self.stale = False
+        self._metric: Labels | None = None
+
+    @property
+    def label_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def metric(self) -> Labels:
+        """Name and labels sorted, as PromQL sees the series (computed once)."""
+        if self._metric is None:
+            self._metric = tuple(sorted((("__name__", self.name), *self.labels)))
+        return self._metric
+
+    def append(self, index: int, time: float, value: float) -> None:
+        if index == self.last_index:
+            return  # a duplicate within one batch: the first value stands
+        self.last_index, self.last_time, self.last_value = index, time, value
+        # Every series, every cycle: the common case (a number, a run going on with the same
+        # value) is written out here rather than through the helpers it would call.
+        stale = self.stale = value != value and is_stale_marker(value)  # noqa: PLR0124 (NaN)
+        runs = self.runs
+        run = runs[-1] if runs else None
+        if stale or run is None or run.stale or run.start + run.count != index:
+            runs.append(_Run(index, value, stale))
+            return
+        if run.values is None:
+            if value == run.const or _same(value, run.const):
+                run.count += 1  # a constant run costs nothing per sample: no cap
+                return
+            if run.count >= CONST_RUN_MIN:
+                self.runs.append(_Run(index, value))
+                return
+            run.values = array("d", [run.const]) * run.count
+        elif run.count >= RUN_CAPACITY:
+            self.runs.append(_Run(index, value))
+            return
+        if value < run.values[-1]:
+            run.drops = True
+        run.values.append(value)
+        run.count += 1
+
+    def trim(self, first_index: int) -> None:
+        k = 0
+        while k < len(self.runs) and self.runs[k].end <= first_index:
+            k += 1
+        if k:
+            del self.runs[:k]
+
+    def _parts(self, lo: int, hi: int) -> Iterator[tuple[_Run, int, int]]:
+        """(run, first index, end index) of each non-stale run overlapping [lo, hi), clipped."""
+        if hi <= lo:
+            return
+        runs = self.runs
+        i = len(runs) - 1
+        while i > 0 and runs[i].start > lo:  # windows end near the newest run: walk back
+            i -= 1
+        for run in runs[i:] if i else runs:
+            start = run.start
+            if start >= hi:
+                break
+            a = max(lo, start)
+            b = min(start + run.count, hi)
+            if a < b and not run.stale:
+                yield run, a, b
+
+    def window(self, start: float, end: float) -> RunWindow:
+        """The samples with start < time <= end (left-open, as Prometheus 3), stale markers out."""
+        tl = self.timeline
+        lo = tl.first + bisect_right(tl.times, start)
+        hi = tl.first + bisect_right(tl.times, end)
+        parts = list(self._parts(lo, hi))
+        length = sum(b - a for _, a, b in parts)
+        return RunWindow(tl, parts, length)
+
+    def counter_stats(self, start: float, end: float) -> CounterStats | None:
+        """series.counter_stats of (start, end], in one pass without building a window."""
+        tl = self.timeline
+        times, base = tl.times, tl.first
+        lo = base + bisect_right(times, start)
+        hi = base + bisect_right(times, end)
+        if hi - lo < 2:
+            return None
+        last_run = self.runs[-1]
+        flat = last_run.values is None and not last_run.stale  # most error counters
+        if flat and last_run.start <= lo and last_run.start + last_run.count >= hi:
+            c = last_run.const
+            return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
+        n = 0
+        first_t = first_v = last_t = last_v = 0.0
+        drops = 0.0
+        for run, a, b in self._parts(lo, hi):
+            s = run.start
+            values = run.values
+            head = run.const if values is None else values[a - s]
+            if n == 0:
+                first_t, first_v = times[a - base], head
+            elif head < last_v:
+                drops += last_v
+            if run.drops and values is not None:
+                drops += count_drops(values[a - s : b - s])[1]
+            last_t = times[b - 1 - base]
+            last_v = run.const if values is None else values[b - 1 - s]
+            n += b - a
+        if n < 2:
+            return None
+        return n, first_t, first_v, last_t, last_v, drops
+
+    def samples(self, start: float, end: float) -> list[tuple[float, float]]:
+        """(time, value) pairs with start < time <= end, without stale markers."""
+        w = self.window(start, end)
+        return list(zip(w.times(), w.values(), strict=True))
+
+    def point_at(
+        self, t: float, lookback: float = DEFAULT_LOOKBACK_S
+    ) -> tuple[float, float] | None:
+        """The instant (time, value) at t: the newest sample in (t - lookback, t], unless stale."""
+        last = self.last_time
+        if t - lookback < last <= t:  # the usual case: evaluating at the newest batch
+            point = (last, self.last_value)
+        else:
+            tl = self.timeline
+            lo, hi = tl.index_after(t - lookback), tl.index_after(t)
+            i = bisect_right(self.runs, hi - 1, key=lambda r: r.start) - 1
+            if i < 0:
+                return None
+            run = self.runs[i]
+            index = min(hi, run.end) - 1
+            if index < max(lo, tl.first):
+                return None
+            point = (tl.time(index), run.value(index))
+        return None if is_stale_marker(point[1]) else point
+
+    def value_at(self, t: float, lookback: float = DEFAULT_LOOKBACK_S) -> float | None:
+        point = self.point_at(t, lookback)
+        return None if point is None else point[1]
+
+
+class RunWindow:
+    """A range selector's window over a series' runs (see gpuwatch.store.series.Window)."""
+
+    __slots__ = ("_length", "_parts", "_timeline")
+
+    def __init__(self, timeline: Timeline, parts: list[tuple[_Run, int, int]], length: int) -> None:
+        self._timeline = timeline
+        self._parts = parts
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def first(self) -> tuple[float, float]:
+        run, a, _ = self._parts[0]
+        return self._timeline.time(a), run.value(a)
+
+    def last(self) -> tuple[float, float]:
+        run, _, b = self._parts[-1]
+        return self._timeline.time(b - 1), run.value(b - 1)
+
+    def times(self) -> list[float]:
+        tl = self._timeline
+        out: list[float] = []
+        for _, a, b in self._parts:
+            out.extend(tl.times[a - tl.first : b - tl.first])
+        return out
+
+    def values(self) -> list[float]:
+        out: list[float] = []
+        for run, a, b in self._parts:
+            if run.values is None:
+                out.extend([run.const] * (b - a))
+            else:
+                out.extend(run.values[a - run.start : b - run.start])
+        return out
+
+    def drops(self) -> tuple[int, float]:
+        count, total = 0, 0.0
+        previous: float | None = None
+        for run, a, b in self._parts:
+            first = run.value(a)
+            if previous is not None and first < previous:
+                count, total = count + 1, total + previous
+            if run.drops and run.values is not None:
+                n, s = count_drops(run.values[a - run.start : b - run.start])
+                count, total = count + n, total + s
+            previous = run.value(b - 1)
+        return count, total
