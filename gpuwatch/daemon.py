@@ -86,7 +86,8 @@ class Daemon:
         source: Source,
         events: EventLog,
         *,
-        store: Store | None = None,
+        store: Store,
+        jobs: JobInputs,
         rules: RuleEngine | None = None,
         journal: Journal | None = None,
         acks: AckStore | None = None,
@@ -95,12 +96,16 @@ class Daemon:
         collectors: Sequence[Collector] = (),
         watchers: Sequence[Watcher] = (),
         outputs: Sequence[CycleOutput] = (),
+        event_listeners: Sequence[Callable[[Event], None]] = (),
         gpus: GpuDirectory | None = None,
     ) -> None:
+        """`store` is shared with the rules and `jobs` with the push sockets; `outputs` act on
+        each cycle's view, in order; `event_listeners` hear each event after the journal and
+        the daemon itself."""
         self.config = config
         self.clock = clock
         self.source = source
-        self.store = store if store is not None else Store(config.store.retention)
+        self.store = store
         self.rules = rules
         self.journal = journal
         self.notifier = notifier
@@ -113,13 +118,14 @@ class Daemon:
         if journal is not None:
             # First: held by the journal before the others act on it, on disk as the turn ends.
             events.listeners.append(journal.record)
-        self.jobs = JobInputs(config.push.limits, config.push.textfile_dir)
+        self.jobs = jobs
         self.judge = HealthJudge(acks if acks is not None else AckStore(None))
         self.xids = XidCounter()
         self._raised: list[RaisedCause] = []  # by the firing alerts of this cycle's evaluation
         self._urgent = asyncio.Event()
         self._evaluate_everything = False
         events.listeners.append(self._on_event)
+        events.listeners.extend(event_listeners)
         self.view = NodeView()
         self.events = events
         self.started_at = clock.now()

@@ -23,8 +23,10 @@ import yaml
 
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config, load_config
+from gpuwatch.push.jobs import JobInputs
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario
+from gpuwatch.store.tsdb import Store
 from gpuwatch.text.units import parse_duration
 
 SERVING = re.compile(r"gpuwatch serving on ([\d.]+):(\d+)")
@@ -231,3 +233,11 @@ def pytest_asyncio_loop_factories(
     """The daemon's event loop (uvloop, as `gpuwatch run` and `gpuwatch demo` use) for every
     async test: its transports and timers differ from asyncio's own in what code may assume."""
     return {"uvloop": uvloop.new_event_loop}
+
+
+def daemon_parts(config: Config) -> dict[str, Any]:
+    """What a Daemon built alone, without wiring, is handed: its own store and job inputs."""
+    return {
+        "store": Store(config.store.retention),
+        "jobs": JobInputs(config.push.limits, config.push.textfile_dir),
+    }

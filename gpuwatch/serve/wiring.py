@@ -22,6 +22,7 @@ from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.merge import EventMerger
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
+from gpuwatch.push.jobs import JobInputs
 from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.serve.control import UnixSocket
@@ -150,7 +151,6 @@ def wire(
     gpus = GpuDirectory()
     watchers = make_watchers(config, clock, merger.publish, gpus, journal)
     reports = JobReports(state_dir, clock, events.publish)
-    events.listeners.append(reports.on_event)
     keeper = StateKeeper(state_dir, journal, notifier, lock)
     outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports]
     if config.actions.slurm.enabled:
@@ -164,8 +164,10 @@ def wire(
         events,
         watchers=watchers,
         outputs=outputs,
+        event_listeners=[reports.on_event],
         gpus=gpus,
         store=store,
+        jobs=JobInputs(config.push.limits, config.push.textfile_dir),
         rules=rules,
         journal=journal,
         acks=AckStore(state_dir),

@@ -16,6 +16,7 @@ from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.nvml.source import NvmlSource
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
+from tests.conftest import daemon_parts as parts
 
 
 class GatedSource:
@@ -78,7 +79,7 @@ async def test_the_hosts_files_are_read_after_the_gpus_or_beside_gpus_that_hang(
     simulate(load_scenario("healthy"), clock)
     source = GatedSource(NvmlSource(pynvml, clock, config.sampling, events.publish))
     watcher = NotingWatcher(source)
-    daemon = Daemon(config, clock, source, events, watchers=[watcher])
+    daemon = Daemon(config, clock, source, events, watchers=[watcher], **parts(config))
     await source.start()
     await daemon.sample_once()
     assert watcher.read_after == [1]  # the GPUs of this cycle were read first

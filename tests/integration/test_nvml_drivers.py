@@ -35,6 +35,7 @@ from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.node import RESERVED_FRACTION
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
+from tests.conftest import daemon_parts as parts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +85,7 @@ async def node(simulate: Simulate, tmp_path: Path) -> AsyncIterator[Any]:
         )
         log = EventLog()
         source = NvmlSource(pynvml, clock, config.sampling, log.publish)
-        daemon = Daemon(config, clock, source, log)
+        daemon = Daemon(config, clock, source, log, **parts(config))
         await source.start()
         await daemon.sample_once()
         started.append(Node(daemon, source, clock, library, log.recent))

@@ -18,6 +18,7 @@ from gpuwatch.serve.payloads import landing_page, node_payload
 from gpuwatch.serve.readers import reader_options
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
+from tests.conftest import daemon_parts as parts
 
 
 async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
@@ -28,7 +29,7 @@ async def test_stale_sampling_makes_the_node_unhealthy_until_the_next_sample(
     events = EventLog()
     simulate(load_scenario("healthy"), clock)
     source = NvmlSource(pynvml, clock, config.sampling, events.publish)
-    daemon = Daemon(config, clock, source, events)
+    daemon = Daemon(config, clock, source, events, **parts(config))
     await source.start()
     await daemon.sample_once()
     assert node_payload(reader_options(daemon))["verdict"] == "healthy"
@@ -58,7 +59,7 @@ async def test_slow_fields_stay_current_between_reads_and_go_stale_when_their_gp
     events = EventLog()
     simulate(load_scenario("fall_off_bus"), clock)  # GPU 1 is lost at 10 s
     source = NvmlSource(pynvml, clock, config.sampling, events.publish)
-    daemon = Daemon(config, clock, source, events)
+    daemon = Daemon(config, clock, source, events, **parts(config))
     await source.start()
 
     def ecc_gpus() -> set[str]:
