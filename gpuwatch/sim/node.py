@@ -16,9 +16,18 @@ from gpuwatch.clock import Clock
 from gpuwatch.sim import driver as d
 from gpuwatch.sim.cdefs import ERRORS
 from gpuwatch.sim.faults import JOB_FAULT_KINDS, Fault
-from gpuwatch.sim.mig import MIG_PROFILE, instance_ids
-from gpuwatch.sim.models import GIB, GpuModel
+from gpuwatch.sim.models import GpuModel
 from gpuwatch.sim.noise import smooth_noise
+from gpuwatch.sim.reading import (
+    REASON_GPU_IDLE,
+    REASON_HW_POWER_BRAKE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_POWER_CAP,
+    REASON_SW_THERMAL,
+    Reading,
+    mig_instances,
+)
 from gpuwatch.sim.scenario import Scenario
 
 AMBIENT_C = 28.0
@@ -30,57 +39,6 @@ READING_RESOLUTION_S = 0.05  # calls closer together than this see the same read
 NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
 XID_FELL_OFF_BUS = 79
 OFF_BUS_KINDS = ("fall_off_bus", "thermal_shutdown", "gpu_missing")
-
-# Clock-event reason bits, as NVML reports them.
-REASON_GPU_IDLE = 0x1
-REASON_SW_POWER_CAP = 0x4
-REASON_HW_SLOWDOWN = 0x8
-REASON_SW_THERMAL = 0x20
-REASON_HW_THERMAL = 0x40
-REASON_HW_POWER_BRAKE = 0x80
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One GPU's signals at an instant, in the units NVML reports."""
-
-    temperature_c: int
-    memory_temperature_c: int
-    power_mw: int
-    power_limit_mw: int
-    energy_mj: int
-    utilization_pct: int
-    memory_utilization_pct: int
-    memory_used: int
-    memory_total: int
-    sm_clock_mhz: int
-    memory_clock_mhz: int
-    clock_reasons: int
-    nvlink_tx_kib: tuple[int, ...]
-    nvlink_rx_kib: tuple[int, ...]
-
-
-RESERVED_FRACTION = 0.006  # of total memory the driver and firmware keep (nvmlMemory_v2)
-
-
-@dataclass(frozen=True, slots=True)
-class SimInstance:
-    """One MIG GPU instance (with one compute instance spanning it)."""
-
-    parent: int
-    index: int  # its MIG device index on the parent
-    profile: str  # as nvidia-smi names it: 3g.40gb
-    gpu_instance_id: int
-    memory_total: int
-
-
-def _instances(gpu: int, profiles: tuple[str, ...]) -> tuple[SimInstance, ...]:
-    out = []
-    for index, (profile, gi_id) in enumerate(zip(profiles, instance_ids(profiles), strict=True)):
-        match = MIG_PROFILE.match(profile)
-        gigabytes = int(match.group(2)) if match else 10
-        out.append(SimInstance(gpu, index, profile, gi_id, gigabytes * GIB))
-    return tuple(out)
 
 
 class SimGpu:
@@ -97,7 +55,7 @@ class SimGpu:
         # call (each field, each handle): a miss is answered without looking through faults.
         self.fault_kinds = frozenset(f.kind for f, _ in self.faults)
         self._util: tuple[float, float] = (math.nan, 0.0)  # (t, utilization at t)
-        self.instances = _instances(index, node.scenario.mig.get(index, ()))
+        self.instances = mig_instances(index, node.scenario.mig.get(index, ()))
         self._lock = threading.Lock()
         self._t = node.start
         self._temp = AMBIENT_C

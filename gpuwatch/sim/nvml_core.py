@@ -18,8 +18,9 @@ from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.sim import cdefs as c
-from gpuwatch.sim.node import RESERVED_FRACTION, SimGpu, SimInstance, SimNode
+from gpuwatch.sim.node import SimGpu, SimNode
 from gpuwatch.sim.noise import hash01
+from gpuwatch.sim.reading import RESERVED_FRACTION, SimInstance
 from gpuwatch.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)

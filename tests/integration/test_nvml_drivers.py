@@ -32,7 +32,7 @@ from gpuwatch.serve.readers import reader_options
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.driver import PROFILES
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.node import RESERVED_FRACTION
+from gpuwatch.sim.reading import RESERVED_FRACTION
 from gpuwatch.sim.scenario import load_scenario
 from tests.conftest import Simulate
 from tests.conftest import daemon_parts as parts
