@@ -136,6 +136,7 @@ class Daemon:
         self.cycles = 0  # sampling cycles completed
         self.overruns = 0  # ticks skipped because a cycle ran past them
         self._task: asyncio.Task[None] | None = None
+        self._started: list[Source | Watcher] = []  # in the order start started them
 
     def apply(self, config: Config) -> None:
         """A reload's step for the daemon: the new config (the reloader has checked the files,
@@ -148,22 +149,25 @@ class Daemon:
         sample on every tick; without, whoever started it calls sample_once (a test stepping
         a manual clock, which a second sampler would race)."""
         self.restore_xids()
+        self._started.append(self.source)  # its stop undoes what of its start got done
         await self.source.start()
         # The first cycle lists the GPUs, so what the watchers then follow finds its GPU; it
         # already has what they kept from before (the kernel log's counts this boot).
         await self.sample_once()
         for watcher in self.watchers:
+            self._started.append(watcher)
             await watcher.start()
         if ticks:
             self._task = asyncio.create_task(self._loop(), name="sampling")
 
     async def stop(self) -> None:
+        """Undo what start did, also when it failed part of the way: the loop, then each
+        watcher started and the source, the last started first."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.wait([self._task])  # its end, without taking a cancel of our own
-        for watcher in reversed(self.watchers):
-            await watcher.stop()
-        await self.source.stop()
+        while self._started:
+            await self._started.pop().stop()
 
     def restore_xids(self) -> None:
         """This boot's XIDs, from the journal: counts, verdicts and the counters' recent
@@ -368,11 +372,13 @@ class Daemon:
     def backend(self) -> BackendState:
         return self.source.backend
 
-    def node_verdict_now(self) -> Verdict | None:
-        """The node's verdict as of now: the last cycle's, unhealthy too while sampling is not
+    def node_verdict_now(self) -> tuple[Verdict | None, str]:
+        """The node's verdict as of now, and what keeps sampling from being current (empty
+        when nothing does): the last cycle's verdict, unhealthy too while sampling is not
         current (a wedged loop judges nothing, so no cycle could say it)."""
+        problem = self.sampling_problem()
         verdict = self.view.node_verdict
-        return verdict and with_sampling_problem(verdict, self.sampling_problem())
+        return verdict and with_sampling_problem(verdict, problem), problem
 
     def sampling_problem(self) -> str:
         """Empty when sampling is current; otherwise why it is not."""

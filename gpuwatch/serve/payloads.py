@@ -168,7 +168,7 @@ def landing_page(node: dict[str, Any]) -> str:
 def node_payload(options: ReaderOptions) -> dict[str, Any]:
     node = options.node
     backend = node.backend
-    verdict = node.node_verdict_now()
+    verdict, problem = node.node_verdict_now()
     return {
         "node": node.config.node_name,
         "version": __version__,
@@ -191,7 +191,7 @@ def node_payload(options: ReaderOptions) -> dict[str, Any]:
             "interval_seconds": node.config.sampling.interval,
             "last_sample_time": node.last_cycle_end,
             "last_duration_seconds": node.last_cycle_duration,
-            "problem": node.sampling_problem(),
+            "problem": problem,
         },
         "gpus": gpus_payload(options),
     }

@@ -91,8 +91,9 @@ class Running:
         return f"{self.scheme}://{host if ':' not in host else f'[{host}]'}:{self.port}"
 
     async def stop(self) -> None:
-        """Every step of start undone, the last first: the sampling loop, the sockets, the
-        listener, the notifier and the journal, the web config's watch, the lock."""
+        """Every step of start undone, the last first: the sockets and the listener (no
+        reader asks a stopping daemon), the sampling loop, its watchers and source, the
+        notifier and the journal, the web config's watch, the lock."""
         await self.opened.aclose()
 
 
@@ -139,10 +140,26 @@ async def _start(
     wired = wire(config, nvml, clock, state_dir, bound, guard=guard, reread=reread, lock=lock)
     opened.push_async_callback(wired.close)
     daemon, notifier = wired.daemon, wired.notifier
+    await notifier.start()  # its senders stop with wired.close
+    for path in daemon.problems.damaged():
+        daemon.events.publish(
+            Event(
+                clock.now(),
+                "state_damaged",
+                None,
+                None,
+                f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
+                f"{path.name}",
+                {"file": path.name},
+            )
+        )
+    # The daemon before its readers, so that they stop first: a health check asking while
+    # the daemon stops finds no daemon, never a stopped loop read as an unhealthy node.
+    opened.push_async_callback(daemon.stop)  # also what a start failing half-way started
+    await daemon.start()
     options = wired.readers
     runner = await start_http(Api(options), listening, guard)
     opened.push_async_callback(runner.cleanup)
-    await notifier.start()  # its senders stop with wired.close
     stamp = Attribution(lambda: daemon.view.batch.gpus if daemon.view.batch else ()).stamp
     api = ControlApi(options, daemon.acknowledge, wired.reloader.reload, notifier.silences, stamp)
     pushes = PushServer(daemon.jobs, clock.now, stamp)
@@ -161,20 +178,6 @@ async def _start(
         wired.keeper.keep(served)
     for warning in reach_warnings(config, push_path):
         log.warning("%s", warning)
-    for path in daemon.problems.damaged():
-        daemon.events.publish(
-            Event(
-                clock.now(),
-                "state_damaged",
-                None,
-                None,
-                f"state file {path.name.partition('.damaged-')[0]} was damaged: set aside as "
-                f"{path.name}",
-                {"file": path.name},
-            )
-        )
-    await daemon.start()
-    opened.push_async_callback(daemon.stop)
     running = Running(wired, runner, bound, sockets, guard, opened)
     log.info("gpuwatch serving on %s:%d (%s)", host, bound, running.scheme)
     return running
