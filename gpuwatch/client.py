@@ -119,6 +119,7 @@ class JobReporter:
         self._failing = False  # in a run of failed sends: logged once, at its start
         self.sent = 0  # pushes the daemon accepted
         self.failed = 0  # pushes that did not get through (daemon away, refused)
+        self.ooms = 0  # CUDA out-of-memory errors counted by out_of_memory()
         self._latest: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -143,6 +144,18 @@ class JobReporter:
             update = {k: v for k, v in update.items() if self._usable(k, METRIC_NAME, "metric")}
         with self._lock:
             self._latest.update(update)
+
+    def out_of_memory(self) -> None:
+        """Count one CUDA out-of-memory error the training loop caught (and survived, say by
+        skipping the batch): sent as `train_oom_total`, which the shipped training pack's
+        TrainingOutOfMemory alert reads. Never raises.
+
+            except torch.cuda.OutOfMemoryError:
+                reporter.out_of_memory()
+        """
+        with self._lock:
+            self.ooms += 1
+            self._latest["train_oom_total"] = float(self.ooms)
 
     def flush(self, timeout: float = TIMEOUT_S) -> bool:
         """Send now and wait for it (at the end of training, say). True when it got through."""

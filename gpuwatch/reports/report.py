@@ -1,6 +1,6 @@
-"""A job's report: per GPU, its XIDs, ECC and row-remap changes, throttled seconds by reason and
-the alerts of its time on the GPU; as JSON (into `state_dir/reports/`, and from the API) and
-as a few lines for the job's output."""
+"""A job's report: per GPU, its XIDs, ECC and row-remap changes, throttled seconds by reason, its
+peak memory and utilization, and the alerts of its time on the GPU; as JSON (into
+`state_dir/reports/`, and from the API) and as a few lines for the job's output."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from gpuwatch.text.timefmt import rfc3339
 log = logging.getLogger(__name__)
 
 REPORTS_DIR = "reports"
+GIB = 1024**3
 MAX_REPORT_FILES = 1000  # the oldest go first
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -40,6 +41,11 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
     return {
         "index": entry.index,
         "uuid": entry.uuid,
+        "memory_peak_bytes": entry.memory_peak,
+        "memory_total_bytes": entry.memory_total,
+        # Means over the time the job was on the GPU; None before a second cycle counted it.
+        "utilization_mean": _share(entry.busy_seconds, entry.seconds),
+        "starved_share": _share(entry.starved_seconds, entry.seconds),
         "xids": xids,
         "alerts": alerts,
         "events": other,
@@ -47,6 +53,25 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
         "throttled_seconds": {k: round(v, 1) for k, v in sorted(entry.throttled.items())},
         "events_dropped": entry.dropped,
     }
+
+
+def _share(part: float, whole: float) -> float | None:
+    return round(part / whole, 3) if whole > 0 else None
+
+
+def _figures(gpu: dict[str, Any]) -> list[str]:
+    """What a GPU's memory and utilization say, in a few words for the job's output."""
+    out = []
+    peak, total = gpu.get("memory_peak_bytes"), gpu.get("memory_total_bytes")
+    if peak is not None and total:
+        out.append(f"memory peak {peak / GIB:.1f} of {total / GIB:.1f} GiB ({peak / total:.0%})")
+    mean, starved = gpu.get("utilization_mean"), gpu.get("starved_share")
+    if mean is not None:
+        busy = f"busy {mean:.0%} on average"
+        if starved:
+            busy += f", under half the time for {starved:.0%} of the run"
+        out.append(busy)
+    return out
 
 
 def build(record: JobRecord, now: float) -> dict[str, Any]:
@@ -77,7 +102,11 @@ def text(report: dict[str, Any]) -> str:
         said += [f"{k} +{v:g}" for k, v in gpu["counter_changes"].items()]
         said += [f"clocks held by {k} {v:g}s" for k, v in gpu["throttled_seconds"].items()]
         said += [e["message"] for e in gpu["events"]]
-        lines.append(f"  GPU {gpu['index']}: {'; '.join(said) if said else 'nothing wrong'}")
+        figures = ", ".join(_figures(gpu))
+        lines.append(
+            f"  GPU {gpu['index']}: {'; '.join(said) if said else 'nothing wrong'}"
+            + (f" ({figures})" if figures else "")
+        )
     return "\n".join(lines)
 
 

@@ -3,10 +3,11 @@
 Each cycle the tracker sees every GPU's processes and the jobs they belong to (their cgroup:
 Slurm job, pod, container). For each job and each of its GPUs it keeps the counters at the
 job's first sight and at its last (ECC errors, remapped rows, retired pages), the seconds each
-clock-event reason held the clocks down, and the events that came while the job was on the
-GPU: XIDs, ECC and memory-retirement events, a lost GPU, and alerts (an alert a job's own
-metrics raise, TrainingLossNaN say, names the GPU the kernel says its sender holds:
-push/attribution.py).
+clock-event reason held the clocks down, the peak of the memory in use, how busy the GPU was on
+average and how long it was busy under half the time (a job waiting on its input), and the
+events that came while the job was on the GPU: XIDs, ECC and memory-retirement events, a lost
+GPU, and alerts (an alert a job's own metrics raise, TrainingLossNaN say, names the GPU the
+kernel says its sender holds: push/attribution.py).
 A job whose processes have left every GPU for `ENDED_AFTER_S` has ended: its report is
 written then (again, whole, if the job comes back: a new step, a restarted rank);
 `report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).
@@ -32,6 +33,7 @@ MAX_GAP_S = 5.0  # a longer gap between cycles is not counted as throttled time
 COUNTERS = (m.ECC_ERRORS, m.REMAPPED_ROWS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAILED,
             m.RETIRED_PAGES)  # fmt: skip
 EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recovery_action"})
+STARVED_BELOW = 0.5  # utilization under which a job's GPU waits more than it computes
 
 
 @dataclass
@@ -43,6 +45,11 @@ class GpuRecord:
     throttled: dict[str, float] = field(default_factory=dict)  # reason -> seconds
     events: list[Event] = field(default_factory=list)
     dropped: int = 0  # events past MAX_EVENTS_PER_GPU
+    memory_peak: float | None = None  # bytes in use at most, while the job was on the GPU
+    memory_total: float | None = None
+    seconds: float = 0.0  # time the job was on the GPU, counted between cycles
+    busy_seconds: float = 0.0  # of that, the GPU's utilization times the time
+    starved_seconds: float = 0.0  # of that, time the GPU was busy under STARVED_BELOW
 
 
 @dataclass
@@ -152,9 +159,19 @@ class JobTracker:
             for key, value in one.counters:
                 entry.first.setdefault(key, value)
                 entry.last[key] = value
+            if one.memory_used is not None:
+                peak = entry.memory_peak
+                entry.memory_peak = one.memory_used if peak is None else max(peak, one.memory_used)
+            if one.memory_total is not None:
+                entry.memory_total = one.memory_total
             if gap > 0:
                 for reason in one.held:
                     entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
+                if one.utilization is not None:
+                    entry.seconds += gap
+                    entry.busy_seconds += one.utilization * gap
+                    if one.utilization < STARVED_BELOW:
+                        entry.starved_seconds += gap
 
 
 @dataclass
@@ -163,6 +180,9 @@ class _Seen:
 
     counters: list[tuple[str, float]] = field(default_factory=list)  # (counter key, value)
     held: list[str] = field(default_factory=list)  # the clock-event reasons active
+    memory_used: float | None = None
+    memory_total: float | None = None
+    utilization: float | None = None
 
 
 def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
@@ -177,4 +197,15 @@ def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
         elif name == m.CLOCK_EVENT and sample.value == 1.0:
             labels = dict(sample.labels)
             out.setdefault(labels.get("uuid", ""), _Seen()).held.append(labels.get("reason", ""))
+        elif name in _GAUGES:
+            seen = out.setdefault(dict(sample.labels).get("uuid", ""), _Seen())
+            setattr(seen, _GAUGES[name], sample.value)
     return out
+
+
+# The GPU's gauges a report sums up: the fields of _Seen they go to.
+_GAUGES = {
+    m.MEMORY_USED: "memory_used",
+    m.MEMORY_TOTAL: "memory_total",
+    m.UTILIZATION: "utilization",
+}

@@ -2,11 +2,11 @@
 
 A series is the hardware's when its name is in the daemon's own namespace (`gpuwatch_`, which
 no push or textfile may use), a job's otherwise. A rule is the hardware's when every selector
-it has, in its expression and in its label templates, names a hardware series; anything else
-(a job's metric, a selector with no plain name, a template that queries the store) makes it a
-job's. Recording rules pass their provenance on to the name they record, so a record over a
-job's series cannot launder it into a hardware-looking name, and `gpuwatch_alerts`, which
-carries every alert's labels, is read as a job's.
+it has, in its expression and in its label templates, names a hardware series; anything else (a
+job's metric, a selector with no plain name, a template that queries the store) makes it a
+job's, as does its own label `provenance: job`. Recording rules pass their provenance on to the
+name they record, so a record over a job's series cannot launder it into a hardware-looking
+name, and `gpuwatch_alerts`, which carries every alert's labels, is read as a job's.
 
 Decided when the files load, not per evaluation: the same rule has the same power whatever
 the jobs on the node push, and /api/v1/rules shows each rule's."""
@@ -74,10 +74,16 @@ def rule_provenance(groups: Iterable[GroupDef]) -> dict[tuple[str, int], Provena
     }
 
 
+def declares_a_job(rule: RuleDef) -> bool:
+    """A rule may give up the hardware's power with `provenance: job` (a warning about how a
+    job uses its GPU, for the job's owner); no label can claim the hardware's."""
+    return any(name == "provenance" and t.source.strip() == "job" for name, t in rule.labels)
+
+
 def _hardware(names: list[str | None], rule: RuleDef, job_names: set[str]) -> bool:
     """Only names in the daemon's namespace can be the hardware's: a job may push any other
     name, a record's included, and its series would sit beside the record's."""
-    if _queries_the_store(rule):
+    if _queries_the_store(rule) or declares_a_job(rule):
         return False
     return all(
         name is not None and name.startswith(HARDWARE_PREFIXES) and name not in job_names

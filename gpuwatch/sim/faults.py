@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from gpuwatch.sim.driver import DriverProfile
 from gpuwatch.sim.models import GpuModel
 
-# Faults the simulated training job shows in its own reports (and, for nccl_hang and
-# idle_with_memory, in its GPUs' signals too).
-JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory")
+# Faults the simulated training job shows in its own reports (and, for nccl_hang,
+# idle_with_memory, memory_pressure, cuda_oom and input_bound, in its GPUs' signals too).
+JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory",
+                   "memory_pressure", "cuda_oom", "input_bound")  # fmt: skip
 # Every fault kind the simulator plays (docs/simulator.md).
 FAULT_KINDS = (
     "xid",

@@ -5,7 +5,9 @@ through gpuwatch.client to the daemon's push socket, the same path a real job's 
 Slurm job has (SLURM_JOB_ID and friends), and the simulated NVML lists its pid as the compute
 process on every GPU, so the daemon attributes the GPUs to "Slurm job 81234". The scenario's job
 faults show in its reports: nan_loss makes a rank's loss NaN, step_stall and nccl_hang freeze a
-rank's step, and idle_with_memory makes a rank stop reporting (its GPU idles, memory held).
+rank's step, idle_with_memory makes a rank stop reporting (its GPU idles, memory held),
+input_bound slows its steps to a third (its GPU waits on the data loader), and cuda_oom makes it
+catch CUDA's out-of-memory error every OOM_EVERY_S and count it (its GPU's memory at the edge).
 The job follows the daemon's simulated clock and exits when the daemon does.
 """
 
@@ -24,6 +26,7 @@ from gpuwatch.sim.noise import hash01
 from gpuwatch.sim.scenario import Scenario, load_scenario
 
 SLURM_JOB_ID = "81234"
+OOM_EVERY_S = 30.0  # a rank in cuda_oom hits CUDA's out-of-memory error this often
 JOB_NAME = "llama"
 
 
@@ -47,6 +50,8 @@ class TrainingJob:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.steps = [0.0 for _ in range(scenario.gpus)]
+        self.ooms = [0 for _ in range(scenario.gpus)]
+        self._oom_due = [0.0 for _ in range(scenario.gpus)]
         self._last = 0.0
 
     def at(self, elapsed: float) -> dict[int, dict[str, float]]:
@@ -58,8 +63,14 @@ class TrainingJob:
             if "idle_with_memory" in faults:
                 continue  # the rank stopped working and reporting; its memory stays held
             frozen = bool(faults & {"step_stall", "nccl_hang"}) or in_checkpoint(elapsed)
+            # Waiting on its data loader, a rank makes a third of its steps (input_bound).
+            pace = 0.35 if "input_bound" in faults else 1.0
             if not frozen:
-                self.steps[r] += dt * 2.0  # two steps a second
+                self.steps[r] += dt * 2.0 * pace  # two steps a second
+            if "cuda_oom" in faults and elapsed >= self._oom_due[r]:
+                # Caught, the batch skipped, training goes on: one more every OOM_EVERY_S.
+                self.ooms[r] += 1
+                self._oom_due[r] = elapsed + OOM_EVERY_S
             step = self.steps[r]
             noise = hash01(self.scenario.seed, r, int(step)) - 0.5
             loss = (
@@ -70,8 +81,10 @@ class TrainingJob:
             out[r] = {
                 "step": float(int(step)),
                 "loss": loss,
-                "tokens_per_second": 0.0 if frozen else 3.1e5 * (1 + 0.02 * noise),
+                "tokens_per_second": 0.0 if frozen else 3.1e5 * pace * (1 + 0.02 * noise),
             }
+            if self.ooms[r]:
+                out[r]["oom_total"] = float(self.ooms[r])
         return out
 
 
@@ -89,7 +102,10 @@ def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -
     while os.getppid() == parent:  # the daemon that started us is still there
         elapsed = (time.time() - wall_start) * speed  # the scenario's time, as the daemon's
         for rank, values in job.at(elapsed).items():
-            reporters[rank].report(**values)
+            reporter, ooms = reporters[rank], values.pop("oom_total", 0.0)
+            while reporter.ooms < ooms:
+                reporter.out_of_memory()  # as a loop that catches CUDA's error counts it
+            reporter.report(**values)
         time.sleep(interval)
 
 

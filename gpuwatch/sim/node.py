@@ -37,6 +37,7 @@ CHECKPOINT_LENGTH_S = 20.0
 MAX_STEP_S = 1.0
 READING_RESOLUTION_S = 0.05  # calls closer together than this see the same reading
 NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
+EDGE_OF_MEMORY = 0.992  # of total memory a job at its limit holds (memory_pressure, cuda_oom)
 XID_FELL_OFF_BUS = 79
 OFF_BUS_KINDS = ("fall_off_bus", "thermal_shutdown", "gpu_missing")
 
@@ -167,6 +168,10 @@ class SimGpu:
         if self.active("idle_with_memory", t):
             return 0.0
         elapsed = t - self.node.start
+        if self.active("input_bound", t):
+            # The rank waits on its data loader between steps: kernels run a third of the
+            # time, in bursts (docs/simulator.md names the sources).
+            return 0.3 + 0.1 * smooth_noise(self.node.scenario.seed, self.index, elapsed, 2.0)
         seed, i = self.node.scenario.seed, self.index
         workload = self.node.scenario.workload
         if workload == "idle":
@@ -256,6 +261,10 @@ class SimGpu:
         workload = self.node.scenario.workload
         share = {"training": 0.9, "inference": 0.55, "idle": 0.006}[workload]
         used = m.memory_bytes * (share + 0.03 * smooth_noise(seed, i * 16 + 3, elapsed, 60.0))
+        if self.active("memory_pressure", t) or self.active("cuda_oom", t):
+            # The caching allocator holds all but the last sliver: what the process has in
+            # use as PyTorch reports an out-of-memory error.
+            used = m.memory_bytes * (EDGE_OF_MEMORY + 0.003 * smooth_noise(seed, i, elapsed, 20.0))
         if util < 0.05:
             sm_clock = m.idle_sm_clock_mhz
         else:

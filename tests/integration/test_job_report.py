@@ -4,6 +4,7 @@ meets an XID and a NaN loss on GPU 1: both are in the report, under GPU 1 and no
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,18 @@ def test_the_report_lists_the_xid_and_the_nan_for_the_right_gpu(tmp_path: Path) 
         assert code == 0 and lines[0].startswith("gpuwatch: Slurm job 81234 of ")
         assert f"since {report['start']}, still running, on 4 GPUs" in lines[0]
         assert "XID 13 at" in lines[2] and "TrainingLossNaN at" in lines[2], text
-        assert lines[2].startswith("  GPU 1: ") and lines[1] == "  GPU 0: nothing wrong"
+        assert lines[2].startswith("  GPU 1: ") and lines[1].startswith("  GPU 0: nothing wrong (")
+        # Each GPU's memory peak and how busy it was, as the simulated training job ran it.
+        assert re.search(
+            r"memory peak [\d.]+ of 79\.6 GiB \(\d+%\), busy 9\d% on average", lines[1]
+        )
+        for gpu in report["gpus"]:
+            assert (
+                0.8 * gpu["memory_total_bytes"]
+                < gpu["memory_peak_bytes"]
+                < gpu["memory_total_bytes"]
+            )
+            assert gpu["utilization_mean"] is None or gpu["utilization_mean"] > 0.9
         assert not (tmp_path / "state" / "reports").exists()  # written as the job ends
         # A job gpuwatch never saw on a GPU is said so, and fails nothing unless asked to.
         code, out, err = job_report(daemon.url, "999")

@@ -90,6 +90,21 @@ def test_reports_arrive_as_the_json_push_form(tmp_path: Path) -> None:
     reporter.close()
 
 
+def test_caught_out_of_memory_errors_arrive_as_a_count(tmp_path: Path) -> None:
+    path = str(tmp_path / "daemon.sock")
+    bodies, thread = fake_daemon(path, [OK])
+    reporter = JobReporter("llama", rank=3, socket_path=path, interval=10.0)
+    reporter.report(step=7)
+    reporter.out_of_memory()
+    reporter.out_of_memory()
+    assert reporter.ooms == 2
+    assert reporter.flush(timeout=5.0)
+    thread.join(5)
+    _, samples = parse_json(bodies[0])
+    assert {(s.name, s.value) for s in samples} == {("train_step", 7.0), ("train_oom_total", 2.0)}
+    reporter.close()
+
+
 def test_a_name_the_daemon_would_refuse_is_left_out_once_and_the_rest_still_arrives(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

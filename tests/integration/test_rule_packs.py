@@ -36,7 +36,8 @@ EXPECTED = {
         "GpuThermalThrottling",
         "GpuPowerBrake",
     },
-    "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"},
+    "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory",
+                      "TrainingOutOfMemory", "GpuMemoryNearFull", "GpuStarved"},
     "gpuwatch.yaml": {
         "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",
         "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed", "GpuwatchKernelLogUnreadable",

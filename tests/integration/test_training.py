@@ -17,7 +17,15 @@ import pytest
 from tests.conftest import DaemonProcess, start_daemon, stop_daemon, wait_for
 
 SPEED = 60  # a simulated minute a second
-TRAINING_ALERTS = {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory"}
+TRAINING_ALERTS = {
+    "TrainingLossNaN",
+    "TrainingStalled",
+    "CollectiveHang",
+    "GpuIdleWithMemory",
+    "TrainingOutOfMemory",
+    "GpuMemoryNearFull",
+    "GpuStarved",
+}
 FAULT_AT = 60.0  # every job scenario's fault, on GPU (rank) 1
 
 
@@ -50,6 +58,10 @@ EXPECTED = {
     "step_stall": Expect("TrainingStalled", 600.0, {"job": "llama", "rank": "1"}),  # changes[10m]
     "nccl_hang": Expect("CollectiveHang", 120.0 + 300.0, {"gpu": "1"}),  # rate[2m], for 5m
     "idle_with_memory": Expect("GpuIdleWithMemory", 900.0 + 300.0, {"gpu": "1"}),  # [15m], 5m
+    "memory_pressure": Expect("GpuMemoryNearFull", 600.0, {"gpu": "1"}),  # for 10m
+    "cuda_oom": Expect("TrainingOutOfMemory", 0.0, {"job": "llama", "rank": "1"}),
+    # A job on the GPU an hour before, and an hour's average under half.
+    "input_bound": Expect("GpuStarved", 3600.0, {"gpu": "1"}),
 }
 
 

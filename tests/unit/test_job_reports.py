@@ -145,3 +145,41 @@ def test_an_unwritable_reports_directory_costs_the_file_only(tmp_path: Path) -> 
     assert announced.data == {"job": "9", "file": ""}
     made = reports.report("9")
     assert made is not None and made["job_id"] == "9" and made["running"] is False
+
+
+def test_the_report_has_each_gpus_peak_memory_and_how_busy_it_was(tmp_path: Path) -> None:
+    """GPU 0 at 30% and then 60% busy (a job waiting on its input half the run), its memory
+    peaking at 78 of 80 GiB; GPU 1 busy throughout."""
+    gib = 1024**3
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    on = {0: "7", 1: "7"}
+    for i, (util0, used0) in enumerate([(0.3, 60), (0.3, 78), (0.6, 70), (0.6, 70), (0.6, 70)]):
+        t = T0 + i
+        cycle = batch(t, on)
+        for index, util, used in ((0, util0, used0), (1, 0.97, 40)):
+            labels = (("gpu", str(index)), ("uuid", f"GPU-{index}"))
+            cycle.samples.extend(
+                [
+                    Sample(m.UTILIZATION, labels, util),
+                    Sample(m.MEMORY_USED, labels, used * gib),
+                    Sample(m.MEMORY_TOTAL, labels, 80 * gib),
+                ]
+            )
+        reports.observe(t, cycle)
+    report = reports.report("7")
+    assert report is not None
+    gpu0, gpu1 = report["gpus"]
+    assert gpu0["memory_peak_bytes"] == 78 * gib and gpu0["memory_total_bytes"] == 80 * gib
+    # Four seconds counted between five cycles: one at 30% and three at 60%.
+    assert gpu0["utilization_mean"] == pytest.approx(0.525)
+    assert gpu0["starved_share"] == pytest.approx(0.25)
+    assert (gpu1["utilization_mean"], gpu1["starved_share"]) == (pytest.approx(0.97), 0.0)
+    lines = text(report).splitlines()
+    assert lines[1] == (
+        "  GPU 0: nothing wrong (memory peak 78.0 of 80.0 GiB (98%), busy 52% on average, "
+        "under half the time for 25% of the run)"
+    )
+    assert (
+        lines[2]
+        == "  GPU 1: nothing wrong (memory peak 40.0 of 80.0 GiB (50%), busy 97% on average)"
+    )

@@ -72,6 +72,12 @@ groups:
         expr: max by (gpu) (gpuwatch_gpu_temperature_celsius)
       - record: job:clean_but_pushable
         expr: max by (gpu) (gpuwatch_gpu_temperature_celsius)
+      - alert: DeclaredAJobs
+        expr: gpuwatch_gpu_memory_used_bytes > 0
+        labels: {provenance: job}
+      - alert: ClaimsTheHardwares
+        expr: train_loss > 0
+        labels: {provenance: hardware}
   - name: b
     rules:
       - alert: OnLaundered
@@ -87,7 +93,8 @@ def test_a_rule_is_the_hardwares_only_when_everything_it_reads_is(tmp_path: Path
     found = provenance_of(tmp_path, RULES)
     hardware = {name for name, p in found.items() if p is Provenance.HARDWARE}
     # A job may push any name outside gpuwatch_, a record's too, so only records named in the
-    # daemon's namespace and fed by hardware series stay the hardware's, across groups.
+    # daemon's namespace and fed by hardware series stay the hardware's, across groups. A rule
+    # may declare itself a job's; no label makes one the hardware's.
     assert hardware == {
         "Hot",
         "NamedByMatcher",
@@ -101,7 +108,13 @@ def test_the_shipped_packs_training_rules_are_a_jobs_and_the_rest_the_hardwares(
     groups = load_rule_files(shipped_packs())
     found = rule_provenance(groups)
     jobs = {r.name for g in groups for i, r in enumerate(g.rules) if found[g.key, i] == "job"}
-    assert jobs == {"TrainingLossNaN", "TrainingStalled"}
+    assert jobs == {
+        "TrainingLossNaN",
+        "TrainingStalled",
+        "TrainingOutOfMemory",
+        "GpuMemoryNearFull",
+        "GpuStarved",
+    }
 
 
 NAN_RULE = """\

@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
+from gpuwatch.sim.job import TrainingJob
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.yamlfile import FileError
 from tests.conftest import Simulate
@@ -270,3 +271,48 @@ def test_an_xid_fault_s_instance_and_unit_must_fit(
     path.write_text(XID_FORMS.split("faults:", maxsplit=1)[0] + f"faults:\n  - {fault}\n")
     with pytest.raises(FileError, match=problem):
         load_scenario(str(path))
+
+
+def test_a_jobs_memory_at_its_edge_an_input_bound_rank_and_caught_ooms(
+    simulate: Simulate, tmp_path: Path
+) -> None:
+    """GPU 0 at the edge of its memory (memory_pressure), GPU 1 the same with CUDA's error
+    caught every 30 s (cuda_oom), GPU 2 waiting on its data loader (input_bound), GPU 3 a
+    healthy rank; read through pynvml as the daemon reads them, and the job's own reports."""
+    text = (
+        "node: {gpus: 4, model: H100, workload: training}\n"
+        "faults:\n"
+        "  - {kind: memory_pressure, gpu: 0, at: 60s}\n"
+        "  - {kind: cuda_oom, gpu: 1, at: 60s}\n"
+        "  - {kind: input_bound, gpu: 2, at: 60s}\n"
+    )
+    clock = open_node(simulate, tmp_path, text)
+    job = TrainingJob(load_scenario(str(tmp_path / "node.yaml")))
+
+    def memory_share(gpu: int) -> float:
+        info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(gpu))
+        return float(info.used) / float(info.total)
+
+    def busy(gpu: int) -> float:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(gpu)
+        return float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu) / 100
+
+    clock.advance(30)
+    before = job.at(30)
+    assert all(memory_share(g) < 0.95 for g in range(4))
+    assert all(busy(g) > 0.85 for g in range(4))
+    steps: list[list[float]] = []
+    elapsed = 30
+    for t in range(60, 300, 5):
+        clock.advance(t - elapsed)
+        elapsed = t
+        reports = job.at(t)
+        steps.append([reports[r]["step"] for r in range(4)])
+        assert memory_share(0) > 0.98 and memory_share(1) > 0.98
+        assert memory_share(3) < 0.95
+        assert 0.2 <= busy(2) <= 0.4 and busy(3) > 0.85
+    # One error at the fault's start, then one every 30 s: 8 by 295 s, on rank 1 only.
+    assert reports[1]["oom_total"] == 8
+    assert all("oom_total" not in reports[r] for r in (0, 2, 3)) and "oom_total" not in before[1]
+    made = [last - first for first, last in zip(steps[0], steps[-1], strict=True)]
+    assert made[2] == pytest.approx(0.35 * made[3], rel=0.02)  # waiting on its input
