@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.actions.config import ActionsConfig, parse_actions
+from gpuwatch.cloud.config import CloudConfig, parse_cloud
 from gpuwatch.kernel.fabric_manager import DEFAULT_ADDRESS as DEFAULT_FABRIC_MANAGER
 from gpuwatch.kernel.fabric_manager import parse_address
 from gpuwatch.notify.config import NotifyConfig, parse_notify
@@ -94,6 +95,10 @@ class SourcesConfig:
     # sources.host.fabric_manager: Fabric Manager's command port (HOST:PORT or a Unix socket
     # path), asked on nodes with NVSwitches; None (false in the file): not asked.
     fabric_manager: str | None = DEFAULT_FABRIC_MANAGER
+    # sources.cloud: the provider (aws, gcp, azure) whose metadata service is asked for
+    # notices (spot reclaims, maintenance), at `address` (its documented one by default),
+    # every `interval`. None: not asked.
+    cloud: CloudConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +248,7 @@ def from_doc(doc: YamlDoc) -> Config:
     journal = JournalConfig(
         retention=r.value(jo, ("journal",), "retention", positive_duration, 30 * 86400.0),
     )
-    so = r.section(top.get("sources"), ("sources",), ("dcgm", "kmsg", "host"))
+    so = r.section(top.get("sources"), ("sources",), ("dcgm", "kmsg", "host", "cloud"))
     dcgm = r.section(so.get("dcgm"), ("sources", "dcgm"), ("url",))
     km = r.section(so.get("kmsg"), ("sources", "kmsg"), ("enabled", "path"))
     kmsg_path = r.value(km, ("sources", "kmsg"), "path", file_path(doc.file, "file"), "/dev/kmsg")
@@ -258,6 +263,7 @@ def from_doc(doc: YamlDoc) -> Config:
         fabric_manager=r.value(
             ho, ("sources", "host"), "fabric_manager", _fabric_manager, base.sources.fabric_manager
         ),
+        cloud=parse_cloud(r, so.get("cloud")),
     )
     base_dir = Path(doc.file).parent
     config = Config(

@@ -42,9 +42,8 @@ GPUS_ALONE = 0.1
 
 
 # Events that make the daemon sample and evaluate its rules at once, not at the next tick.
-URGENT_EVENT_KINDS = frozenset(
-    {"xid", "ecc", "memory_retirement", "recovery_action", "gpu_lost", "gpu_unresponsive"}
-)
+URGENT_EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "recovery_action",
+                                "gpu_lost", "gpu_unresponsive", "preemption"})  # fmt: skip
 RESTORE_LIMIT = 1_000_000  # XIDs restored from the journal at start, at most
 
 

@@ -103,6 +103,8 @@ FABRIC_STATUS = "gpuwatch_gpu_fabric_status"
 FABRIC_CONDITION = "gpuwatch_gpu_fabric_condition"
 FABRIC_HEALTH = "gpuwatch_gpu_fabric_health"
 FABRIC_MANAGER_UP = "gpuwatch_fabric_manager_up"
+PREEMPTION_SECONDS_LEFT = "gpuwatch_node_preemption_seconds_left"
+CLOUD_METADATA_UP = "gpuwatch_cloud_metadata_up"
 ACTION_NODE_DRAINED = "gpuwatch_action_node_drained"
 ACTIONS_HELD = "gpuwatch_actions_held"
 ACTION_FAILURES = "gpuwatch_action_failures_total"
@@ -293,6 +295,16 @@ _DEFS = [
         FABRIC_MANAGER_UP,
         "gauge",
         "1 while Fabric Manager accepts connections on its command port (NVSwitch nodes).",
+    ),
+    MetricDef(
+        PREEMPTION_SECONDS_LEFT,
+        "gauge",
+        "Seconds until the cloud takes the VM away, while its metadata service gives notice.",
+    ),
+    MetricDef(
+        CLOUD_METADATA_UP,
+        "gauge",
+        "1 while the cloud's metadata service answers as its provider documents it.",
     ),
     MetricDef(
         ACTION_NODE_DRAINED,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuwatch.clock import Clock
+from gpuwatch.cloud.metadata import CloudNotices
 from gpuwatch.config import Config
 from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.kernel.gpus import GpuDirectory
@@ -59,7 +60,8 @@ def make_watchers(
     journal: Journal,
 ) -> list[Watcher]:
     """What the daemon watches beside the GPUs: sysfs (the PCI bus, InfiniBand ports) and the
-    kernel log (unless sources.kmsg is off); Fabric Manager's port on a node with NVSwitches."""
+    kernel log (unless sources.kmsg is off); Fabric Manager's port on a node with NVSwitches;
+    the cloud's metadata service where sources.cloud names a provider."""
     sources = config.sources
     watchers: list[Watcher] = [
         SysfsWatcher(
@@ -69,4 +71,7 @@ def make_watchers(
     if config.sources.kmsg_path is not None:
         restored = journal.events_carrying(SEQ, KERNEL_LOG_RESTORE_LIMIT)
         watchers.append(KernelLog(config.sources.kmsg_path, clock, publish, gpus, restored))
+    cloud = config.sources.cloud
+    if cloud is not None:
+        watchers.append(CloudNotices(cloud.provider, cloud.address, cloud.interval, clock, publish))
     return watchers

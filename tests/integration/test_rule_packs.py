@@ -46,7 +46,7 @@ EXPECTED = {
     "host.yaml": {
         "IbPortDown", "IbPortFlapping", "IbPortSymbolErrors", "IbPortReceiveErrors",
         "IbPortRateDegraded", "GpuNotListedByDriver", "PciDeviceLost", "PcieAerFatal",
-        "NvswitchSxidFatal", "NvswitchSxidNonFatal", "FabricManagerDown",
+        "NvswitchSxidFatal", "NvswitchSxidNonFatal", "FabricManagerDown", "NodePreemptionNotice",
     },
 }  # fmt: skip
 
@@ -226,9 +226,9 @@ def test_every_cause_a_pack_raises_is_in_the_verdicts_table() -> None:
         for r in alerting_rules(pack)
         if "cause" in r.get("labels", {})
     }
-    # What the daemon warns of when they are not loaded: these, and the host pack's one cause
-    # that names no port or device.
-    assert set(shipped_causes()) == {*causes, "fabric-manager-down"}
+    # What the daemon warns of when they are not loaded: these, and the host pack's causes
+    # that name no port or device (the node's own).
+    assert set(shipped_causes()) == {*causes, "fabric-manager-down", "preemption"}
     for cause in causes:
         assert f"`{cause}`" in table, cause
     # The host pack's causes name their port or device after the colon (the node's one

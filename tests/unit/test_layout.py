@@ -23,7 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpuwatch", "gpuwatch.compat", "gpuwatch.text", "gpuwatch.clock", "gpuwatch.model",
      "gpuwatch.metrics", "gpuwatch.logs", "gpuwatch.gctune", "gpuwatch.source", "gpuwatch.xid"),
     ("gpuwatch.state",),
-    ("gpuwatch.host", "gpuwatch.nvml", "gpuwatch.kernel", "gpuwatch.push"),  # sources
+    ("gpuwatch.host", "gpuwatch.nvml", "gpuwatch.kernel", "gpuwatch.push",
+     "gpuwatch.cloud"),  # sources
     ("gpuwatch.store",),
     # The dcgm-exporter source and the /metrics exposition: both speak Prometheus's text.
     ("gpuwatch.exporters",),
