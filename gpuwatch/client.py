@@ -7,6 +7,10 @@
         loss = train_step(batch)
         reporter.report(step=step, loss=loss.item(), tokens_per_second=tps)
 
+While the daemon advises the job to checkpoint (the node is going away or going bad),
+`should_checkpoint()` is True, read from the last push's answer at no cost; an
+`on_checkpoint_advice` callback hears it start, on the reporter's thread.
+
 `report()` only stores the newest values and returns (microseconds); a background thread
 sends them to the daemon about once a second: to its push socket, which every local user may
 write to, or with `url=` (or $GPUWATCH_URL) and `token=` (or $GPUWATCH_PUSH_TOKEN) over TCP
@@ -30,6 +34,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["JobReporter", "UnixHTTPConnection"]
@@ -100,6 +105,7 @@ class JobReporter:
         ca_file: str | None = None,
         labels: dict[str, str] | None = None,
         interval: float = SEND_EVERY_S,
+        on_checkpoint_advice: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.job = job
         self._refused: set[str] = set()  # names dropped, each logged once
@@ -120,6 +126,10 @@ class JobReporter:
         self.sent = 0  # pushes the daemon accepted
         self.failed = 0  # pushes that did not get through (daemon away, refused)
         self.ooms = 0  # CUDA out-of-memory errors counted by out_of_memory()
+        self.checkpoints = 0  # checkpoints counted by checkpointed()
+        # What the daemon's last answer said: why to checkpoint now (empty: no need).
+        self._advice: list[str] = []
+        self._on_advice = on_checkpoint_advice
         self._latest: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -156,6 +166,24 @@ class JobReporter:
         with self._lock:
             self.ooms += 1
             self._latest["train_oom_total"] = float(self.ooms)
+
+    def should_checkpoint(self) -> bool:
+        """True while the daemon advises this job to checkpoint: the node is going away (a
+        cloud's notice) or going bad (an early warning, a drain coming). Reads what the last
+        push's answer said: no I/O, cheap enough for every step."""
+        return bool(self._advice)
+
+    @property
+    def checkpoint_reasons(self) -> list[str]:
+        """Why the daemon advises it (cause keys and alert names), empty when it does not."""
+        return list(self._advice)
+
+    def checkpointed(self) -> None:
+        """Count a checkpoint the job has written: sent as `train_checkpoints_total`, so the
+        job's report and its owner can see it answered the advice. Never raises."""
+        with self._lock:
+            self.checkpoints += 1
+            self._latest["train_checkpoints_total"] = float(self.checkpoints)
 
     def flush(self, timeout: float = TIMEOUT_S) -> bool:
         """Send now and wait for it (at the end of training, say). True when it got through."""
@@ -250,6 +278,7 @@ class JobReporter:
             if self._failing:
                 log.info("gpuwatch takes this job's reports again (%s)", self._where())
             self._failing = False
+            self._take_advice(reply)
             return True
         why = reply[:200].decode("utf-8", "replace")
         self._failed(f"HTTP {status}: {why}")
@@ -274,6 +303,21 @@ class JobReporter:
         connection.request("POST", "/api/v1/push", body, headers)
         response = connection.getresponse()
         return response.status, response.read()
+
+    def _take_advice(self, reply: bytes) -> None:
+        """The answer's `data.checkpoint`, if any: the advice, and the callback on its start."""
+        try:
+            advice = json.loads(reply)["data"].get("checkpoint") or {}
+            reasons = [str(r)[:100] for r in advice.get("reasons", [])[:8]]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # an older daemon, or something else answering: no advice
+        started = reasons and not self._advice
+        self._advice = reasons
+        if started and self._on_advice is not None:
+            try:
+                self._on_advice(list(reasons))
+            except Exception:  # the job's callback must not stop its reports
+                log.exception("on_checkpoint_advice raised")
 
     def _where(self) -> str:
         return self.url or self.socket_path

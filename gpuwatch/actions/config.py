@@ -43,9 +43,24 @@ class SlurmActions:
     timeout: float = 10.0  # one scontrol or sinfo run
 
 
+# What makes the daemon tell the node's jobs to checkpoint: the notice that the VM goes, the
+# early warnings of a GPU going bad (a row remap waiting for a reset, heat at the maximum
+# operating temperature, a driver asking for a reset), and whatever actions.slurm.drain_on
+# would drain for, before the drain.
+CHECKPOINT_ON = ("preemption", "thermal-slowdown", "GpuRowRemapPending", "GpuTemperatureHigh",
+                 "GpuRecoveryActionRequired", "GpuXidCritical")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointActions:
+    # Cause keys and alert names (shell-style patterns) that advise the jobs to checkpoint.
+    on: tuple[str, ...] = CHECKPOINT_ON
+
+
 @dataclass(frozen=True, slots=True)
 class ActionsConfig:
     slurm: SlurmActions = SlurmActions()
+    checkpoint: CheckpointActions = CheckpointActions()
 
 
 SLURM_KEYS = (
@@ -70,6 +85,11 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _names_or_none(value: Any) -> tuple[str, ...]:
+    """A list of names; an empty one turns the advice off."""
+    return () if value == [] else _names(value)
+
+
 def _fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise ValueError(f"expected a fraction above 0 and at most 1, got {value!r}")
@@ -86,7 +106,7 @@ def _command(value: Any) -> str:
 
 def parse_actions(r: Checker, doc: YamlDoc, raw: Any) -> ActionsConfig:
     path: PathKey = ("actions",)
-    data = r.section(raw, path, ("slurm",))
+    data = r.section(raw, path, ("slurm", "checkpoint"))
     sp: PathKey = (*path, "slurm")
     s = r.section(data.get("slurm"), sp, SLURM_KEYS)
     base = SlurmActions()
@@ -114,4 +134,7 @@ def parse_actions(r: Checker, doc: YamlDoc, raw: Any) -> ActionsConfig:
         )
     if "max_drains_per_hour" in s and s["max_drains_per_hour"] is None:  # null: no limit
         slurm = replace(slurm, max_drains_per_hour=None)
-    return ActionsConfig(slurm)
+    cp: PathKey = (*path, "checkpoint")
+    c = r.section(data.get("checkpoint"), cp, ("on",))
+    checkpoint = CheckpointActions(on=r.value(c, cp, "on", _names_or_none, CHECKPOINT_ON))
+    return ActionsConfig(slurm, checkpoint)

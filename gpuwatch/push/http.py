@@ -17,7 +17,7 @@ from aiohttp import web
 from gpuwatch.compat import timeout
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
-from gpuwatch.push.jobs import JobInputs
+from gpuwatch.push.jobs import CheckpointAdvice, JobInputs
 from gpuwatch.push.parse import (
     MAX_LABELS_PER_SERIES,
     PushError,
@@ -108,8 +108,11 @@ def parser_for(body: bytes, content_type: str, query_job: str | None, limits: Pu
     return functools.partial(_parse_text_of, body, job)
 
 
-def accepted(job: str, count: int) -> dict[str, Any]:
-    return {"status": "success", "data": {"job": job, "series": count}}
+def accepted(job: str, count: int, advice: CheckpointAdvice | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"job": job, "series": count}
+    if advice is not None:
+        data["checkpoint"] = advice.as_json()
+    return {"status": "success", "data": data}
 
 
 def refused(exc: PushError, peer: str, job: str = "") -> dict[str, Any]:
@@ -162,7 +165,7 @@ async def handle_push(
         count = jobs.pushed.apply(job, stamp(samples, peer_pid(sock)), now)
     except PushError as exc:
         return error_response(exc, request, exc.job or job)
-    return web.json_response(accepted(job, count))
+    return web.json_response(accepted(job, count, jobs.advice))
 
 
 def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:

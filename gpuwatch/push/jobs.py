@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwatch.model import Sample
@@ -14,9 +15,24 @@ from gpuwatch.push.textfile import TextfileDir
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointAdvice:
+    """What the daemon tells every job that pushes, in the push's answer, while it holds: the
+    node is going away or going bad, checkpoint now (gpuwatch.actions.advice decides)."""
+
+    since: float  # when it was first given (seconds since the epoch)
+    since_text: str  # the same, RFC 3339
+    reasons: tuple[str, ...]  # the causes and alerts that made it, as the verdict names them
+
+    def as_json(self) -> dict[str, object]:
+        return {"advised": True, "since": self.since_text, "reasons": list(self.reasons)}
+
+
 class JobInputs:
     def __init__(self, limits: PushLimits, textfile_dir: str | None) -> None:
         self.pushed = JobMetrics(limits)
+        # Said back to each pushing job while it is set: gpuwatch.client's should_checkpoint().
+        self.advice: CheckpointAdvice | None = None
         self.textfiles = (
             TextfileDir(Path(textfile_dir), limits.max_body_bytes) if textfile_dir else None
         )

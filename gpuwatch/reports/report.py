@@ -83,6 +83,9 @@ def build(record: JobRecord, now: float) -> dict[str, Any]:
         "end": rfc3339(record.last_seen) if record.ended else None,
         "running": not record.ended,
         "reported_at": rfc3339(now),
+        "checkpoint_advice": [
+            {"time": rfc3339(e.time), "message": e.message} for e in record.advised
+        ],
         "gpus": [_gpu(g) for g in sorted(record.gpus.values(), key=lambda g: g.index)],
     }
 
@@ -96,6 +99,8 @@ def text(report: dict[str, Any]) -> str:
         f"gpuwatch: {noun} {report['job_id']} of {report['user']}, "
         f"{span}, on {len(report['gpus'])} GPUs"
     ]
+    for advice in report.get("checkpoint_advice", []):
+        lines.append(f"  at {advice['time']}: {advice['message']}")
     for gpu in report["gpus"]:
         said = [f"XID {x['xid']} at {x['time']}" for x in gpu["xids"]]
         said += [f"{a['alertname']} at {a['time']}" for a in gpu["alerts"]]

@@ -29,6 +29,7 @@ ENDED_AFTER_S = 10.0  # processes gone this long: the job has ended (not a resta
 MAX_ACTIVE_JOBS = 1024
 MAX_ENDED_JOBS = 128  # kept for `gpuwatch job-report` after the end
 MAX_EVENTS_PER_GPU = 100
+MAX_ADVICE_PER_JOB = 16
 MAX_GAP_S = 5.0  # a longer gap between cycles is not counted as throttled time
 COUNTERS = (m.ECC_ERRORS, m.REMAPPED_ROWS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAILED,
             m.RETIRED_PAGES)  # fmt: skip
@@ -61,6 +62,7 @@ class JobRecord:
     last_seen: float
     gpus: dict[str, GpuRecord] = field(default_factory=dict)  # uuid ->
     ended: bool = False
+    advised: list[Event] = field(default_factory=list)  # told to checkpoint, while it ran
 
 
 def _counter_key(sample: Sample) -> str:
@@ -107,7 +109,13 @@ class JobTracker:
                 self.on_end(record)
 
     def on_event(self, event: Event) -> None:
-        """An event for the jobs on its GPU (an alert, only as it fires)."""
+        """An event for the jobs on its GPU (an alert, only as it fires); checkpoint advice
+        for every job running."""
+        if event.kind == "checkpoint_advice":
+            for record in self.active.values():
+                if len(record.advised) < MAX_ADVICE_PER_JOB:
+                    record.advised.append(event)
+            return
         if event.kind not in EVENT_KINDS and not (
             event.kind == "alert" and event.data.get("state") == "firing"
         ):

@@ -53,6 +53,16 @@ def alerts_to_send(rules: Iterable[AlertingRule], node: str) -> list[NotifyAlert
     return out
 
 
+def hardware_firing_names(rules: Iterable[AlertingRule]) -> list[str]:
+    """The names of the hardware's firing alerts (a job's may not advise or judge)."""
+    return [
+        rule.rule.name
+        for rule in rules
+        if rule.provenance is Provenance.HARDWARE
+        and any(a.state == AlertState.FIRING for a in rule.active.values())
+    ]
+
+
 def firing_alerts(rules: Iterable[AlertingRule]) -> list[tuple[dict[str, str], dict[str, str]]]:
     """The labels and annotations of every firing alert of the hardware's, for the causes
     they raise: a job's alerts page its route and judge nothing."""

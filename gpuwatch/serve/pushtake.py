@@ -46,4 +46,4 @@ class PushTaker:
             return exc.status, refused(exc, peer(), exc.job or request.job() or "")
         except Exception as exc:
             return 500, error_body(str(our_fault(exc)))
-        return 200, accepted(job, count)
+        return 200, accepted(job, count, self.jobs.advice)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwatch.actions.advice import CheckpointAdvisor
 from gpuwatch.actions.drainer import SlurmDrainer
 from gpuwatch.clock import Clock
 from gpuwatch.config import Config
@@ -25,6 +26,7 @@ from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
+from gpuwatch.rules.outgoing import hardware_firing_names
 from gpuwatch.serve.control import UnixSocket
 from gpuwatch.serve.preflight import StartupError, config_warnings, load_rules
 from gpuwatch.serve.readers import ReaderOptions, reader_options
@@ -152,7 +154,16 @@ def wire(
     watchers = make_watchers(config, clock, merger.publish, gpus, journal)
     reports = JobReports(state_dir, clock, events.publish)
     keeper = StateKeeper(state_dir, journal, notifier, lock)
-    outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports]
+    jobs = JobInputs(config.push.limits, config.push.textfile_dir)
+    advise_on = (*config.actions.checkpoint.on, *config.actions.slurm.drain_on)
+    if not config.actions.checkpoint.on:
+        advise_on = ()  # an empty list turns the advice off, drains and all
+
+    def firing() -> list[str]:
+        return hardware_firing_names(rules.alerting_rules())
+
+    advisor = CheckpointAdvisor(advise_on, jobs, firing, events.publish)
+    outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports, advisor]
     if config.actions.slurm.enabled:
         drainer = SlurmDrainer(config.actions.slurm, config.node_name, clock, events.publish)
         watchers.append(drainer)  # started and stopped with the watchers; its metrics read so
@@ -167,7 +178,7 @@ def wire(
         event_listeners=[reports.on_event],
         gpus=gpus,
         store=store,
-        jobs=JobInputs(config.push.limits, config.push.textfile_dir),
+        jobs=jobs,
         rules=rules,
         journal=journal,
         acks=AckStore(state_dir),
