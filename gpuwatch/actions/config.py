@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import (
     Checker,
     PathKey,
     YamlDoc,
     boolean,
+    one_of,
     positive_duration,
     text,
     whole_number,
@@ -51,10 +53,19 @@ CHECKPOINT_ON = ("preemption", "thermal-slowdown", "GpuRowRemapPending", "GpuTem
                  "GpuRecoveryActionRequired", "GpuXidCritical")  # fmt: skip
 
 
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT")  # as Slurm's `scancel --signal` names them
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointActions:
     # Cause keys and alert names (shell-style patterns) that advise the jobs to checkpoint.
-    on: tuple[str, ...] = CHECKPOINT_ON
+    # (Not `on`, which YAML 1.1 readers, PyYAML among them, take for `true`.)
+    advise_on: tuple[str, ...] = CHECKPOINT_ON
+    # Also send this signal (a name of CHECKPOINT_SIGNALS) to the processes on the GPUs as the
+    # advice starts, for jobs that checkpoint on one (Lightning's SLURMEnvironment, ...).
+    signal: str | None = None
+    # A drain for an actions.slurm.drain_on cause waits this long after the advice started.
+    drain_grace: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +146,10 @@ def parse_actions(r: Checker, doc: YamlDoc, raw: Any) -> ActionsConfig:
     if "max_drains_per_hour" in s and s["max_drains_per_hour"] is None:  # null: no limit
         slurm = replace(slurm, max_drains_per_hour=None)
     cp: PathKey = (*path, "checkpoint")
-    c = r.section(data.get("checkpoint"), cp, ("on",))
-    checkpoint = CheckpointActions(on=r.value(c, cp, "on", _names_or_none, CHECKPOINT_ON))
+    c = r.section(data.get("checkpoint"), cp, ("advise_on", "signal", "drain_grace"))
+    checkpoint = CheckpointActions(
+        advise_on=r.value(c, cp, "advise_on", _names_or_none, CHECKPOINT_ON),
+        signal=r.value(c, cp, "signal", one_of(CHECKPOINT_SIGNALS), None),
+        drain_grace=r.value(c, cp, "drain_grace", parse_duration, 0.0),
+    )
     return ActionsConfig(slurm, checkpoint)

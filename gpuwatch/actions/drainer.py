@@ -26,6 +26,7 @@ from gpuwatch.clock import Clock, wait_event
 from gpuwatch.health.verdict import Cause, Health, Verdict
 from gpuwatch.health.view import NodeView
 from gpuwatch.model import Event, Sample
+from gpuwatch.text.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,16 @@ class SlurmDrainer:
         clock: Clock,
         publish: Callable[[Event], None],
         cli: SlurmCli | None = None,
+        *,
+        advised_since: Callable[[], float | None] = lambda: None,
+        grace: float = 0.0,
     ) -> None:
         self.config = config
+        # When the jobs were told to checkpoint (None: not told), and how long a drain waits
+        # after that: the jobs' time to save their work before the node leaves service.
+        self._advised_since = advised_since
+        self._grace = grace
+        self._waiting_until: float | None = None  # a drain waiting for that, logged once
         self.node = config.node or node
         self.clock = clock
         self.publish = publish
@@ -180,12 +189,31 @@ class SlurmDrainer:
     async def _step(self) -> None:
         now = self.clock.now()
         if self._wanted:
+            if (wait_until := self._checkpoint_time(now)) is not None:
+                self._next_check = wait_until
+                return
             await self._drain(now, self._wanted)
             self._next_check = now + RECHECK_S  # an admin may resume it while still unhealthy
         elif self._resume_due(now):
             await self._resume()
         elif self._drained is not None and not self.config.resume and not self.config.dry_run:
             await self._follow(now)
+
+    def _checkpoint_time(self, now: float) -> float | None:
+        """Until when a drain waits for the jobs told to checkpoint; None: it need not."""
+        since = self._advised_since()
+        if self._grace <= 0 or since is None or now >= since + self._grace:
+            self._waiting_until = None
+            return None
+        until = since + self._grace
+        if self._waiting_until != until:
+            log.warning(
+                "drain of node %s waits until %s for its jobs to checkpoint",
+                self.node,
+                rfc3339(until),
+            )
+            self._waiting_until = until
+        return until
 
     async def _follow(self, now: float) -> None:
         """With `resume: false` an admin resumes the node: see when, so that the drained

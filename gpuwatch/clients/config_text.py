@@ -14,7 +14,7 @@ from gpuwatch.config import Config
 # is a duration in seconds, and none of another kind is.
 DURATION_KEYS = frozenset({
     "interval", "timeout", "slow_interval", "retention", "stale_after", "resume_after",
-    "group_wait", "group_interval", "repeat_interval",
+    "group_wait", "group_interval", "repeat_interval", "drain_grace",
 })  # fmt: skip
 # A key whose value is none means another thing applies; said, not printed as `null`.
 UNSET_MEANS: dict[tuple[str, ...], str] = {
@@ -27,6 +27,8 @@ UNSET_MEANS: dict[tuple[str, ...], str] = {
     ("push", "socket_group"): "the daemon's own group",
     ("actions", "slurm", "node"): "node_name",
     ("actions", "slurm", "max_drains_per_hour"): "no limit",
+    ("actions", "checkpoint", "signal"): "no signal is sent",
+    ("sources", "cloud"): "no cloud metadata service is asked",
     ("web_config",): "plain HTTP, no passwords",
     ("notify", "external_url"): "the daemon's own URL",
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from gpuwatch.health.view import NodeView
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.merge import EventMerger
+from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.push.jobs import JobInputs
@@ -155,17 +157,17 @@ def wire(
     reports = JobReports(state_dir, clock, events.publish)
     keeper = StateKeeper(state_dir, journal, notifier, lock)
     jobs = JobInputs(config.push.limits, config.push.textfile_dir)
-    advise_on = (*config.actions.checkpoint.on, *config.actions.slurm.drain_on)
-    if not config.actions.checkpoint.on:
-        advise_on = ()  # an empty list turns the advice off, drains and all
-
-    def firing() -> list[str]:
-        return hardware_firing_names(rules.alerting_rules())
-
-    advisor = CheckpointAdvisor(advise_on, jobs, firing, events.publish)
+    advisor = _advisor(config, jobs, rules, events.publish)
     outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports, advisor]
     if config.actions.slurm.enabled:
-        drainer = SlurmDrainer(config.actions.slurm, config.node_name, clock, events.publish)
+        drainer = SlurmDrainer(
+            config.actions.slurm,
+            config.node_name,
+            clock,
+            events.publish,
+            advised_since=lambda: jobs.advice.since if jobs.advice is not None else None,
+            grace=config.actions.checkpoint.drain_grace,
+        )
         watchers.append(drainer)  # started and stopped with the watchers; its metrics read so
         outputs.append(drainer)
     daemon = Daemon(
@@ -196,3 +198,20 @@ def wire(
     )
     readers = reader_options(daemon, reports)
     return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers)
+
+
+def _advisor(
+    config: Config, jobs: JobInputs, rules: RuleEngine, publish: Callable[[Event], None]
+) -> CheckpointAdvisor:
+    """The checkpoint advice: for actions.checkpoint.advise_on and the causes a drain is coming for;
+    an empty `on` turns it off, drains and all."""
+    checkpoint = config.actions.checkpoint
+    on = checkpoint.advise_on
+    on = (*on, *config.actions.slurm.drain_on) if on else ()
+
+    def firing() -> list[str]:
+        return hardware_firing_names(rules.alerting_rules())
+
+    named = checkpoint.signal
+    number = int(getattr(signal, f"SIG{named}")) if named else None
+    return CheckpointAdvisor(on, jobs, firing, publish, signal=number)

@@ -3,13 +3,33 @@ push's answer, journaled once when it starts and once when it ends."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
 from gpuwatch.actions.advice import CheckpointAdvisor
+from gpuwatch.actions.config import SlurmActions
+from gpuwatch.actions.drainer import SlurmDrainer
+from gpuwatch.actions.slurm import SlurmNode
+from gpuwatch.clock import ManualClock
+from gpuwatch.config import load_config
 from gpuwatch.health.verdict import Cause, Health, Verdict
 from gpuwatch.health.view import NodeView
-from gpuwatch.model import Event
+from gpuwatch.model import (
+    BackendState,
+    Batch,
+    Event,
+    GpuInfo,
+    GpuProcess,
+    GpuState,
+    GpuStatus,
+)
 from gpuwatch.push.http import accepted
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.push.registry import PushLimits
+from gpuwatch.text.yamlfile import FileError
 
 T0 = 1_800_000_000.0
 
@@ -53,3 +73,89 @@ def test_no_patterns_no_advice() -> None:
     advisor = CheckpointAdvisor((), jobs, lambda: ["GpuRowRemapPending"], lambda _: None)
     advisor.after_cycle(T0, view("preemption"))
     assert jobs.advice is None
+
+
+def test_the_signal_goes_to_the_gpus_processes_that_are_still_theirs() -> None:
+    me = psutil.Process()
+    mine = GpuProcess(me.pid, me.name(), "alice", 1e9, "slurm", "7")
+    reused = GpuProcess(me.pid, "not-" + me.name(), "bob", 1e9, "slurm", "8")  # pid taken again
+    gone = GpuProcess(2**22 + 7, "python3", "carol", 1e9, "slurm", "9")
+    info = GpuInfo(0, "GPU-0", "H100", "0000:01:00.0", "s", "v", 18)
+    gpus = [GpuState(info, GpuStatus.OK, processes=(mine,)),
+            GpuState(info, GpuStatus.OK, processes=(gone,))]  # fmt: skip
+    batch = Batch("nvml", T0, [], BackendState(True, "nvml"), gpus)
+    sent: list[tuple[int, int]] = []
+    events: list[Event] = []
+    jobs = JobInputs(PushLimits(), None)
+    advisor = CheckpointAdvisor(
+        ("preemption",), jobs, list, events.append, signal=signal.SIGUSR1,
+        kill=lambda pid, sig: sent.append((pid, sig)),
+    )  # fmt: skip
+    advisor.after_cycle(T0, NodeView(batch, {}, view("preemption").node_verdict))
+    assert sent == [(me.pid, signal.SIGUSR1)]
+    assert events[0].message.endswith(f"; SIGUSR1 sent to pids {me.pid}")
+    advisor.after_cycle(T0 + 1, NodeView(batch, {}, view("preemption").node_verdict))
+    assert len(sent) == 1  # once, as the advice starts
+    other = GpuState(info, GpuStatus.OK, processes=(reused,))
+    fresh = JobInputs(PushLimits(), None)
+
+    def kill(pid: int, sig: int) -> None:
+        sent.append((pid, sig))
+
+    again = CheckpointAdvisor(("preemption",), fresh, list, events.append, signal=10, kill=kill)
+    reused_batch = Batch("nvml", T0, [], BackendState(True, "nvml"), [other])
+    again.after_cycle(T0, NodeView(reused_batch, {}, view("preemption").node_verdict))
+    assert len(sent) == 1
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.drains: list[str] = []
+
+    async def node(self, name: str) -> SlurmNode:
+        return SlurmNode(name, ("gpu",), frozenset({"idle"}), "", None)
+
+    async def nodes(self, partitions: tuple[str, ...] = ()) -> list[SlurmNode]:
+        return [await self.node(f"gw{i}") for i in range(1, 9)]
+
+    async def drain(self, name: str, reason: str) -> None:
+        self.drains.append(name)
+
+
+async def test_a_drain_waits_its_grace_after_the_advice() -> None:
+    clock = ManualClock(T0)
+    slurm = FakeSlurm()
+    advised: list[float | None] = [None]
+    config = SlurmActions(enabled=True, drain_on=("gpu-lost",))
+    drainer = SlurmDrainer(config, "gw1", clock, lambda _: None, cli=slurm,  # type: ignore[arg-type]
+                           advised_since=lambda: advised[0], grace=60.0)  # fmt: skip
+    lost = Verdict(Health.UNHEALTHY, (Cause("gpu-lost", Health.UNHEALTHY, "GPU 1 is lost", "x"),))
+    advised[0] = T0  # told in this very cycle
+    drainer.observe(T0, lost)
+    await drainer._step()
+    assert slurm.drains == [] and drainer._next_check == T0 + 60
+    clock.advance(60)
+    await drainer._step()
+    assert slurm.drains == ["gw1"]
+    # Without advice (turned off), the drain goes at once.
+    now_drainer = SlurmDrainer(config, "gw1", clock, lambda _: None, cli=slurm, grace=60.0)  # type: ignore[arg-type]
+    now_drainer.observe(clock.now(), lost)
+    await now_drainer._step()
+    assert slurm.drains == ["gw1", "gw1"]
+
+
+def test_the_config_names_what_advises_the_signal_and_the_grace(tmp_path: Path) -> None:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text(
+        "actions:\n  checkpoint: {advise_on: [preemption], signal: USR1, drain_grace: 2m}\n"
+    )
+    checkpoint = load_config(path).actions.checkpoint
+    assert (checkpoint.advise_on, checkpoint.signal, checkpoint.drain_grace) == (
+        ("preemption",),
+        "USR1",
+        120.0,
+    )
+    assert load_config(None).actions.checkpoint.advise_on[0] == "preemption"  # on by default
+    path.write_text("actions:\n  checkpoint: {advise_on: [], signal: KILL}\n")
+    with pytest.raises(FileError, match=r"actions\.checkpoint\.signal: expected one of USR1"):
+        load_config(path)
