@@ -81,16 +81,22 @@ def test_the_signal_goes_to_the_gpus_processes_that_are_still_theirs() -> None:
     reused = GpuProcess(me.pid, "not-" + me.name(), "bob", 1e9, "slurm", "8")  # pid taken again
     gone = GpuProcess(2**22 + 7, "python3", "carol", 1e9, "slurm", "9")
     info = GpuInfo(0, "GPU-0", "H100", "0000:01:00.0", "s", "v", 18)
-    gpus = [GpuState(info, GpuStatus.OK, processes=(mine,)),
-            GpuState(info, GpuStatus.OK, processes=(gone,))]  # fmt: skip
+    gpus = [
+        GpuState(info, GpuStatus.OK, processes=(mine,)),
+        GpuState(info, GpuStatus.OK, processes=(gone,)),
+    ]
     batch = Batch("nvml", T0, [], BackendState(True, "nvml"), gpus)
     sent: list[tuple[int, int]] = []
     events: list[Event] = []
     jobs = JobInputs(PushLimits(), None)
     advisor = CheckpointAdvisor(
-        ("preemption",), jobs, list, events.append, signal=signal.SIGUSR1,
+        ("preemption",),
+        jobs,
+        list,
+        events.append,
+        signal=signal.SIGUSR1,
         kill=lambda pid, sig: sent.append((pid, sig)),
-    )  # fmt: skip
+    )
     advisor.after_cycle(T0, NodeView(batch, {}, view("preemption").node_verdict))
     assert sent == [(me.pid, signal.SIGUSR1)]
     assert events[0].message.endswith(f"; SIGUSR1 sent to pids {me.pid}")
@@ -127,8 +133,15 @@ async def test_a_drain_waits_its_grace_after_the_advice() -> None:
     slurm = FakeSlurm()
     advised: list[float | None] = [None]
     config = SlurmActions(enabled=True, drain_on=("gpu-lost",))
-    drainer = SlurmDrainer(config, "gw1", clock, lambda _: None, cli=slurm,  # type: ignore[arg-type]
-                           advised_since=lambda: advised[0], grace=60.0)  # fmt: skip
+    drainer = SlurmDrainer(
+        config,
+        "gw1",
+        clock,
+        lambda _: None,
+        cli=slurm,  # type: ignore[arg-type]
+        advised_since=lambda: advised[0],
+        grace=60.0,
+    )
     lost = Verdict(Health.UNHEALTHY, (Cause("gpu-lost", Health.UNHEALTHY, "GPU 1 is lost", "x"),))
     advised[0] = T0  # told in this very cycle
     drainer.observe(T0, lost)

@@ -29,8 +29,13 @@ def test_an_aws_instance_action_is_a_notice_at_its_time() -> None:
     assert aws_instance_action(b'{"action": "Stop", "time": "2017-09-18T08:22:00Z"}').event == (
         "stop"
     )
-    for bad in (b"<html>", b"[]", b'{"action": "terminate"}', b'{"action": 1, "time": "x"}',
-                b'{"action": "stop", "time": "soon"}'):  # fmt: skip
+    for bad in (
+        b"<html>",
+        b"[]",
+        b'{"action": "terminate"}',
+        b'{"action": 1, "time": "x"}',
+        b'{"action": "stop", "time": "soon"}',
+    ):
         with pytest.raises(NoticeError):
             aws_instance_action(bad)
 
