@@ -199,6 +199,8 @@ class GpuProcess:
     gpu_memory_bytes: float | None
     job_kind: str = ""  # slurm, kubernetes, docker, containerd, or "" when unknown
     job_id: str = ""
+    # When the process started (psutil's create_time): a pid alone may be another's by now.
+    started: float | None = None
 
     @property
     def job(self) -> str:

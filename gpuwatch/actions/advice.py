@@ -61,14 +61,17 @@ class CheckpointAdvisor:
         return tuple(matched)[:MAX_REASONS]
 
     def _signal_processes(self, view: NodeView) -> list[int]:
-        """The signal to each process the driver lists on a GPU, as Slurm's `scancel
-        --signal` sends it to a job's steps; a pid whose process is no longer the one listed
-        (it ended, and the pid was taken again) is left alone."""
+        """The signal to each job's process the driver lists on a GPU, as Slurm's `scancel
+        --signal` sends it to a job's steps. A process of no job (an MPS server, whose
+        clients a USR1 would kill) is left alone, as is a pid whose process is no longer the
+        one listed (it ended, and the pid was taken again: its start time differs)."""
         done: list[int] = []
         gpus = view.batch.gpus if view.batch is not None else []
         for process in {p.pid: p for g in gpus for p in g.processes}.values():
+            if not process.job_id or process.started is None:
+                continue
             try:
-                if psutil.Process(process.pid).name() != process.name:
+                if psutil.Process(process.pid).create_time() != process.started:
                     continue
                 self._kill(process.pid, self._signal or 0)
             except (psutil.Error, OSError) as exc:

@@ -12,7 +12,6 @@ Answers are bounded (MAX_BODY_BYTES, REQUEST_TIMEOUT_S) and a bad one is logged 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -37,6 +36,8 @@ MAX_BODY_BYTES = 64 * 1024
 REQUEST_TIMEOUT_S = 2.0
 AWS_TOKEN_TTL_S = 21600  # IMDSv2's longest; asked again at half of it, or on a 401
 AZURE_API = "2020-07-01"
+LATEST = 253402300799.0  # 9999-12-31T23:59:59Z: a notice for later than that is no notice
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-.")
 
 
 class MetadataError(Exception):
@@ -92,8 +93,7 @@ class CloudNotices:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])  # its end, whatever it ended with
         if self._session is not None:
             await self._session.close()
 
@@ -107,14 +107,18 @@ class CloudNotices:
 
     async def _loop(self) -> None:
         while True:
-            await self.poll()
+            try:
+                await self.poll()
+            except Exception:  # a bug, or an answer nobody foresaw: the next ask still goes
+                log.exception("%s metadata service: ask failed", self.provider)
+                self.up = False
             await self._clock.sleep(self.interval)
 
     async def poll(self) -> None:
         """One ask: the notices as the service now says them, or, when it does not answer as
         documented, the last ones kept (a notice does not end because an ask failed)."""
         try:
-            found = await self._ask()
+            found = [n for n in await self._ask() if n.at <= LATEST]
         except FAILURES as exc:
             why = str(exc) or type(exc).__name__
             if why != self._failing:
@@ -159,7 +163,10 @@ class CloudNotices:
             status, body = await self._get("/latest/api/token", ttl, method="PUT")
             if status != 200:
                 raise MetadataError(f"PUT /latest/api/token: HTTP {status}")
-            self._token = (body.decode("ascii", "replace").strip(), now + AWS_TOKEN_TTL_S / 2)
+            token = body.decode("ascii", "replace").strip()
+            if not token or len(token) > 512 or not TOKEN_CHARS.issuperset(token):
+                raise MetadataError("PUT /latest/api/token: not a token")
+            self._token = (token, now + AWS_TOKEN_TTL_S / 2)
         headers = {"X-aws-ec2-metadata-token": self._token[0]}
         status, body = await self._get("/latest/meta-data/spot/instance-action", headers)
         if status == 401:  # the token expired early (an instance restarted): ask again
@@ -213,7 +220,12 @@ class CloudNotices:
         async with self._session.request(
             method, url, headers=headers, allow_redirects=False
         ) as response:
-            body = await response.content.read(MAX_BODY_BYTES + 1)
+            body = b""
+            while len(body) <= MAX_BODY_BYTES:  # to its end, however it comes in pieces
+                piece = await response.content.read(MAX_BODY_BYTES + 1 - len(body))
+                if not piece:
+                    break
+                body += piece
             if len(body) > MAX_BODY_BYTES:
                 raise MetadataError(f"{path}: answer over {MAX_BODY_BYTES} bytes")
             # GCP's server says it is one; anything else at that address is not to be believed.

@@ -54,7 +54,7 @@ def aws_instance_action(body: bytes) -> Notice:
         raise NoticeError('instance-action: expected {"action": ..., "time": ...}')
     try:
         at = parse_rfc3339(when)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise NoticeError(f"instance-action: time {when[:40]!r}: {exc}") from None
     return Notice("aws", action.lower()[:32], at)
 
@@ -95,7 +95,7 @@ def azure_notices(body: bytes, vm_name: str, now: float) -> list[Notice]:
         if not_before:
             try:
                 at = parsedate_to_datetime(str(not_before)).timestamp()
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise NoticeError(f"scheduledevents: NotBefore {str(not_before)[:40]!r}") from None
         detail = str(event.get("Description") or event.get("EventId") or "")[:200]
         out.append(Notice("azure", str(kind).lower(), at, detail))

@@ -89,7 +89,7 @@ class ProcessLookup:
                 self._checked.clear()
             self._cache[key] = cached
         name, user, kind, job_id = cached
-        return GpuProcess(pid, name, user, gpu_memory, kind, job_id)
+        return GpuProcess(pid, name, user, gpu_memory, kind, job_id, key[1])
 
     def _look(self, p: psutil.Process) -> tuple[str, str, str, str]:
         try:

@@ -5,8 +5,10 @@ both ways; 403 without), Azure's Scheduled Events (`Metadata: true`; 400 without
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from gpuwatch.clock import ManualClock
 from gpuwatch.cloud.metadata import CloudNotices
+from gpuwatch.cloud.notices import Notice
 from gpuwatch.model import Event
 from tests.conftest import start_daemon, stop_daemon, wait_for
 
@@ -38,6 +41,7 @@ class Metadata(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.notice = False  # whether the provider now gives notice
+        self.hostile = ""  # an answer no real service gives: crlf-token, far-future, pieces
         self.asked: list[str] = []
         self.tokens = {"tok-2f9c"}
 
@@ -57,7 +61,10 @@ class Handler(BaseHTTPRequestHandler):
         ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds", "")
         if self.path != "/latest/api/token" or not ttl.isdigit() or not 1 <= int(ttl) <= 21600:
             return self.answer(400, b"")
-        self.answer(200, b"tok-2f9c")
+        self.answer(
+            200,
+            b"tok-2f9c\r\nX-Injected: 1" if self.server.hostile == "crlf-token" else b"tok-2f9c",
+        )
 
     def do_GET(self) -> None:
         self.server.asked.append(f"GET {self.path}")
@@ -66,7 +73,20 @@ class Handler(BaseHTTPRequestHandler):
             if self.headers.get("X-aws-ec2-metadata-token") not in self.server.tokens:
                 return self.answer(401, b"")
             if self.path == "/latest/meta-data/spot/instance-action" and notice:
-                return self.answer(200, json.dumps(AWS_ACTION).encode())
+                action = dict(AWS_ACTION)
+                if self.server.hostile == "far-future":
+                    action["time"] = "9999-12-31T23:59:59-23:59"  # after year 9999 in UTC
+                body = json.dumps(action).encode()
+                if self.server.hostile == "pieces":  # two writes, apart
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[:10])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+                    self.wfile.write(body[10:])
+                    return None
+                return self.answer(200, body)
             return self.answer(404, b"Not Found")
         if self.path.startswith("/computeMetadata/v1/instance/"):
             if self.headers.get("Metadata-Flavor") != "Google":
@@ -170,6 +190,39 @@ async def test_a_service_that_does_not_answer_as_documented_keeps_the_notice(
     finally:
         await notices.stop()
     assert len(published) == 1
+
+
+@pytest.mark.parametrize(("hostile", "up", "noticed"), [
+    ("crlf-token", False, False),  # a header injected through the token: refused
+    ("far-future", True, False),  # a time after year 9999: no notice, and no crash
+    ("pieces", True, True),  # a body in two writes is read whole
+])  # fmt: skip
+async def test_answers_no_real_service_gives_neither_crash_nor_fool_it(
+    metadata: Metadata, hostile: str, up: bool, noticed: bool
+) -> None:
+    metadata.hostile, metadata.notice = hostile, True
+    notices = CloudNotices("aws", metadata.url, 5.0, ManualClock(NOW), lambda _: None)
+    await notices.open()
+    try:
+        await notices.poll()
+        assert (notices.up, bool(notices.notices)) == (up, noticed)
+    finally:
+        await notices.stop()
+
+
+async def test_the_polling_task_survives_what_it_did_not_foresee(metadata: Metadata) -> None:
+    clock = ManualClock(NOW)
+    notices = CloudNotices("aws", metadata.url, 5.0, clock, lambda _: None)
+
+    async def broken() -> list[Notice]:
+        raise RuntimeError("a bug")
+
+    notices._ask = broken  # type: ignore[method-assign]
+    await notices.start()
+    for _ in range(20):  # the first ask, on the loop
+        await asyncio.sleep(0)
+    assert notices._task is not None and not notices._task.done()
+    await notices.stop()  # and its end takes nothing down with it
 
 
 def test_the_daemon_pages_and_judges_the_node_on_a_notice(

@@ -75,42 +75,36 @@ def test_no_patterns_no_advice() -> None:
     assert jobs.advice is None
 
 
-def test_the_signal_goes_to_the_gpus_processes_that_are_still_theirs() -> None:
+def test_the_signal_goes_to_the_jobs_processes_that_are_still_theirs() -> None:
     me = psutil.Process()
-    mine = GpuProcess(me.pid, me.name(), "alice", 1e9, "slurm", "7")
-    reused = GpuProcess(me.pid, "not-" + me.name(), "bob", 1e9, "slurm", "8")  # pid taken again
-    gone = GpuProcess(2**22 + 7, "python3", "carol", 1e9, "slurm", "9")
+    started = me.create_time()
+    mine = GpuProcess(me.pid, me.name(), "alice", 1e9, "slurm", "7", started)
+    reused = GpuProcess(me.pid, me.name(), "bob", 1e9, "slurm", "8", started - 60)  # pid again
+    no_job = GpuProcess(me.pid, "nvidia-cuda-mps-server", "root", 1e9, "", "", started)
+    gone = GpuProcess(2**22 + 7, "python3", "carol", 1e9, "slurm", "9", started)
     info = GpuInfo(0, "GPU-0", "H100", "0000:01:00.0", "s", "v", 18)
-    gpus = [
-        GpuState(info, GpuStatus.OK, processes=(mine,)),
-        GpuState(info, GpuStatus.OK, processes=(gone,)),
-    ]
-    batch = Batch("nvml", T0, [], BackendState(True, "nvml"), gpus)
     sent: list[tuple[int, int]] = []
-    events: list[Event] = []
-    jobs = JobInputs(PushLimits(), None)
-    advisor = CheckpointAdvisor(
-        ("preemption",),
-        jobs,
-        list,
-        events.append,
-        signal=signal.SIGUSR1,
-        kill=lambda pid, sig: sent.append((pid, sig)),
-    )
-    advisor.after_cycle(T0, NodeView(batch, {}, view("preemption").node_verdict))
-    assert sent == [(me.pid, signal.SIGUSR1)]
-    assert events[0].message.endswith(f"; SIGUSR1 sent to pids {me.pid}")
-    advisor.after_cycle(T0 + 1, NodeView(batch, {}, view("preemption").node_verdict))
-    assert len(sent) == 1  # once, as the advice starts
-    other = GpuState(info, GpuStatus.OK, processes=(reused,))
-    fresh = JobInputs(PushLimits(), None)
 
     def kill(pid: int, sig: int) -> None:
         sent.append((pid, sig))
 
-    again = CheckpointAdvisor(("preemption",), fresh, list, events.append, signal=10, kill=kill)
-    reused_batch = Batch("nvml", T0, [], BackendState(True, "nvml"), [other])
-    again.after_cycle(T0, NodeView(reused_batch, {}, view("preemption").node_verdict))
+    def told(*processes: GpuProcess) -> list[Event]:
+        events: list[Event] = []
+        gpus = [GpuState(info, GpuStatus.OK, processes=(p,)) for p in processes]
+        batch = Batch("nvml", T0, [], BackendState(True, "nvml"), gpus)
+        jobs = JobInputs(PushLimits(), None)
+        advisor = CheckpointAdvisor(
+            ("preemption",), jobs, list, events.append, signal=signal.SIGUSR1, kill=kill
+        )
+        for t in (T0, T0 + 1):  # once, as the advice starts
+            advisor.after_cycle(t, NodeView(batch, {}, view("preemption").node_verdict))
+        return events
+
+    events = told(mine, gone)
+    assert sent == [(me.pid, signal.SIGUSR1)]
+    assert events[0].message.endswith(f"; SIGUSR1 sent to pids {me.pid}")
+    told(reused)
+    told(no_job)  # an MPS server's clients would die of it
     assert len(sent) == 1
 
 
