@@ -69,8 +69,12 @@ def test_the_driver_asking_for_a_bus_reset_is_an_alert_and_a_verdict(tmp_path: P
         assert (labels["action"], labels["severity"]) == ("bus_reset", "critical")
         events = daemon.json("/api/v1/events?kind=recovery_action")["data"]["events"]
         assert events[0]["message"].startswith("GPU 1: the driver asks for bus_reset")
-        node = daemon.json("/api/v1/node")["data"]
-        assert node["verdict"] == "unhealthy"
+        # The verdict is judged once the cycle's evaluation is done; the API shows an alert as
+        # soon as the rules have evaluated it, a moment before.
+        node = wait_for(
+            lambda: (n := daemon.json("/api/v1/node")["data"])["verdict"] == "unhealthy" and n,
+            timeout=5,
+        )
         assert "reset its PCIe bus" in node["actions"][0]
     finally:
         assert stop_daemon(daemon) == 0, daemon.log()
