@@ -49,9 +49,11 @@ XID_ERRORS = "gpuwatch_gpu_xid_errors_total"
 PCIE_REPLAYS = "gpuwatch_gpu_pcie_replays_total"
 PCIE_LINK_GENERATION = "gpuwatch_gpu_pcie_link_generation"
 PCIE_LINK_WIDTH = "gpuwatch_gpu_pcie_link_width"
+PCIE_BYTES = "gpuwatch_gpu_pcie_bytes_total"
 NVLINK_BYTES = "gpuwatch_gpu_nvlink_bytes_total"
 NVLINK_ERRORS = "gpuwatch_gpu_nvlink_errors_total"
 NVLINK_LINK_UP = "gpuwatch_gpu_nvlink_link_up"
+NVLINK_SPEED = "gpuwatch_gpu_nvlink_speed_bytes_per_second"
 RECOVERY_ACTION = "gpuwatch_gpu_recovery_action"
 GPU_HEALTH = "gpuwatch_gpu_health"
 NODE_HEALTH = "gpuwatch_node_health"
@@ -141,9 +143,13 @@ _DEFS = [
     MetricDef(PCIE_REPLAYS, "counter", "PCIe replay counter."),
     MetricDef(PCIE_LINK_GENERATION, "gauge", "Current PCIe link generation."),
     MetricDef(PCIE_LINK_WIDTH, "gauge", "Current PCIe link width in lanes."),
+    MetricDef(PCIE_BYTES, "counter", "PCIe bytes the GPU sent and received, by direction."),
     MetricDef(NVLINK_BYTES, "counter", "NVLink data bytes per link and direction."),
     MetricDef(NVLINK_ERRORS, "counter", "NVLink errors per link and type."),
     MetricDef(NVLINK_LINK_UP, "gauge", "1 when the NVLink link is active."),
+    MetricDef(
+        NVLINK_SPEED, "gauge", "Line rate of each active NVLink link, one direction, bytes/s."
+    ),
     MetricDef(RECOVERY_ACTION, "gauge", "1 for the recovery action the driver asks for."),
     MetricDef(GPU_HEALTH, "gauge", "1 for the GPU's current health state."),
     MetricDef(NODE_HEALTH, "gauge", "1 for the node's current health state."),

@@ -366,8 +366,8 @@ class DeviceReader:
         answered = 0
         memory_temperature = m.MEMORY_TEMPERATURE
         entries = self._field_values.entries(values)
-        for plan, (ret, value) in zip(fields.plans, entries, strict=True):
-            if ret == success:
+        for plan, (ret, value, narrow) in zip(fields.plans, entries, strict=True):
+            if ret == success and not (narrow and plan.wide):
                 answered += 1
                 if plan.one_hot:
                     for i, state in enumerate(plan.one_hot):
@@ -377,7 +377,7 @@ class DeviceReader:
                     continue  # a vGPU guest answers 0 where it has no sensor to read
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
-            elif ret in self._no_such_field:
+            elif ret in self._no_such_field or ret == success:  # or a counter that wraps
                 refused[id(plan)] = plan
             elif ret == lost:
                 raise nvml.NVMLError(ret)

@@ -1,5 +1,6 @@
 """The calls that read what a field id reads, for drivers that answer NotSupported to the field.
-NVLink throughput and NVLink5's counters have no such call: they stay absent.
+NVLink throughput and line rate, NVLink5's counters and the PCIe byte counters have no such
+call: they stay absent.
 
 Field ids came in over several driver branches (remapped rows 142-145 and the recovery action
 230 are recent), while the per-purpose calls are older. The source asks for fields in one

@@ -46,6 +46,11 @@ RECOVERY_ACTIONS = (
 )
 # nvml.h's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R570); pynvml names it from 12.570 only.
 RECOVERY_ACTION_FIELD = 230
+# PCIe traffic counters (R550; pynvml releases before 12.570 lack their names). nvml.h says
+# only "Value can be wrapped": a 32-bit answer would wrap every 4 GiB, more often than a
+# saturated link is read, so only a 64-bit answer is kept (FieldPlan.wide).
+PCIE_BYTES_FIELDS = ((197, "tx"), (198, "rx"))
+NARROW_TYPES = frozenset({1, 5, 6})  # nvmlValueType_t: unsigned int, signed int, unsigned short
 # Legacy per-link CRC data counters exist for links 0-11 only; NVLink4+ parts do not report them.
 LEGACY_LINKS = 12
 # NVLink5 counters (nvml.h field ids; pynvml releases before 12.570 lack their names).
@@ -67,6 +72,7 @@ class FieldPlan:
     scale: float = 1.0
     one_hot: tuple[str, ...] = ()
     slow: bool = True  # read only in the slow tier (most fields: counters and states)
+    wide: bool = False  # a counter whose 32-bit answer wraps too often to be read as a rate
 
     @property
     def what(self) -> str:
@@ -103,19 +109,20 @@ class FieldValues:
         # number, types 2 and 3 (unsigned long, unsigned long long) need nothing more.
         self._other_types = {0: "=d", 1: "=I", 4: "=q", 5: "=i", 6: "=H"}
 
-    def entries(self, array: Any) -> Iterator[tuple[int, float]]:
-        """(return code, value) of each entry; the value means something only where the
-        code is NVML_SUCCESS."""
+    def entries(self, array: Any) -> Iterator[tuple[int, float, bool]]:
+        """(return code, value, whether the value came in 32 bits or fewer) of each entry;
+        the value means something only where the code is NVML_SUCCESS."""
         t, r, v, other = self._type, self._return, self._value, self._other_types
         for entry in self._entry.iter_unpack(memoryview(array).cast("B")):
             kind, raw = entry[t], entry[v]
             if kind in other:
                 raw = struct.unpack_from(other[kind], raw.to_bytes(8, sys.byteorder))[0]
-            yield entry[r], float(raw)
+            yield entry[r], float(raw), kind in NARROW_TYPES
 
     def one(self, fv: Any) -> tuple[int, float]:
         """(return code, value) of one entry."""
-        return next(self.entries(bytes(fv)))
+        code, value, _ = next(self.entries(bytes(fv)))
+        return code, value
 
 
 def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
@@ -142,6 +149,13 @@ def plan_fields(nvml: Any, base: Labels, links: int) -> list[FieldPlan]:
         FieldPlan(n.NVML_FI_DEV_PCIE_REPLAY_COUNTER, m.PCIE_REPLAYS, base),
         FieldPlan(RECOVERY_ACTION_FIELD, m.RECOVERY_ACTION, base, one_hot=RECOVERY_ACTIONS),
     ]  # fmt: skip
+    plan += [
+        FieldPlan(field_id, m.PCIE_BYTES, (*base, ("direction", direction)), wide=True)
+        for field_id, direction in PCIE_BYTES_FIELDS
+    ]
+    if links:
+        # MBps, of one direction of each active link (nvidia-smi nvlink -s prints it in GB/s).
+        plan.append(FieldPlan(n.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON, m.NVLINK_SPEED, base, 1e6))
     for link in range(links):
         lb = (*base, ("link", str(link)))
         plan += [

@@ -9,9 +9,12 @@ from gpuwatch.sim.driver import DriverProfile
 from gpuwatch.sim.models import GpuModel
 
 # Faults the simulated training job shows in its own reports (and, for nccl_hang,
-# idle_with_memory, memory_pressure, cuda_oom and input_bound, in its GPUs' signals too).
+# idle_with_memory, memory_pressure, cuda_oom and input_bound, in its GPUs' signals too), and
+# the two that show only in its GPUs' link counters: its collectives at the NVLink ceiling,
+# and its peer traffic staged through host memory over PCIe.
+LINK_FAULT_KINDS = ("nvlink_saturated", "p2p_disabled")
 JOB_FAULT_KINDS = ("nan_loss", "step_stall", "nccl_hang", "idle_with_memory",
-                   "memory_pressure", "cuda_oom", "input_bound")  # fmt: skip
+                   "memory_pressure", "cuda_oom", "input_bound", *LINK_FAULT_KINDS)  # fmt: skip
 # Every fault kind the simulator plays (docs/simulator.md).
 FAULT_KINDS = (
     "xid",
@@ -153,6 +156,8 @@ def fault_misfit(
         return "kind", f"{model.name} retires pages instead of remapping rows (retired_pages)"
     if fault.kind == "retired_pages" and model.has_row_remapping:
         return "kind", f"{model.name} remaps rows instead of retiring pages (row_remap_*)"
+    if fault.kind in LINK_FAULT_KINDS and not model.nvlinks:
+        return "kind", f"{model.name} has no NVLink: its peer traffic takes PCIe anyway"
     if fault.kind in NVLINK_FAULT_KINDS:
         if not model.nvlinks:
             return "kind", f"{model.name} has no NVLink"

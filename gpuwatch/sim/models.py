@@ -17,7 +17,9 @@ class GpuModel:
     idle_sm_clock_mhz: float
     memory_clock_mhz: float
     nvlinks: int
-    nvlink_gbps_per_link: float  # per direction, GB/s
+    # Each link's line rate in one direction, in MBps as NVML's field 90 answers (nvidia-smi
+    # nvlink -s prints it in GB/s; sources in docs/simulator.md).
+    nvlink_speed_mbps: int
     pcie_generation: int
     pcie_width: int
     # What nvmlDeviceGetTemperatureThreshold answers: where software capping (max operating),
@@ -47,7 +49,7 @@ MODELS: dict[str, GpuModel] = {
             idle_sm_clock_mhz=345.0,
             memory_clock_mhz=2619.0,
             nvlinks=18,
-            nvlink_gbps_per_link=25.0,
+            nvlink_speed_mbps=26562,
             pcie_generation=5,
             pcie_width=16,
             max_operating_temp_c=87.0,
@@ -70,7 +72,7 @@ MODELS: dict[str, GpuModel] = {
             idle_sm_clock_mhz=120.0,
             memory_clock_mhz=3996.0,
             nvlinks=18,
-            nvlink_gbps_per_link=50.0,
+            nvlink_speed_mbps=53125,
             pcie_generation=5,
             pcie_width=16,
             max_operating_temp_c=88.0,
@@ -93,7 +95,7 @@ MODELS: dict[str, GpuModel] = {
             idle_sm_clock_mhz=210.0,
             memory_clock_mhz=1593.0,
             nvlinks=12,
-            nvlink_gbps_per_link=25.0,
+            nvlink_speed_mbps=25000,
             pcie_generation=4,
             pcie_width=16,
             max_operating_temp_c=85.0,
@@ -116,7 +118,7 @@ MODELS: dict[str, GpuModel] = {
             idle_sm_clock_mhz=210.0,
             memory_clock_mhz=6251.0,
             nvlinks=0,
-            nvlink_gbps_per_link=0.0,
+            nvlink_speed_mbps=0,
             pcie_generation=4,
             pcie_width=16,
             max_operating_temp_c=86.0,
@@ -137,7 +139,7 @@ MODELS: dict[str, GpuModel] = {
             idle_sm_clock_mhz=135.0,
             memory_clock_mhz=877.0,
             nvlinks=6,
-            nvlink_gbps_per_link=25.0,
+            nvlink_speed_mbps=25781,
             pcie_generation=3,
             pcie_width=16,
             max_operating_temp_c=83.0,

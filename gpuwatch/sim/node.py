@@ -27,6 +27,7 @@ from gpuwatch.sim.reading import (
     REASON_SW_THERMAL,
     Reading,
     mig_instances,
+    pcie_bytes_per_s,
 )
 from gpuwatch.sim.scenario import Scenario
 
@@ -37,6 +38,13 @@ CHECKPOINT_LENGTH_S = 20.0
 MAX_STEP_S = 1.0
 READING_RESOLUTION_S = 0.05  # calls closer together than this see the same reading
 NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
+# NCCL's data rate on links at their ceiling: about 370 of H100's 450 GB/s line rate, the rest
+# protocol (nvlink_saturated; docs/simulator.md names the sources).
+NVLINK_SATURATED = 0.82
+# Peer traffic staged through host memory, each direction, of the PCIe link's rate: a copy
+# between GPUs without peer access moves about 22 GB/s, 70% of Gen4 x16 (p2p_disabled).
+PCIE_STAGED = 0.7
+INPUT_PCIE_SHARE = 0.02  # of the PCIe link's rate: the input batches copied to a training GPU
 EDGE_OF_MEMORY = 0.992  # of total memory a job at its limit holds (memory_pressure, cuda_oom)
 XID_FELL_OFF_BUS = 79
 OFF_BUS_KINDS = ("fall_off_bus", "thermal_shutdown", "gpu_missing")
@@ -64,6 +72,7 @@ class SimGpu:
         self._energy_mj = 0.0
         self._tx = [0.0] * self.model.nvlinks
         self._rx = [0.0] * self.model.nvlinks
+        self._pcie_tx = self._pcie_rx = 0.0  # bytes
         # Start at thermal steady state for the workload's initial power.
         self._temp = self._target_temp(node.start, self._power_w(node.start, self._temp)[0])
         self._reading = self._read(node.start)
@@ -245,12 +254,26 @@ class SimGpu:
             share = 1.0 if span <= 0 else min(1.0, (t - since) / span)
             self._temp = start_c + (self.model.shutdown_temp_c - start_c) * share
         self._energy_mj += power * dt * 1000.0
-        traffic = 0.0 if self.active("nccl_hang", t) else self.utilization(t)
-        rate_kib = traffic * NVLINK_SHARE * self.model.nvlink_gbps_per_link * 1e9 / 1024
-        for link in range(self.model.nvlinks):
-            self._tx[link] += rate_kib * dt
-            self._rx[link] += rate_kib * dt * 0.98
+        self._traffic(t, dt)
         self._t = t
+
+    def _traffic(self, t: float, dt: float) -> None:
+        """NVLink data (KiB, per link) and PCIe bytes moved over `dt` seconds."""
+        m = self.model
+        traffic = 0.0 if self.active("nccl_hang", t) else self.utilization(t)
+        link_rate = m.nvlink_speed_mbps * 1e6  # bytes/s, one direction
+        pcie_rate = pcie_bytes_per_s(m.pcie_generation, m.pcie_width)
+        share, staged = traffic * NVLINK_SHARE, 0.0
+        if self.active("p2p_disabled", t):
+            share, staged = 0.0, traffic * PCIE_STAGED
+        elif self.active("nvlink_saturated", t) and traffic > 0.05:
+            share = NVLINK_SATURATED
+        for link in range(m.nvlinks):
+            self._tx[link] += share * link_rate / 1024 * dt
+            self._rx[link] += share * link_rate / 1024 * dt * 0.98
+        input_rate = INPUT_PCIE_SHARE * traffic if self.node.scenario.workload == "training" else 0
+        self._pcie_rx += (staged + input_rate) * pcie_rate * dt
+        self._pcie_tx += (staged + input_rate * 0.1) * pcie_rate * dt
 
     def _read(self, t: float) -> Reading:
         m = self.model
@@ -293,6 +316,8 @@ class SimGpu:
             clock_reasons=reasons,
             nvlink_tx_kib=tuple(int(v) for v in self._tx),
             nvlink_rx_kib=tuple(int(v) for v in self._rx),
+            pcie_tx_bytes=int(self._pcie_tx),
+            pcie_rx_bytes=int(self._pcie_rx),
         )
 
     def reading(self) -> Reading:

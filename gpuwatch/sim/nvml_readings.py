@@ -38,9 +38,12 @@ from gpuwatch.sim.nvml_core import (
     FI_NVLINK_DL_REPLAY,
     FI_NVLINK_LINK_COUNT,
     FI_NVLINK_RX,
+    FI_NVLINK_SPEED_COMMON,
     FI_NVLINK_STATE,
     FI_NVLINK_TX,
     FI_PCIE_REPLAY,
+    FI_PCIE_RX_BYTES,
+    FI_PCIE_TX_BYTES,
     FI_RECOVERY_ACTION,
     FI_REMAPPED_FAILURE,
     FI_REMAPPED_PENDING,
@@ -232,10 +235,14 @@ class ReadingCalls(LibraryCore):
             return gpu.fault_count("pcie_replay_storm")
         if field_id == FI_RECOVERY_ACTION:
             return gpu.recovery_action()
-        if field_id == FI_NVLINK_LINK_COUNT:
+        if field_id in (FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES):
+            self._not_in_vgpu_guest()
+            reading = gpu.reading()
+            return reading.pcie_tx_bytes if field_id == FI_PCIE_TX_BYTES else reading.pcie_rx_bytes
+        if field_id in (FI_NVLINK_LINK_COUNT, FI_NVLINK_SPEED_COMMON):
             if not m.nvlinks or self._vgpu:
                 raise Answer(c.ERROR_NOT_SUPPORTED)
-            return m.nvlinks
+            return m.nvlinks if field_id == FI_NVLINK_LINK_COUNT else m.nvlink_speed_mbps
         if field_id in _PER_LINK:
             return self._link_field(gpu, field_id, scope)
         if field_id in FI_NVLINK_CRC_DATA_L0_5 or field_id in FI_NVLINK_CRC_DATA_L6_11:

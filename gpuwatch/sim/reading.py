@@ -44,6 +44,17 @@ class Reading:
     clock_reasons: int
     nvlink_tx_kib: tuple[int, ...]
     nvlink_rx_kib: tuple[int, ...]
+    pcie_tx_bytes: int
+    pcie_rx_bytes: int
+
+
+def pcie_bytes_per_s(generation: int, width: int) -> float:
+    """A PCIe link's rate in one direction, in bytes/s: 2.5 and 5 GT/s a lane at Gen1 and 2
+    (8b/10b encoded), 8 GT/s at Gen3 doubling with each generation after (128b/130b), as the
+    PCIe base specification gives them."""
+    if generation < 3:
+        return 2.5e9 * generation * 0.8 / 8 * width
+    return 8e9 * 2.0 ** (generation - 3) * 128 / 130 / 8 * width
 
 
 RESERVED_FRACTION = 0.006  # of total memory the driver and firmware keep (nvmlMemory_v2)

@@ -146,41 +146,53 @@ class Generation(NamedTuple):
         Generation(
             "R470",
             "A100",
-            {m.ECC_ERRORS, m.REMAPPED_ROWS, m.NVLINK_LINK_UP},
-            {m.RECOVERY_ACTION},
+            {m.ECC_ERRORS, m.REMAPPED_ROWS, m.NVLINK_LINK_UP, m.NVLINK_SPEED},
+            {m.RECOVERY_ACTION, m.PCIE_BYTES},
             {"replay", "recovery", "crc_flit", "crc_data"},
         ),
         Generation(
             "R535",
             "H100",
-            {m.ECC_ERRORS, m.NVLINK_BYTES},
-            {m.RECOVERY_ACTION},
+            {m.ECC_ERRORS, m.NVLINK_BYTES, m.NVLINK_SPEED},
+            {m.RECOVERY_ACTION, m.PCIE_BYTES},  # its field ids end at 196
             {"replay", "recovery", "crc_flit"},
         ),
         Generation(
             "R550",
             "V100",
-            {m.RETIRED_PAGES},
+            {m.RETIRED_PAGES, m.PCIE_BYTES, m.NVLINK_SPEED},
             {m.RECOVERY_ACTION, m.REMAPPED_ROWS},
             {"replay", "recovery", "crc_flit", "crc_data"},
         ),
         Generation(
             "R570",
             "H100",
-            {m.RECOVERY_ACTION},
+            {m.RECOVERY_ACTION, m.PCIE_BYTES},
             {m.RETIRED_PAGES},
             {"replay", "recovery", "crc_flit"},
         ),
-        Generation("R580", "L4", {m.RECOVERY_ACTION}, {m.NVLINK_LINK_UP, m.NVLINK_BYTES}, set()),
+        Generation(
+            "R580",
+            "L4",
+            {m.RECOVERY_ACTION, m.PCIE_BYTES},
+            {m.NVLINK_LINK_UP, m.NVLINK_BYTES, m.NVLINK_SPEED},
+            set(),
+        ),
         # Blackwell: the data-link error counters give way to NVLink5's.
         Generation(
             "R580",
             "B200",
-            {m.RECOVERY_ACTION, m.NVLINK_BYTES},
+            {m.RECOVERY_ACTION, m.NVLINK_BYTES, m.NVLINK_SPEED, m.PCIE_BYTES},
             set(),
             {"link_recovery", "link_recovery_failed", "effective", "symbol"},
         ),
-        Generation("R615", "H100", {m.RECOVERY_ACTION}, set(), {"replay", "recovery", "crc_flit"}),
+        Generation(
+            "R615",
+            "H100",
+            {m.RECOVERY_ACTION, m.PCIE_BYTES, m.NVLINK_SPEED},
+            set(),
+            {"replay", "recovery", "crc_flit"},
+        ),
     ],
     ids=lambda case: f"{case.driver}-{case.model}",
 )
@@ -484,6 +496,70 @@ async def test_a_failed_nvlink5_recovery_is_counted_once(node: Any) -> None:
     [found] = Evaluator(n.daemon.store).eval(parse(rule["expr"]), n.clock.now())
     assert dict(found.metric)["link"] == link
     assert 1.0 <= found.value < 1.5  # increase() extrapolates one error a little; two is 2+
+
+
+LINKS = """\
+node: {gpus: 3, model: H100, workload: training}
+faults:
+  - {kind: nvlink_saturated, gpu: 0, at: 0s}
+  - {kind: p2p_disabled, gpu: 1, at: 0s}
+"""
+
+
+def training_rule(name: str) -> str:
+    groups = yaml.safe_load((ROOT / "rules" / "training.yaml").read_text())["groups"]
+    [rule] = [r for g in groups for r in g["rules"] if r.get("alert") == name]
+    return str(rule["expr"])
+
+
+async def test_the_link_rules_name_a_saturated_nvlink_and_peer_traffic_over_pcie(
+    node: Any,
+) -> None:
+    """Six minutes of GPU 0's collectives at the NVLink ceiling, GPU 1's staged through host
+    memory, GPU 2 training as it should, read through pynvml: the training pack's link rules
+    name each GPU for what it does, and the healthy one for nothing."""
+    n = await node(LINKS)
+    for _ in range(24):
+        samples = await n.sample(15.0)
+    assert values(samples, m.NVLINK_SPEED) == {(): 26562e6}  # nvidia-smi's 26.562 GB/s
+    evaluator = Evaluator(n.daemon.store)
+    found = {}
+    for name in ("GpuNvlinkSaturated", "GpuPcieSaturated", "GpuPeerTrafficOverPcie"):
+        vector = evaluator.eval(parse(training_rule(name)), n.clock.now())
+        found[name] = {dict(v.metric)["gpu"]: round(v.value, 2) for v in vector}
+    assert found == {
+        "GpuNvlinkSaturated": {"0": 0.82},
+        "GpuPcieSaturated": {"1": pytest.approx(0.68, abs=0.03)},
+        "GpuPeerTrafficOverPcie": {"1": pytest.approx(0.67, abs=0.03)},
+    }
+    # GPU 2: the input's copies one way (2% of the link's rate), NVLink busy as training is.
+    rx = evaluator.eval(parse('rate(gpuwatch_gpu_pcie_bytes_total{gpu="2"}[5m])'), n.clock.now())
+    assert {dict(v.metric)["direction"]: v.value / 63e9 for v in rx} == {
+        "rx": pytest.approx(0.02, abs=0.003),
+        "tx": pytest.approx(0.002, abs=0.0005),
+    }
+
+
+class _NarrowPcieCounters(SimulatedNvml):
+    """A driver answering the PCIe byte counters in 32 bits, which nvml.h leaves open."""
+
+    def nvmlDeviceGetFieldValues(self, handle: int, count: int, values: int) -> int:
+        code = super().nvmlDeviceGetFieldValues(handle, count, values)
+        for slot in (cdefs.FieldValue * count).from_address(values):
+            if slot.fieldId in (197, 198) and slot.nvmlReturn == cdefs.SUCCESS:
+                slot.valueType = 1  # NVML_VALUE_TYPE_UNSIGNED_INT
+                slot.value.uiVal = slot.value.ullVal & 0xFFFFFFFF
+        return code
+
+
+async def test_pcie_byte_counters_answered_in_32_bits_are_left_out(node: Any) -> None:
+    """4 GiB wraps in a tenth of a second at Gen5 x16: such a counter read every few seconds
+    would report a rate that means nothing, so the GPU exports none, and keeps the rest."""
+    n = await node("node: {gpus: 2, model: H100, workload: training}\n", _NarrowPcieCounters)
+    samples = await n.sample(5.0)
+    assert m.PCIE_BYTES not in names(samples)
+    assert {m.NVLINK_BYTES, m.NVLINK_SPEED, m.ECC_ERRORS} <= names(samples)
+    assert n.node()["verdict"] == "healthy", n.node()["reasons"]
 
 
 FABRIC = """\

@@ -37,7 +37,8 @@ EXPECTED = {
         "GpuPowerBrake",
     },
     "training.yaml": {"TrainingLossNaN", "TrainingStalled", "CollectiveHang", "GpuIdleWithMemory",
-                      "TrainingOutOfMemory", "GpuMemoryNearFull", "GpuStarved"},
+                      "TrainingOutOfMemory", "GpuMemoryNearFull", "GpuStarved",
+                      "GpuNvlinkSaturated", "GpuPcieSaturated", "GpuPeerTrafficOverPcie"},
     "gpuwatch.yaml": {
         "GpuwatchBackendDown", "GpuwatchSamplingStale", "GpuwatchNvmlTimeouts",
         "GpuwatchRuleFailures", "GpuwatchRulesReloadFailed", "GpuwatchKernelLogUnreadable",

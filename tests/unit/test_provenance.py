@@ -114,6 +114,9 @@ def test_the_shipped_packs_training_rules_are_a_jobs_and_the_rest_the_hardwares(
         "TrainingOutOfMemory",
         "GpuMemoryNearFull",
         "GpuStarved",
+        "GpuNvlinkSaturated",
+        "GpuPcieSaturated",
+        "GpuPeerTrafficOverPcie",
     }
 
 
