@@ -227,7 +227,7 @@ class Daemon:
         jobs = await self.jobs.collect(self.last_cycle_end or batch.time)
         self._ingest(batch, watched, jobs)
         await self._evaluate(batch)
-        self._judge(batch)
+        self._judge(batch, jobs)
         self._notify(batch)
         for output in self.outputs:
             output.after_cycle(self.last_cycle_end or batch.time, self.view)
@@ -291,7 +291,7 @@ class Daemon:
             self.events.publish(transition.as_event())
         self._raised = raised_causes(firing_alerts(self.rules.alerting_rules()))
 
-    def _judge(self, batch: Batch) -> None:
+    def _judge(self, batch: Batch, jobs: list[Sample]) -> None:
         """The verdict per GPU and node, kept for readers and stored on its own timeline."""
         gpu_verdicts, verdict = self.judge.judge(
             self.last_cycle_end or batch.time,
@@ -302,7 +302,7 @@ class Daemon:
             own=state_causes(self.problems),
             raised=self._raised,
         )
-        self.view = NodeView(batch, gpu_verdicts, verdict)
+        self.view = NodeView(batch, gpu_verdicts, verdict, jobs)
         samples = health_samples(batch.gpus, gpu_verdicts, verdict)
         self.store.ingest(f"{self.source.name}/verdict", batch.time, samples)
 

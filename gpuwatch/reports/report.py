@@ -1,6 +1,7 @@
 """A job's report: per GPU, its XIDs, ECC and row-remap changes, throttled seconds by reason, its
-peak memory and utilization, and the alerts of its time on the GPU; as JSON (into
-`state_dir/reports/`, and from the API) and as a few lines for the job's output."""
+peak memory, utilization and link traffic, and the alerts of its time on the GPU; when the job
+was told to checkpoint and whether it said it did; as JSON (into `state_dir/reports/`, and from
+the API) and as a few lines for the job's output."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.model import JOB_NOUNS
+from gpuwatch.model import JOB_NOUNS, Event
 from gpuwatch.reports.tracker import GpuRecord, JobRecord
 from gpuwatch.state.atomicfile import write_json
 from gpuwatch.text.timefmt import rfc3339
@@ -46,6 +47,8 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
         # Means over the time the job was on the GPU; None before a second cycle counted it.
         "utilization_mean": _share(entry.busy_seconds, entry.seconds),
         "starved_share": _share(entry.starved_seconds, entry.seconds),
+        "nvlink_bytes_per_second": _rates(entry, "nvlink"),
+        "pcie_bytes_per_second": _rates(entry, "pcie"),
         "xids": xids,
         "alerts": alerts,
         "events": other,
@@ -57,6 +60,18 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
 
 def _share(part: float, whole: float) -> float | None:
     return round(part / whole, 3) if whole > 0 else None
+
+
+def _rates(entry: GpuRecord, link: str) -> dict[str, float]:
+    """Mean bytes a second by direction over the job's time on the GPU, summed over links; a
+    counter is left out before it was read twice, or where it went back (a driver reload)."""
+    out: dict[str, float] = {}
+    for key, (start, first) in entry.traffic_first.items():
+        kind, direction, _ = key.split(" ", 2)
+        end, last = entry.traffic_last[key]
+        if kind == link and end > start and last >= first:
+            out[direction] = out.get(direction, 0.0) + (last - first) / (end - start)
+    return {direction: round(rate) for direction, rate in sorted(out.items())}
 
 
 def _figures(gpu: dict[str, Any]) -> list[str]:
@@ -71,7 +86,22 @@ def _figures(gpu: dict[str, Any]) -> list[str]:
         if starved:
             busy += f", under half the time for {starved:.0%} of the run"
         out.append(busy)
+    for link, name in (("nvlink_bytes_per_second", "NVLink"), ("pcie_bytes_per_second", "PCIe")):
+        rates = gpu.get(link) or {}
+        if rates:
+            moved = " ".join(f"{v / 1e9:.1f} {k}" for k, v in rates.items())
+            out.append(f"{name} GB/s {moved}")
     return out
+
+
+def _advice(event: Event, checkpointed: list[float]) -> dict[str, Any]:
+    """When the job was told, and the first checkpoint it said it wrote after (None: none)."""
+    after = next((t for t in checkpointed if t >= event.time), None)
+    return {
+        "time": rfc3339(event.time),
+        "message": event.message,
+        "checkpoint_after": rfc3339(after) if after is not None else None,
+    }
 
 
 def build(record: JobRecord, now: float) -> dict[str, Any]:
@@ -83,9 +113,7 @@ def build(record: JobRecord, now: float) -> dict[str, Any]:
         "end": rfc3339(record.last_seen) if record.ended else None,
         "running": not record.ended,
         "reported_at": rfc3339(now),
-        "checkpoint_advice": [
-            {"time": rfc3339(e.time), "message": e.message} for e in record.advised
-        ],
+        "checkpoint_advice": [_advice(e, record.checkpointed) for e in record.advised],
         "gpus": [_gpu(g) for g in sorted(record.gpus.values(), key=lambda g: g.index)],
     }
 
@@ -100,7 +128,9 @@ def text(report: dict[str, Any]) -> str:
         f"{span}, on {len(report['gpus'])} GPUs"
     ]
     for advice in report.get("checkpoint_advice", []):
-        lines.append(f"  at {advice['time']}: {advice['message']}")
+        after = advice.get("checkpoint_after")
+        told = f"checkpointed at {after}" if after else "no checkpoint reported after"
+        lines.append(f"  at {advice['time']}: {advice['message']} ({told})")
     for gpu in report["gpus"]:
         said = [f"XID {x['xid']} at {x['time']}" for x in gpu["xids"]]
         said += [f"{a['alertname']} at {a['time']}" for a in gpu["alerts"]]

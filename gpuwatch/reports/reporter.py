@@ -4,13 +4,13 @@ written as each job ends (and announced in the journal), and one on request."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.health.view import NodeView
-from gpuwatch.model import Batch, Event
+from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.reports import report
 from gpuwatch.reports.tracker import JobRecord, JobTracker
 
@@ -25,10 +25,10 @@ class JobReports:
         self.tracker = JobTracker(self._ended)
 
     def after_cycle(self, now: float, view: NodeView) -> None:
-        self.observe(now, view.batch)
+        self.observe(now, view.batch, view.pushed)
 
-    def observe(self, now: float, batch: Batch | None) -> None:
-        self.tracker.observe(now, batch)
+    def observe(self, now: float, batch: Batch | None, pushed: Iterable[Sample] = ()) -> None:
+        self.tracker.observe(now, batch, pushed)
 
     def on_event(self, event: Event) -> None:
         self.tracker.on_event(event)

@@ -4,7 +4,9 @@ Each cycle the tracker sees every GPU's processes and the jobs they belong to (t
 Slurm job, pod, container). For each job and each of its GPUs it keeps the counters at the
 job's first sight and at its last (ECC errors, remapped rows, retired pages), the seconds each
 clock-event reason held the clocks down, the peak of the memory in use, how busy the GPU was on
-average and how long it was busy under half the time (a job waiting on its input), and the
+average and how long it was busy under half the time (a job waiting on its input), the NVLink
+and PCIe bytes it moved, the checkpoints the job said it wrote (`train_checkpoints_total`, from
+gpuwatch.client's checkpointed(), on the GPU the push was attributed to), and the
 events that came while the job was on the GPU: XIDs, ECC and memory-retirement events, a lost
 GPU, and alerts (an alert a job's own metrics raise, TrainingLossNaN say, names the GPU the
 kernel says its sender holds: push/attribution.py).
@@ -35,6 +37,8 @@ COUNTERS = (m.ECC_ERRORS, m.REMAPPED_ROWS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAIL
             m.RETIRED_PAGES)  # fmt: skip
 EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recovery_action"})
 STARVED_BELOW = 0.5  # utilization under which a job's GPU waits more than it computes
+MAX_CHECKPOINTS = 64  # the times a job's checkpoint count was seen to grow, kept per job
+CHECKPOINTS = "train_checkpoints_total"
 
 
 @dataclass
@@ -51,6 +55,10 @@ class GpuRecord:
     seconds: float = 0.0  # time the job was on the GPU, counted between cycles
     busy_seconds: float = 0.0  # of that, the GPU's utilization times the time
     starved_seconds: float = 0.0  # of that, time the GPU was busy under STARVED_BELOW
+    # Byte counters by link, direction and link number ("nvlink tx 3", "pcie rx "): (time,
+    # value) first and last.
+    traffic_first: dict[str, tuple[float, float]] = field(default_factory=dict)
+    traffic_last: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,6 +71,8 @@ class JobRecord:
     gpus: dict[str, GpuRecord] = field(default_factory=dict)  # uuid ->
     ended: bool = False
     advised: list[Event] = field(default_factory=list)  # told to checkpoint, while it ran
+    checkpoints: dict[str, float] = field(default_factory=dict)  # GPU uuid -> count last seen
+    checkpointed: list[float] = field(default_factory=list)  # when a count was seen to grow
 
 
 def _counter_key(sample: Sample) -> str:
@@ -80,8 +90,9 @@ class JobTracker:
         self._last_cycle: float | None = None
         self._slow_seen = PerPart(_seen_by_gpu)  # the slow tier's, made once per read
 
-    def observe(self, now: float, batch: Batch | None) -> None:
-        """One cycle: which jobs are where, their GPUs' counters and clock reasons."""
+    def observe(self, now: float, batch: Batch | None, pushed: Iterable[Sample] = ()) -> None:
+        """One cycle: which jobs are where, their GPUs' counters and clock reasons, and the
+        checkpoint counts the jobs pushed."""
         if batch is None:
             return
         # Only a node running jobs needs its samples looked through (and without copying).
@@ -96,8 +107,9 @@ class JobTracker:
         self._on_gpu = {}
         for gpu in batch.gpus:
             for record in self._jobs_on(gpu, now):
-                self._update(record, gpu, seen.get(gpu.info.uuid, []), gap)
+                self._update(record, gpu, seen.get(gpu.info.uuid, []), gap, now)
                 self._on_gpu.setdefault(gpu.info.uuid, []).append(record)
+        self._count_checkpoints(now, pushed)
         for key, record in list(self.active.items()):
             if now - record.last_seen >= ENDED_AFTER_S:
                 del self.active[key]
@@ -128,6 +140,22 @@ class JobTracker:
             else:
                 gpu.dropped += 1
 
+    def _count_checkpoints(self, now: float, pushed: Iterable[Sample]) -> None:
+        """A job's checkpoint count, per GPU its ranks' pushes were attributed to (the kernel
+        says which: push/attribution.py); a count that grew is a checkpoint at `now`. A count
+        first seen with its job counts from there (the daemon started mid-job); one that
+        appears later counts from 0 (gpuwatch.client sends it from the first checkpoint)."""
+        for sample in pushed:
+            if sample.name != CHECKPOINTS:
+                continue
+            uuid = dict(sample.labels).get("uuid", "")
+            for record in self._on_gpu.get(uuid, []) if uuid else ():
+                before = record.checkpoints.get(uuid, 0.0 if record.start < now else sample.value)
+                record.checkpoints[uuid] = sample.value
+                grew = sample.value > before
+                if grew and len(record.checkpointed) < MAX_CHECKPOINTS:
+                    record.checkpointed.append(now)
+
     def find(self, job_id: str) -> JobRecord | None:
         """The running job, else the most recent ended one, with this id."""
         for records in (self.active.values(), reversed(self.ended.values())):
@@ -157,7 +185,9 @@ class JobTracker:
             yield record
 
     @staticmethod
-    def _update(record: JobRecord, gpu: GpuState, seen: list[_Seen], gap: float) -> None:
+    def _update(
+        record: JobRecord, gpu: GpuState, seen: list[_Seen], gap: float, now: float
+    ) -> None:
         uuid = gpu.info.uuid
         entry = record.gpus.get(uuid)
         if entry is None:
@@ -172,6 +202,9 @@ class JobTracker:
                 entry.memory_peak = one.memory_used if peak is None else max(peak, one.memory_used)
             if one.memory_total is not None:
                 entry.memory_total = one.memory_total
+            for key, value in one.traffic.items():
+                entry.traffic_first.setdefault(key, (now, value))
+                entry.traffic_last[key] = (now, value)
             if gap > 0:
                 for reason in one.held:
                     entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
@@ -191,6 +224,7 @@ class _Seen:
     memory_used: float | None = None
     memory_total: float | None = None
     utilization: float | None = None
+    traffic: dict[str, float] = field(default_factory=dict)  # "nvlink tx 3" -> bytes
 
 
 def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
@@ -208,6 +242,11 @@ def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
         elif name in _GAUGES:
             seen = out.setdefault(dict(sample.labels).get("uuid", ""), _Seen())
             setattr(seen, _GAUGES[name], sample.value)
+        elif name in _TRAFFIC:
+            labels = dict(sample.labels)
+            traffic = out.setdefault(labels.get("uuid", ""), _Seen()).traffic
+            key = f"{_TRAFFIC[name]} {labels.get('direction', '')} {labels.get('link', '')}"
+            traffic[key] = sample.value
     return out
 
 
@@ -217,3 +256,5 @@ _GAUGES = {
     m.MEMORY_TOTAL: "memory_total",
     m.UTILIZATION: "utilization",
 }
+# The byte counters whose rate over the job's time a report gives (summed over links).
+_TRAFFIC = {m.NVLINK_BYTES: "nvlink", m.PCIE_BYTES: "pcie"}

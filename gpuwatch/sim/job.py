@@ -98,6 +98,7 @@ def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -
         for r in range(scenario.gpus)
     ]
     job = TrainingJob(scenario)
+    heeded = [False] * scenario.gpus  # each rank checkpoints once per spell of advice
     parent = os.getppid()
     while os.getppid() == parent:  # the daemon that started us is still there
         elapsed = (time.time() - wall_start) * speed  # the scenario's time, as the daemon's
@@ -105,6 +106,11 @@ def run(scenario: Scenario, socket_path: str, wall_start: float, speed: float) -
             reporter, ooms = reporters[rank], values.pop("oom_total", 0.0)
             while reporter.ooms < ooms:
                 reporter.out_of_memory()  # as a loop that catches CUDA's error counts it
+            # The loop docs/jobs.md shows: told to checkpoint, save and say so.
+            advised = reporter.should_checkpoint()
+            if advised and not heeded[rank]:
+                reporter.checkpointed()
+            heeded[rank] = advised
             reporter.report(**values)
         time.sleep(interval)
 

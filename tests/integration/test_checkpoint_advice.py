@@ -48,10 +48,17 @@ def test_a_training_loop_checkpoints_when_the_daemon_advises_it(tmp_path: Path) 
             timeout=10,
         )
         assert float(pushed[0].rsplit(" ", 1)[1]) == 1.0
-        # The simulated job's report says when it was told (the job runs on every GPU).
-        report = daemon.json("/api/v1/jobs/81234/report")["data"]
-        [advice] = report["checkpoint_advice"]
-        assert "GpuRowRemapPending" in advice["message"]
+
+        # The simulated job's report says when it was told (the job runs on every GPU), and
+        # that its ranks, told through their own pushes, checkpointed after.
+        def checkpointed() -> dict[str, str] | None:
+            report = daemon.json("/api/v1/jobs/81234/report")["data"]
+            [advice] = report["checkpoint_advice"]
+            assert "GpuRowRemapPending" in advice["message"]
+            return advice if advice["checkpoint_after"] else None
+
+        advice = wait_for(checkpointed, timeout=10)
+        assert advice["checkpoint_after"] >= advice["time"]
     finally:
         reporter.close()
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -183,3 +183,69 @@ def test_the_report_has_each_gpus_peak_memory_and_how_busy_it_was(tmp_path: Path
         lines[2]
         == "  GPU 1: nothing wrong (memory peak 40.0 of 80.0 GiB (50%), busy 97% on average)"
     )
+
+
+def test_the_report_has_each_gpus_link_traffic_over_the_jobs_time(tmp_path: Path) -> None:
+    """GPU 0's two NVLinks each send 10 GB/s and receive 9, its PCIe link receives 2 GB/s; the
+    report gives the mean over the job's time, summed over links; GPU 1 read once has none."""
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    for i in range(6):
+        t = T0 + 10 * i
+        cycle = batch(t, {0: "7"} if i == 0 else {0: "7", 1: "7"})
+        labels = (("gpu", "0"), ("uuid", "GPU-0"))
+        for link in ("0", "1"):
+            for direction, rate in (("tx", 10e9), ("rx", 9e9)):
+                series = (*labels, ("link", link), ("direction", direction))
+                cycle.slow.append([Sample(m.NVLINK_BYTES, series, rate * 10 * i)])
+        cycle.slow.append([Sample(m.PCIE_BYTES, (*labels, ("direction", "rx")), 2e9 * 10 * i)])
+        if i == 5:
+            one = (("gpu", "1"), ("uuid", "GPU-1"), ("direction", "rx"))
+            cycle.slow.append([Sample(m.PCIE_BYTES, one, 5e9)])
+        reports.observe(t, cycle)
+    report = reports.report("7")
+    assert report is not None
+    gpu0, gpu1 = report["gpus"]
+    assert gpu0["nvlink_bytes_per_second"] == {"rx": 18e9, "tx": 20e9}
+    assert gpu0["pcie_bytes_per_second"] == {"rx": 2e9}
+    assert gpu1["nvlink_bytes_per_second"] == gpu1["pcie_bytes_per_second"] == {}
+    assert text(report).splitlines()[1] == (
+        "  GPU 0: nothing wrong (NVLink GB/s 18.0 rx 20.0 tx, PCIe GB/s 2.0 rx)"
+    )
+
+
+def test_the_report_says_whether_the_job_checkpointed_after_it_was_told(tmp_path: Path) -> None:
+    """Told at 20 s and at 50 s; its rank on GPU 0 says it checkpointed at 30 s (the count
+    appears, as gpuwatch.client sends it from the first checkpoint) and never after the second
+    advice; its rank on GPU 1 had checkpointed twice before the daemon first saw the job.
+    A count pushed from a GPU the job does not hold (no uuid: a push over TCP) moves nothing."""
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    counts = [None, None, None, 1, 1, 1, 1, 1]
+    for i, count in enumerate(counts):
+        t = T0 + 10 * i
+        if i in (2, 5):
+            reports.on_event(Event(t, "checkpoint_advice", None, None, "preemption in 120 s"))
+        pushed = [
+            Sample("train_checkpoints_total", (("gpu", "1"), ("uuid", "GPU-1")), 2.0),
+            Sample("train_checkpoints_total", (("job", "other"),), float(10 * i)),
+        ]
+        if count is not None:
+            labels = (("gpu", "0"), ("uuid", "GPU-0"))
+            pushed.append(Sample("train_checkpoints_total", labels, float(count)))
+        reports.observe(t, batch(t, {0: "7", 1: "7"}), pushed)
+    record = reports.tracker.find("7")
+    assert record is not None and record.checkpointed == [T0 + 30]
+    report = reports.report("7")
+    assert report is not None
+    assert [a["checkpoint_after"] for a in report["checkpoint_advice"]] == [
+        "2027-01-15T08:00:30.000000Z",
+        None,
+    ]
+    lines = text(report).splitlines()
+    assert lines[1] == (
+        "  at 2027-01-15T08:00:20.000000Z: preemption in 120 s "
+        "(checkpointed at 2027-01-15T08:00:30.000000Z)"
+    )
+    assert (
+        lines[2]
+        == "  at 2027-01-15T08:00:50.000000Z: preemption in 120 s (no checkpoint reported after)"
+    )
