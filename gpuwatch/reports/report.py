@@ -88,9 +88,11 @@ def _figures(gpu: dict[str, Any]) -> list[str]:
         out.append(busy)
     for link, name in (("nvlink_bytes_per_second", "NVLink"), ("pcie_bytes_per_second", "PCIe")):
         rates = gpu.get(link) or {}
-        if rates:
-            moved = " ".join(f"{v / 1e9:.1f} {k}" for k, v in rates.items())
-            out.append(f"{name} GB/s {moved}")
+        moved = [
+            f"{rates[d] / 1e9:.1f} {w}" for d, w in (("tx", "out"), ("rx", "in")) if d in rates
+        ]
+        if moved:
+            out.append(f"{name} GB/s {', '.join(moved)}")
     return out
 
 

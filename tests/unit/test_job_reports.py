@@ -209,7 +209,7 @@ def test_the_report_has_each_gpus_link_traffic_over_the_jobs_time(tmp_path: Path
     assert gpu0["pcie_bytes_per_second"] == {"rx": 2e9}
     assert gpu1["nvlink_bytes_per_second"] == gpu1["pcie_bytes_per_second"] == {}
     assert text(report).splitlines()[1] == (
-        "  GPU 0: nothing wrong (NVLink GB/s 18.0 rx 20.0 tx, PCIe GB/s 2.0 rx)"
+        "  GPU 0: nothing wrong (NVLink GB/s 20.0 out, 18.0 in, PCIe GB/s 2.0 in)"
     )
 
 
