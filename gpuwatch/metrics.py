@@ -50,6 +50,8 @@ PCIE_REPLAYS = "gpuwatch_gpu_pcie_replays_total"
 PCIE_LINK_GENERATION = "gpuwatch_gpu_pcie_link_generation"
 PCIE_LINK_WIDTH = "gpuwatch_gpu_pcie_link_width"
 PCIE_BYTES = "gpuwatch_gpu_pcie_bytes_total"
+PCIE_MAX_GENERATION = "gpuwatch_gpu_pcie_link_max_generation"
+PCIE_MAX_WIDTH = "gpuwatch_gpu_pcie_link_max_width"
 NVLINK_BYTES = "gpuwatch_gpu_nvlink_bytes_total"
 NVLINK_ERRORS = "gpuwatch_gpu_nvlink_errors_total"
 NVLINK_LINK_UP = "gpuwatch_gpu_nvlink_link_up"
@@ -144,6 +146,8 @@ _DEFS = [
     MetricDef(PCIE_LINK_GENERATION, "gauge", "Current PCIe link generation."),
     MetricDef(PCIE_LINK_WIDTH, "gauge", "Current PCIe link width in lanes."),
     MetricDef(PCIE_BYTES, "counter", "PCIe bytes the GPU sent and received, by direction."),
+    MetricDef(PCIE_MAX_GENERATION, "gauge", "Highest PCIe generation the GPU and slot support."),
+    MetricDef(PCIE_MAX_WIDTH, "gauge", "Widest PCIe link the GPU and slot support, in lanes."),
     MetricDef(NVLINK_BYTES, "counter", "NVLink data bytes per link and direction."),
     MetricDef(NVLINK_ERRORS, "counter", "NVLink errors per link and type."),
     MetricDef(NVLINK_LINK_UP, "gauge", "1 when the NVLink link is active."),

@@ -47,8 +47,8 @@ from gpuwatch.nvml.fields import (
     per_link_folded,
     plan_fields,
 )
+from gpuwatch.nvml.limits import BoardLimits
 from gpuwatch.nvml.mig import InstanceHandle, find_instances
-from gpuwatch.nvml.thermal import ThermalLimits
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class DeviceReader:
         v2 = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
         self._processes_calls = (nvml.nvmlDeviceGetComputeRunningProcesses, *([v2] if v2 else []))
         self._fabric_calls = list(fabric_calls(nvml, handle).values())
-        self._limits = ThermalLimits(nvml, handle)  # read once, and again at each recheck
+        self._limits = BoardLimits(nvml, handle)  # read once, and again at each recheck
         sensor = nvml.NVML_TEMPERATURE_GPU
         # nvmlDeviceGetTemperatureV (R570, pynvml 12.570) replaces the call NVML 13 deprecates.
         self._temperature_calls: list[Callable[[], Any]] = [
@@ -362,7 +362,7 @@ class DeviceReader:
     def _read_field_values(self, fields: FieldSet, values: Any, out: list[Sample]) -> None:
         nvml = self.nvml
         success, lost = nvml.NVML_SUCCESS, nvml.NVML_ERROR_GPU_IS_LOST
-        refused: dict[int, FieldPlan] = {}  # by identity: __eq__ on 432 plans cost more
+        refused: dict[int, tuple[FieldPlan, bool]] = {}  # by identity: __eq__ cost more
         answered = 0
         memory_temperature = m.MEMORY_TEMPERATURE
         entries = self._field_values.entries(values)
@@ -378,7 +378,7 @@ class DeviceReader:
                 else:
                     out.append(Sample(plan.name, plan.labels, value * plan.scale))
             elif ret in self._no_such_field or ret == success:  # or a counter that wraps
-                refused[id(plan)] = plan
+                refused[id(plan)] = (plan, ret == success)
             elif ret == lost:
                 raise nvml.NVMLError(ret)
             else:
@@ -386,11 +386,13 @@ class DeviceReader:
         self._answered += answered
         if refused:  # stop asking for these
             fields.keep([p for p in fields.plans if id(p) not in refused])
-            for plan in refused.values():
-                self._refused(fields, plan)
+            for plan, narrow in refused.values():
+                self._refused(fields, plan, narrow)
 
-    def _refused(self, fields: FieldSet, plan: FieldPlan) -> None:
-        """The driver has no such field: read it through its call where there is one."""
+    def _refused(self, fields: FieldSet, plan: FieldPlan, narrow: bool) -> None:
+        """No such field (or a counter in 32 bits, which wraps): read it by its call, if any."""
+        if narrow:
+            return self._retire(f"{plan.what} (32 bits: wraps between reads)")
         reader = fallback_reader(self.nvml, self.handle, plan.request)
         if reader is not None:
             fields.fallbacks.append((plan, reader))

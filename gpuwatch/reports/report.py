@@ -96,9 +96,8 @@ def _figures(gpu: dict[str, Any]) -> list[str]:
     return out
 
 
-def _advice(event: Event, checkpointed: list[float]) -> dict[str, Any]:
+def _advice(event: Event, after: float | None) -> dict[str, Any]:
     """When the job was told, and the first checkpoint it said it wrote after (None: none)."""
-    after = next((t for t in checkpointed if t >= event.time), None)
     return {
         "time": rfc3339(event.time),
         "message": event.message,
@@ -115,7 +114,10 @@ def build(record: JobRecord, now: float) -> dict[str, Any]:
         "end": rfc3339(record.last_seen) if record.ended else None,
         "running": not record.ended,
         "reported_at": rfc3339(now),
-        "checkpoint_advice": [_advice(e, record.checkpointed) for e in record.advised],
+        "checkpoint_advice": [
+            _advice(event, after)
+            for event, after in zip(record.advised, record.checkpoint_after, strict=True)
+        ],
         "gpus": [_gpu(g) for g in sorted(record.gpus.values(), key=lambda g: g.index)],
     }
 

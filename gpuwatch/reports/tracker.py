@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpuwatch import metrics as m
-from gpuwatch.model import Batch, Event, GpuState, PerPart, Sample
+from gpuwatch.model import Batch, Event, GpuState, Labels, PerPart, Sample
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ COUNTERS = (m.ECC_ERRORS, m.REMAPPED_ROWS, m.ROW_REMAP_PENDING, m.ROW_REMAP_FAIL
             m.RETIRED_PAGES)  # fmt: skip
 EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recovery_action"})
 STARVED_BELOW = 0.5  # utilization under which a job's GPU waits more than it computes
-MAX_CHECKPOINTS = 64  # the times a job's checkpoint count was seen to grow, kept per job
+MAX_CHECKPOINT_SERIES = 64  # a job's checkpoint counts followed, one per pushing rank
 CHECKPOINTS = "train_checkpoints_total"
 
 
@@ -71,8 +71,9 @@ class JobRecord:
     gpus: dict[str, GpuRecord] = field(default_factory=dict)  # uuid ->
     ended: bool = False
     advised: list[Event] = field(default_factory=list)  # told to checkpoint, while it ran
-    checkpoints: dict[str, float] = field(default_factory=dict)  # GPU uuid -> count last seen
-    checkpointed: list[float] = field(default_factory=list)  # when a count was seen to grow
+    # For each advice, when one of its checkpoint counts next grew (None: not yet).
+    checkpoint_after: list[float | None] = field(default_factory=list)
+    checkpoints: dict[Labels, float] = field(default_factory=dict)  # series -> count last seen
 
 
 def _counter_key(sample: Sample) -> str:
@@ -127,6 +128,7 @@ class JobTracker:
             for record in self.active.values():
                 if len(record.advised) < MAX_ADVICE_PER_JOB:
                     record.advised.append(event)
+                    record.checkpoint_after.append(None)
             return
         if event.kind not in EVENT_KINDS and not (
             event.kind == "alert" and event.data.get("state") == "firing"
@@ -141,20 +143,32 @@ class JobTracker:
                 gpu.dropped += 1
 
     def _count_checkpoints(self, now: float, pushed: Iterable[Sample]) -> None:
-        """A job's checkpoint count, per GPU its ranks' pushes were attributed to (the kernel
-        says which: push/attribution.py); a count that grew is a checkpoint at `now`. A count
-        first seen with its job counts from there (the daemon started mid-job); one that
-        appears later counts from 0 (gpuwatch.client sends it from the first checkpoint)."""
+        """The checkpoint counts a job's ranks push, each on the GPU the kernel attributed its
+        push to (push/attribution.py). A count that grew since the last cycle is a checkpoint
+        now, after any advice given before this cycle. gpuwatch.client sends a count from the
+        first checkpoint on, so a count that appears at 1 for a job already seen is that
+        checkpoint; any other first value is where the count starts (a daemon started mid-job,
+        a rank that pushed late). A GPU two jobs share cannot say whose count it is: it counts
+        for neither."""
         for sample in pushed:
             if sample.name != CHECKPOINTS:
                 continue
-            uuid = dict(sample.labels).get("uuid", "")
-            for record in self._on_gpu.get(uuid, []) if uuid else ():
-                before = record.checkpoints.get(uuid, 0.0 if record.start < now else sample.value)
-                record.checkpoints[uuid] = sample.value
-                grew = sample.value > before
-                if grew and len(record.checkpointed) < MAX_CHECKPOINTS:
-                    record.checkpointed.append(now)
+            on_gpu = self._on_gpu.get(dict(sample.labels).get("uuid", ""), [])
+            if len(on_gpu) != 1:
+                continue
+            [record] = on_gpu
+            before = record.checkpoints.get(sample.labels)
+            if before is None:
+                if len(record.checkpoints) >= MAX_CHECKPOINT_SERIES:
+                    continue
+                first = sample.value == 1.0 and record.start < now
+                before = 0.0 if first else sample.value
+            record.checkpoints[sample.labels] = sample.value
+            if sample.value <= before:  # no checkpoint since, or a rank restarted from 0
+                continue
+            for i, advice in enumerate(record.advised):
+                if record.checkpoint_after[i] is None and advice.time < now:
+                    record.checkpoint_after[i] = now
 
     def find(self, job_id: str) -> JobRecord | None:
         """The running job, else the most recent ended one, with this id."""

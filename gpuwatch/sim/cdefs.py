@@ -223,6 +223,8 @@ SIGNATURES: dict[str, tuple[type, ...]] = {
     "nvmlDeviceGetSupportedClocksEventReasons": (P, P),
     "nvmlDeviceGetCurrentClocksEventReasons": (P, P),
     "nvmlDeviceGetCurrPcieLinkGeneration": (P, P),
+    "nvmlDeviceGetMaxPcieLinkGeneration": (P, P),
+    "nvmlDeviceGetMaxPcieLinkWidth": (P, P),
     "nvmlDeviceGetCurrPcieLinkWidth": (P, P),
     "nvmlDeviceGetFieldValues": (P, c_int, P),
     "nvmlDeviceGetComputeRunningProcesses": (P, P, P),

@@ -41,6 +41,8 @@ _BASE = frozenset(
         "nvmlDeviceGetCurrentClocksThrottleReasons",
         "nvmlDeviceGetCurrPcieLinkGeneration",
         "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkWidth",
         "nvmlDeviceGetFieldValues",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetComputeRunningProcesses_v2",

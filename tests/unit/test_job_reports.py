@@ -4,6 +4,7 @@ held down, events on its GPUs and beside them, the report written once its proce
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,27 +214,29 @@ def test_the_report_has_each_gpus_link_traffic_over_the_jobs_time(tmp_path: Path
     )
 
 
+def checkpoints(gpu: int, count: float, rank: str = "0") -> Sample:
+    """A rank's checkpoint count as the push path has it: attributed to its GPU."""
+    labels = (("gpu", str(gpu)), ("job", "llama"), ("rank", rank), ("uuid", f"GPU-{gpu}"))
+    return Sample("train_checkpoints_total", labels, count)
+
+
 def test_the_report_says_whether_the_job_checkpointed_after_it_was_told(tmp_path: Path) -> None:
-    """Told at 20 s and at 50 s; its rank on GPU 0 says it checkpointed at 30 s (the count
-    appears, as gpuwatch.client sends it from the first checkpoint) and never after the second
-    advice; its rank on GPU 1 had checkpointed twice before the daemon first saw the job.
-    A count pushed from a GPU the job does not hold (no uuid: a push over TCP) moves nothing."""
+    """Told at 20 s and at 50 s. Rank 0 (GPU 0) checkpoints at 30 s: its count appears at 1,
+    as gpuwatch.client sends it from the first checkpoint; rank 1 (GPU 1) beside it, first
+    seen at 10 s with 12 checkpoints already written (it pushed late), never checkpoints
+    again: a first value other than 1 is where a count starts, and two ranks' counts are
+    two counts. A count with no GPU (a push over TCP) moves nothing."""
     reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
-    counts = [None, None, None, 1, 1, 1, 1, 1]
-    for i, count in enumerate(counts):
+    for i, count in enumerate([None, None, None, 1, 1, 1, 1, 1]):
         t = T0 + 10 * i
         if i in (2, 5):
             reports.on_event(Event(t, "checkpoint_advice", None, None, "preemption in 120 s"))
-        pushed = [
-            Sample("train_checkpoints_total", (("gpu", "1"), ("uuid", "GPU-1")), 2.0),
-            Sample("train_checkpoints_total", (("job", "other"),), float(10 * i)),
-        ]
+        pushed = [Sample("train_checkpoints_total", (), float(10 * i))]
         if count is not None:
-            labels = (("gpu", "0"), ("uuid", "GPU-0"))
-            pushed.append(Sample("train_checkpoints_total", labels, float(count)))
+            pushed.append(checkpoints(0, count))
+        if i:
+            pushed.append(checkpoints(1, 12.0, rank="1"))
         reports.observe(t, batch(t, {0: "7", 1: "7"}), pushed)
-    record = reports.tracker.find("7")
-    assert record is not None and record.checkpointed == [T0 + 30]
     report = reports.report("7")
     assert report is not None
     assert [a["checkpoint_after"] for a in report["checkpoint_advice"]] == [
@@ -246,6 +249,65 @@ def test_the_report_says_whether_the_job_checkpointed_after_it_was_told(tmp_path
         "(checkpointed at 2027-01-15T08:00:30.000000Z)"
     )
     assert (
-        lines[2]
-        == "  at 2027-01-15T08:00:50.000000Z: preemption in 120 s (no checkpoint reported after)"
+        lines[2] == "  at 2027-01-15T08:00:50.000000Z: preemption in 120 s "
+        "(no checkpoint reported after)"
     )
+
+
+def test_a_checkpoint_seen_with_the_advice_came_before_it(tmp_path: Path) -> None:
+    """A count that grew in the push collected with the cycle that gave the advice was sent
+    before the job could have heard it: the next growth is the answer."""
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    for i, count in enumerate([3, 3, 4, 4, 5]):
+        t = T0 + 10 * i
+        reports.observe(t, batch(t, {0: "7"}), [checkpoints(0, count)])
+        if i == 2:
+            reports.on_event(Event(t, "checkpoint_advice", None, None, "row remap pending"))
+    record = reports.tracker.find("7")
+    assert record is not None and record.checkpoint_after == [T0 + 40]
+
+
+def test_a_gpu_two_jobs_share_credits_neither_with_its_checkpoints(tmp_path: Path) -> None:
+    """Job 8 shares GPU 0 with job 7 (time-slicing, MPS): a count attributed to that GPU
+    could be either's, and so is neither's."""
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    for i in range(4):
+        t = T0 + 10 * i
+        cycle = batch(t, {0: "7"})
+        shared = GpuProcess(200, "python3", "bob", 1e9, "slurm", "8")
+        cycle.gpus[0] = replace(cycle.gpus[0], processes=(*cycle.gpus[0].processes, shared))
+        if i == 1:
+            reports.on_event(Event(t, "checkpoint_advice", None, None, "preemption"))
+        reports.observe(t, cycle, [checkpoints(0, float(i))])
+    for job in ("7", "8"):
+        record = reports.tracker.find(job)
+        assert record is not None and record.checkpoint_after == [None]
+
+
+def test_advice_late_in_a_long_job_still_finds_its_checkpoint(tmp_path: Path) -> None:
+    """A job that checkpoints every cycle for a long run, told late: no count of past
+    checkpoints caps what the report can say."""
+    reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+    for i in range(300):
+        t = T0 + 10 * i
+        if i == 290:
+            reports.on_event(Event(t, "checkpoint_advice", None, None, "preemption"))
+        reports.observe(t, batch(t, {0: "7"}), [checkpoints(0, float(i))])
+    record = reports.tracker.find("7")
+    assert record is not None and record.checkpoint_after == [T0 + 2910]
+
+
+def test_a_daemon_started_mid_job_credits_no_checkpoint_it_did_not_see(tmp_path: Path) -> None:
+    """A count that appears at 1 for a job already seen is its first checkpoint; the same
+    count seen with the job at the daemon's first cycle was written before the daemon was up."""
+    for seen_before, expected in ((True, [T0 + 20]), (False, [None])):
+        reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
+        if seen_before:
+            reports.observe(T0, batch(T0, {0: "7"}), [])
+        t = T0 + 10
+        reports.observe(t, batch(t, {0: "7"}), [] if seen_before else [checkpoints(0, 1.0)])
+        reports.on_event(Event(t, "checkpoint_advice", None, None, "preemption"))
+        t = T0 + 20
+        reports.observe(t, batch(t, {0: "7"}), [checkpoints(0, 1.0)])
+        record = reports.tracker.find("7")
+        assert record is not None and record.checkpoint_after == expected

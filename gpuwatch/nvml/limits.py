@@ -1,4 +1,5 @@
-"""A GPU's own temperature limits, as its board reports them through NVML.
+"""A GPU's fixed limits, as its board reports them through NVML: its temperature limits and
+the most its PCIe link can train to.
 
 Every model, and every board of one model, has its own: an A100-SXM4-80GB slows down at
 89 °C, an H100 SXM at 89 °C and shuts down at 95 °C, a V100 slows down at 87 °C. A rule with
@@ -8,8 +9,13 @@ rules compare each GPU's temperature with its own limits.
 nvmlDeviceGetTemperatureThreshold answers them in degrees Celsius on every driver gpuwatch
 supports. nvidia-smi prints them relative to "T.Limit" on Ada and later (`GPU Slowdown
 T.Limit Temp: -2 C`), from field values 193-196; the call still answers the absolute
-temperature there. The limits are fixed for a board, so they are read once, and again at
-each recheck.
+temperature there.
+
+A GPU's PCIe link drops to a lower generation when idle and trains back up under load, so a
+link's rate is measured against the most it can reach (nvmlDeviceGetMaxPcieLinkGeneration and
+...Width: the lower of what the GPU and the slot support), not against what it runs at now.
+
+The limits are fixed for a board, so they are read once, and again at each recheck.
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ THRESHOLDS = (
     ("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", m.SHUTDOWN_TEMPERATURE),
     ("NVML_TEMPERATURE_THRESHOLD_MEM_MAX", m.MEMORY_MAX_TEMPERATURE),
 )
+PCIE_MAXIMA = (
+    ("nvmlDeviceGetMaxPcieLinkGeneration", m.PCIE_MAX_GENERATION),
+    ("nvmlDeviceGetMaxPcieLinkWidth", m.PCIE_MAX_WIDTH),
+)
 
 
-class ThermalLimits:
+class BoardLimits:
     """A GPU's limits, read once they all answered (or the driver said it has none): a read
     that failed for now is tried again at the next slow read, not after the recheck."""
 
@@ -54,13 +64,17 @@ class ThermalLimits:
 
 
 def read_limits(nvml: NvmlModule, handle: Any, attempt: Callable[..., Any]) -> dict[str, float]:
-    """Series name -> the limit in °C, for those the GPU answers. `attempt(what, call)` is
-    the reader's: it retires what the driver does not support."""
+    """Series name -> the limit (°C, a PCIe generation or lane count), for those the GPU
+    answers. `attempt(what, call)` is the reader's: it retires what the driver does not
+    support."""
     out: dict[str, float] = {}
-    for kind, name in THRESHOLDS:
-        value = attempt(
-            name, partial(nvml.nvmlDeviceGetTemperatureThreshold, handle, getattr(nvml, kind))
-        )
+    calls = [
+        (name, partial(nvml.nvmlDeviceGetTemperatureThreshold, handle, getattr(nvml, kind)))
+        for kind, name in THRESHOLDS
+    ]
+    calls += [(name, partial(getattr(nvml, call), handle)) for call, name in PCIE_MAXIMA]
+    for name, call in calls:
+        value = attempt(name, call)
         if value:  # 0: a board that does not set it
             out[name] = float(value)
     return out
