@@ -78,6 +78,7 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
         "gpuwatch-training": 5.0,
         "gpuwatch-training-trends": 15.0,
         "gpuwatch-training-hourly": 60.0,
+        "gpuwatch-training-links": 60.0,
         "gpuwatch-self": 5.0,
         "gpuwatch-actions": 5.0,
         "gpuwatch-host": 5.0,

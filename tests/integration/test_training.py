@@ -67,9 +67,9 @@ EXPECTED = {
     "cuda_oom": Expect("TrainingOutOfMemory", 0.0, {"job": "llama", "rank": "1"}),
     # A job on the GPU an hour before, and an hour's average under half.
     "input_bound": Expect("GpuStarved", 3600.0, {"gpu": "1"}, speed=4 * SPEED),
-    # A 5-minute rate (full after 4.5 minutes of the fault), then `for: 10m`.
-    "nvlink_saturated": Expect("GpuNvlinkSaturated", 300.0 + 600.0, {"gpu": "1"}, 2 * SPEED),
-    "p2p_disabled": Expect("GpuPeerTrafficOverPcie", 300.0 + 600.0, {"gpu": "1"}, 2 * SPEED),
+    # A 5-minute rate (full after 4.5 minutes of the fault), then `for: 10m`, once a minute.
+    "nvlink_saturated": Expect("GpuNvlinkSaturated", 960.0, {"gpu": "1"}, 2 * SPEED),
+    "p2p_disabled": Expect("GpuPeerTrafficOverPcie", 960.0, {"gpu": "1"}, 2 * SPEED),
 }
 
 
