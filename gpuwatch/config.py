@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -16,6 +15,7 @@ from gpuwatch.kernel.fabric_manager import parse_address
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.nvml.config import SamplingConfig
 from gpuwatch.push.config import PushConfig, parse_push
+from gpuwatch.state.paths import default_state_dir
 from gpuwatch.text.secrets import parse_secret
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import (
@@ -36,11 +36,6 @@ from gpuwatch.text.yamlfile import (
 DEFAULT_LISTEN = "0.0.0.0:10040"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("logfmt", "json")
-
-
-def default_state_dir() -> str:
-    # systemd's StateDirectory= sets STATE_DIRECTORY; elsewhere the FHS location.
-    return os.environ.get("STATE_DIRECTORY", "/var/lib/gpuwatch").split(":")[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from itertools import chain
 from typing import Generic, NamedTuple, TypeVar
 
 from gpuwatch.compat import StrEnum
+from gpuwatch.text.jobs import JOB_NOUNS
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -183,12 +184,6 @@ class PerPart(Generic[T]):
 
 
 # What processes use a GPU, and whose jobs they are (gpuwatch.host.processes finds them).
-JOB_NOUNS = {
-    "slurm": "Slurm job",
-    "kubernetes": "Kubernetes pod",
-    "docker": "Docker container",
-    "containerd": "containerd container",
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import re
 import urllib.parse
 
 DEFAULT_PORT = 10040
-EXIT_USAGE = 64  # sysexits.h's EX_USAGE
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\]")
 WHAT = "expected HOST, HOST:PORT, [IPv6]:PORT or an http:// or https:// URL"
 

@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import http.client
 import json
-import sys
 import urllib.error
 import urllib.parse
 from collections.abc import Callable
@@ -16,19 +15,11 @@ from typing import Any
 
 from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.control import ControlError, default_socket, request
+from gpuwatch.clients.exits import EXIT_UNREACHABLE, fail
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.health.line import health_line
-from gpuwatch.reports.report import text as report_text
+from gpuwatch.reports.text import text as report_text
 from gpuwatch.text.printable import one_line, printable, printable_json
-
-EXIT_CONFIG = 2
-EXIT_UNREACHABLE = 3
-DEFAULT_URL = "http://127.0.0.1:10040"
-
-
-def fail(message: str, code: int = EXIT_CONFIG) -> int:
-    print(f"gpuwatch: {message}", file=sys.stderr)
-    return code
 
 
 def _control(

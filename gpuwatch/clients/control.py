@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.client import UnixHTTPConnection
-from gpuwatch.config import default_state_dir
-from gpuwatch.serve.control import SOCKET_NAME, socket_path
+from gpuwatch.state.paths import SOCKET_NAME, default_state_dir, socket_path
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
 TIMEOUT_S = 10.0

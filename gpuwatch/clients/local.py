@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpuwatch.clients.commands import EXIT_CONFIG
 from gpuwatch.clients.config_text import config_text
+from gpuwatch.clients.exits import EXIT_CONFIG
 from gpuwatch.config import load_config
 from gpuwatch.sim.scenario import builtin_names, load_scenario
 from gpuwatch.text.yamlfile import FileError

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from gpuwatch import __version__
-from gpuwatch.clients.commands import DEFAULT_URL
+from gpuwatch.clients.address import DEFAULT_URL
 
 DEMO_LISTEN = "127.0.0.1:10040"
 DEMO_SPEED = 10.0

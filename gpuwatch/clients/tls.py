@@ -1,12 +1,18 @@
 """How the command-line clients (`status`, `health`, `events`, `tui`) reach a daemon behind the
 listener's web config: https with the fleet's own CA (`--ca-file`), and basic auth from the
-URL's user:password@, which urllib would otherwise take for part of the host."""
+URL's user:password@.
+
+One GET through http.client, not urllib.request: the commands run before every job and at
+every health-check interval, and urllib.request's import (its handlers, cookies, proxies,
+mimetypes) cost them about a fifth of their time. Its errors are the ones urlopen raises:
+HTTPError for an answer of 400 or more, URLError around what kept the request from one."""
 
 from __future__ import annotations
 
 import base64
+import http.client
 import ssl
-import urllib.request
+import urllib.error
 from typing import IO
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -31,15 +37,33 @@ def host_and_port(parts: SplitResult) -> str:
 
 
 def open_url(url: str, ca_file: str | None, timeout: float) -> IO[bytes]:
+    """The answer to a GET of `url`, to read and close. urllib.error.HTTPError for an answer
+    of 400 or more, URLError (its `reason` the OSError) when none came."""
     parts = urlsplit(url)
     headers = {"Accept": "application/json"}
     authorization = basic_auth(parts)
     if authorization is not None:
         headers["Authorization"] = authorization
-        url = urlunsplit(parts._replace(netloc=host_and_port(parts)))
-    context = tls_context(ca_file) if parts.scheme == "https" else None
-    request = urllib.request.Request(url, headers=headers)
-    return urllib.request.urlopen(request, timeout=timeout, context=context)  # type: ignore[no-any-return]
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        context = tls_context(ca_file)
+        connection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=context
+        )
+    elif parts.scheme == "http":
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+    else:
+        raise urllib.error.URLError(f"unknown url type: {parts.scheme}")
+    target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    try:
+        connection.request("GET", target, headers=headers)
+        response = connection.getresponse()
+    except OSError as exc:
+        connection.close()
+        raise urllib.error.URLError(exc) from exc
+    if response.status >= 400:
+        raise urllib.error.HTTPError(url, response.status, response.reason, response.msg, response)
+    return response
 
 
 def redact(url: str) -> str:

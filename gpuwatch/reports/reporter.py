@@ -12,6 +12,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.health.view import NodeView
 from gpuwatch.model import Batch, Event, Sample
 from gpuwatch.reports import report
+from gpuwatch.reports.text import text as report_text
 from gpuwatch.reports.tracker import JobRecord, JobTracker
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class JobReports:
     def _ended(self, record: JobRecord) -> None:
         made = report.build(record, self.clock.now())
         path = report.write(self.state_dir, made)
-        summary = report.text(made)
+        summary = report_text(made)
         log.info("%s", summary.replace("\n", ";"))
         self.publish(
             Event(

@@ -26,18 +26,8 @@ from gpuwatch.serve.readers import ReaderOptions
 
 log = logging.getLogger(__name__)
 
-SOCKET_NAME = "gpuwatch.sock"
-PUSH_SOCKET_NAME = "push.sock"
 CONTROL_MODE = 0o660
 MAX_BODY_BYTES = 64 * 1024
-
-
-def socket_path(state_dir: str) -> Path:
-    """Under systemd the runtime directory, otherwise the state directory: two daemons with
-    two state directories never share a socket."""
-    runtime = os.environ.get("RUNTIME_DIRECTORY")
-    base = Path(runtime.split(":")[0]) if runtime else Path(state_dir)
-    return base / SOCKET_NAME
 
 
 NESTED_TOO_DEEPLY = "the body's JSON is nested too deeply"

@@ -17,8 +17,8 @@ from pathlib import Path
 from gpuwatch.config import Config, default_rule_interval
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.rules.outgoing import cause_labels, shipped_causes
-from gpuwatch.serve.control import PUSH_SOCKET_NAME, socket_path
 from gpuwatch.serve.webconfig import WebGuard, load_web_config
+from gpuwatch.state.paths import PUSH_SOCKET_NAME, socket_path
 from gpuwatch.state.reach import blocked_at
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.yamlfile import FileError

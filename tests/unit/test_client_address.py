@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.cli import main
-from gpuwatch.clients.address import EXIT_USAGE, daemon_url
+from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.commands import read_hosts
+from gpuwatch.clients.exits import EXIT_USAGE
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,8 @@ from gpuwatch.model import (
     GpuStatus,
     Sample,
 )
-from gpuwatch.reports.report import text
 from gpuwatch.reports.reporter import JobReports
+from gpuwatch.reports.text import text
 from gpuwatch.reports.tracker import ENDED_AFTER_S
 
 T0 = 1_800_000_000.0

@@ -1,4 +1,5 @@
-"""The `gpuwatch` command line: parse the arguments, run the command (README lists them)."""
+"""The commands that run a daemon: `gpuwatch run` (on NVML, a dcgm-exporter or a simulated
+node) and `gpuwatch demo` (a simulated node with the dashboard on it)."""
 
 from __future__ import annotations
 
@@ -6,34 +7,19 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import shutil
 import signal
-import ssl
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import uvloop
 
 from gpuwatch import logs
-from gpuwatch.clients.address import EXIT_USAGE, daemon_url
-from gpuwatch.clients.commands import (
-    DEFAULT_URL,
-    cmd_ack,
-    cmd_events,
-    cmd_health,
-    cmd_job_report,
-    cmd_silence,
-    cmd_status,
-    fail,
-    read_hosts,
-)
-from gpuwatch.clients.local import cmd_config_check, cmd_rules, cmd_sim_list, cmd_xid
-from gpuwatch.clients.parser import DEMO_LISTEN, build_parser
-from gpuwatch.clients.tls import tls_context
+from gpuwatch.clients.exits import fail
+from gpuwatch.clients.parser import DEMO_LISTEN
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.preflight import RulesError, StartupError
@@ -44,8 +30,6 @@ from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import FileError
-
-log = logging.getLogger(__name__)
 
 
 def _config_of(args: argparse.Namespace, host: SimHost | None = None) -> Config:
@@ -201,76 +185,3 @@ def _end_on_hangup(*directories: str) -> None:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGHUP, hangup)
-
-
-def cmd_tui(args: argparse.Namespace) -> int:
-    from gpuwatch.gctune import tune_gc
-    from gpuwatch.tui.app import GpuwatchApp
-    from gpuwatch.tui.data import HttpFeed
-
-    tune_gc()
-    urls = list(args.urls)
-    if args.hosts:
-        try:
-            urls += read_hosts(args.hosts)
-        except OSError as exc:
-            return fail(f"{args.hosts}: {exc.strerror}")
-        except ValueError as exc:
-            return fail(str(exc), EXIT_USAGE)
-    if args.refresh <= 0:
-        return fail("--refresh must be greater than zero")
-    try:
-        tls = tls_context(args.ca_file)
-    except (OSError, ssl.SSLError) as exc:
-        return fail(f"--ca-file {args.ca_file}: {exc}")
-    if args.prometheus:
-        from gpuwatch.tui.prometheus import PrometheusFeed
-
-        fleet = PrometheusFeed(args.prometheus, tls=tls)
-        GpuwatchApp(fleet, urls, args.refresh, fleet=True, detail=HttpFeed(tls=tls)).run()
-        return 0
-    GpuwatchApp(HttpFeed(tls=tls), urls or [DEFAULT_URL], args.refresh).run()
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {
-        "run": cmd_run,
-        "demo": cmd_demo,
-        "status": cmd_status,
-        "tui": cmd_tui,
-        "health": cmd_health,
-        "job-report": cmd_job_report,
-        "events": cmd_events,
-        "ack": cmd_ack,
-        "silence": cmd_silence,
-        "rules": cmd_rules,
-        "xid": cmd_xid,
-        "sim": cmd_sim_list,
-        "config": cmd_config_check,
-    }
-    try:  # a daemon's address as operators type it, or a usage error (never "unreachable")
-        if getattr(args, "url", None):  # "" beside --local or --alive: not asked
-            args.url = daemon_url(args.url)
-        if getattr(args, "urls", None):
-            args.urls = [daemon_url(u) for u in args.urls]
-    except ValueError as exc:
-        return fail(str(exc), EXIT_USAGE)
-    try:
-        return commands[args.command](args)
-    except BrokenPipeError:
-        return _reader_gone()
-
-
-EXIT_SIGPIPE = 128 + signal.SIGPIPE  # what a shell reports for a writer its reader left
-
-
-def _reader_gone() -> int:
-    """The reader of our output went away (`gpuwatch events --json | head -1`): that is the
-    reader's choice, not an error to print a traceback for. What is still buffered would
-    raise again when Python flushes at exit, so stdout is pointed at /dev/null first."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return EXIT_SIGPIPE
