@@ -1,5 +1,6 @@
 """The commands that ask a running daemon: `status`, `health` and `events` over its HTTP API,
-`ack` and `silence` over its control socket."""
+`ack` and `silence` over its control socket. The socket's client is imported by the commands
+that use it: one over HTTP does without it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.clients.address import daemon_url
-from gpuwatch.clients.control import ControlError, default_socket, request
-from gpuwatch.clients.exits import EXIT_UNREACHABLE, fail
+from gpuwatch.clients.exits import EXIT_UNREACHABLE, ControlError, fail
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.health.line import health_line
 from gpuwatch.reports.text import text as report_text
@@ -27,7 +27,7 @@ def _control(
 ) -> tuple[int, Any]:
     """(exit status, the reply's data) of one request on the daemon's control socket; the
     exit status is 3 when the daemon cannot be reached and 1 when it refuses, said on stderr."""
-    from gpuwatch.clients.control import ControlError, default_socket, request
+    from gpuwatch.clients.control import default_socket, request
 
     path = Path(args.socket) if args.socket else default_socket(args.state_dir)
     try:
@@ -103,6 +103,8 @@ def cmd_health(args: argparse.Namespace) -> int:
         return _alive(args.state_dir)
     base = args.url.rstrip("/")
     if args.local:
+        from gpuwatch.clients.control import default_socket, request
+
         path = default_socket(args.state_dir)
         where = str(path)
 
@@ -142,6 +144,8 @@ def _health(base: str, fetch: Callable[[], Any], limit: int | None = None) -> in
 
 def _alive(state_dir: str | None) -> int:
     """Whether the daemon samples, over its control socket (a pod's exec probe)."""
+    from gpuwatch.clients.control import default_socket, request
+
     path = default_socket(state_dir)
     try:
         status, reply = request(path, "GET", "/healthz")

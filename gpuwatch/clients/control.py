@@ -8,14 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.client import UnixHTTPConnection
+from gpuwatch.clients.exits import ControlError
 from gpuwatch.state.paths import SOCKET_NAME, default_state_dir, socket_path
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
 TIMEOUT_S = 10.0
-
-
-class ControlError(Exception):
-    """The daemon could not be reached on its socket; the message says where we looked."""
 
 
 def default_socket(state_dir: str | None) -> Path:
