@@ -4,8 +4,11 @@ URL's user:password@.
 
 One GET through http.client, not urllib.request: the commands run before every job and at
 every health-check interval, and urllib.request's import (its handlers, cookies, proxies,
-mimetypes) cost them about a fifth of their time. Its errors are the ones urlopen raises:
-HTTPError for an answer of 400 or more, URLError around what kept the request from one."""
+mimetypes) cost them about a fifth of their time. It keeps what urlopen did that a daemon's
+address can need (redirects, as a reverse proxy in front of the daemon sends; its errors,
+which the commands explain) and leaves out the rest: proxies from the environment
+(http_proxy, https_proxy) are not used, as the dashboard never used them, since a daemon is
+reached on the node's or the fleet's own network."""
 
 from __future__ import annotations
 
@@ -14,7 +17,15 @@ import http.client
 import ssl
 import urllib.error
 from typing import IO
-from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
+
+from gpuwatch import __version__
+
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10  # urllib's HTTPRedirectHandler's limits
+MAX_REPEATS = 4
+LOOP = "The HTTP server returned a redirect error that would lead to an infinite loop."
+USER_AGENT = f"gpuwatch/{__version__}"
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
@@ -37,33 +48,67 @@ def host_and_port(parts: SplitResult) -> str:
 
 
 def open_url(url: str, ca_file: str | None, timeout: float) -> IO[bytes]:
-    """The answer to a GET of `url`, to read and close. urllib.error.HTTPError for an answer
-    of 400 or more, URLError (its `reason` the OSError) when none came."""
+    """The answer to a GET of `url`, to read and close, following redirects as urlopen does
+    (at most MAX_REDIRECTS, a URL at most MAX_REPEATS times). urllib.error.HTTPError for an
+    answer of 400 or more, or a redirect that goes nowhere; URLError (its `reason` the error)
+    when the request could not be sent or the answer is not HTTP; what reading the answer
+    raised otherwise (RemoteDisconnected: a TLS listener hanging up on plain HTTP)."""
+    seen: dict[str, int] = {}
+    while True:
+        response = _get(url, ca_file, timeout)
+        location = response.getheader("Location")
+        if response.status not in REDIRECTS or location is None:
+            break
+        response.close()
+        target = urljoin(url, location)
+        seen[target] = seen.get(target, 0) + 1
+        if seen[target] > MAX_REPEATS or len(seen) > MAX_REDIRECTS:
+            message = f"{LOOP}\nThe last 30x error message was:\n{response.reason}"
+            raise urllib.error.HTTPError(redact(url), response.status, message, response.msg, None)
+        if urlsplit(target).scheme not in ("http", "https"):
+            message = f"redirection to a URL that is not http or https: {redact(target)}"
+            raise urllib.error.HTTPError(redact(url), response.status, message, response.msg, None)
+        url = target
+    if response.status >= 400:
+        raise urllib.error.HTTPError(
+            redact(url), response.status, response.reason, response.msg, response
+        )
+    return response
+
+
+def _get(url: str, ca_file: str | None, timeout: float) -> http.client.HTTPResponse:
+    """One GET and the head of its answer, on a connection of its own."""
     parts = urlsplit(url)
-    headers = {"Accept": "application/json"}
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT, "Connection": "close"}
     authorization = basic_auth(parts)
     if authorization is not None:
         headers["Authorization"] = authorization
     connection: http.client.HTTPConnection
+    # The port always given: http.client reads a bare IPv6 address's last group as one.
     if parts.scheme == "https":
-        context = tls_context(ca_file)
         connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port, timeout=timeout, context=context
+            parts.hostname or "", parts.port or 443, timeout=timeout, context=tls_context(ca_file)
         )
     elif parts.scheme == "http":
-        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        connection = http.client.HTTPConnection(
+            parts.hostname or "", parts.port or 80, timeout=timeout
+        )
     else:
         raise urllib.error.URLError(f"unknown url type: {parts.scheme}")
     target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
     try:
         connection.request("GET", target, headers=headers)
-        response = connection.getresponse()
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:  # as urlopen: not sent, URLError
         connection.close()
         raise urllib.error.URLError(exc) from exc
-    if response.status >= 400:
-        raise urllib.error.HTTPError(url, response.status, response.reason, response.msg, response)
-    return response
+    try:
+        return connection.getresponse()
+    except http.client.RemoteDisconnected:
+        connection.close()
+        raise
+    except http.client.HTTPException as exc:  # not OSError: an answer that is not HTTP
+        connection.close()
+        raise urllib.error.URLError(f"the answer is not HTTP ({exc!r})") from exc
 
 
 def redact(url: str) -> str:

@@ -1,0 +1,142 @@
+"""The commands' HTTP GET against what can stand between them and a daemon: a reverse proxy's
+redirects, a redirect loop, a listener that hangs up without answering (an older gpuwatch's
+TLS listener), something that is not HTTP at all, an IPv6 address. Each answer is a line
+that says what happened and an exit status a script can read, never a traceback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+from gpuwatch.cli import main
+
+NODE = {"data": {"verdict": "healthy", "reasons": [], "gpus": [{"index": 0, "status": "ok"}]}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        Handler.seen.append({"path": self.path, **dict(self.headers)})
+        if self.path.startswith("/moved"):  # a proxy's path to the daemon, moved
+            self.send_response(302)
+            self.send_header("Location", "/gpuwatch/node7/api/v1/node")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/loop"):
+            self.send_response(301)
+            self.send_header("Location", "/loop/api/v1/node")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps(NODE).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Handler.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def raw() -> Iterator[tuple[str, list[bytes]]]:
+    """A listener that answers each connection with the next of the given bytes, then closes
+    (b"": hang up without a word)."""
+    answers: list[bytes] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(10)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                if answers:
+                    conn.sendall(answers.pop(0))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}", answers
+    listener.close()
+
+
+def test_a_redirect_from_a_proxy_in_front_of_the_daemon_is_followed(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["health", f"{server}/moved"]) == 0
+    assert capsys.readouterr().out == "healthy: 1 GPUs, nothing wrong\n"
+    assert [s["path"] for s in Handler.seen] == [
+        "/moved/api/v1/node",
+        "/gpuwatch/node7/api/v1/node",
+    ]
+    assert {s["User-Agent"] for s in Handler.seen} == {"gpuwatch/0.1.0"}
+
+
+def test_a_redirect_loop_is_an_http_error_not_a_hang(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["events", f"{server}/loop"]) == 2
+    assert "HTTP 301 The HTTP server returned a redirect error" in capsys.readouterr().err
+    assert len(Handler.seen) <= 11
+
+
+def test_a_listener_that_hangs_up_gets_the_tls_hint(
+    raw: tuple[str, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, answers = raw
+    answers.append(b"")
+    assert main(["health", url]) == 3
+    out = capsys.readouterr().out
+    assert "Remote end closed connection without response" in out
+    assert "(if the daemon has a web config with TLS, give an https:// URL)" in out
+
+
+def test_an_answer_that_is_not_http_is_unreachable_not_a_traceback(
+    raw: tuple[str, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, answers = raw
+    answers.append(b"SSH-2.0-OpenSSH_9.6\r\n")
+    assert main(["health", url]) == 3
+    assert capsys.readouterr().out.startswith(f"unreachable: {url}: the answer is not HTTP")
+
+
+def test_an_ipv6_address_without_a_port_goes_to_port_80(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """http.client alone reads `::1` as host `:` port 1; the command says where it went."""
+    dialed: list[tuple[str, int]] = []
+
+    def refuse(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+        dialed.append(address)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(http.client.socket, "create_connection", refuse)
+    assert main(["health", "http://[::1]"]) == 3
+    assert dialed == [("::1", 80)]
+    assert "Connection refused" in capsys.readouterr().out
