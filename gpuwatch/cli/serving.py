@@ -1,5 +1,6 @@
 """The commands that run a daemon: `gpuwatch run` (on NVML, a dcgm-exporter or a simulated
-node) and `gpuwatch demo` (a simulated node with the dashboard on it)."""
+node) and `gpuwatch demo` (a simulated node with the dashboard on it). The simulator is
+imported only when a simulated node is asked for: a daemon on a GPU host never loads it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvloop
 
@@ -24,12 +25,13 @@ from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.serve.preflight import RulesError, StartupError
 from gpuwatch.serve.runner import ListenError, Running, real_nvml, serve
-from gpuwatch.sim.host import SimHost, with_sim_host
-from gpuwatch.sim.launch import simulated_host, simulated_library
-from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.text.printable import printable_json
 from gpuwatch.text.units import parse_listen
 from gpuwatch.text.yamlfile import FileError
+
+if TYPE_CHECKING:
+    from gpuwatch.sim.host import SimHost
+    from gpuwatch.sim.library import SimulatedNvml
 
 
 def _config_of(args: argparse.Namespace, host: SimHost | None = None) -> Config:
@@ -38,7 +40,11 @@ def _config_of(args: argparse.Namespace, host: SimHost | None = None) -> Config:
     config = load_config(args.config).with_overrides(
         args.listen, args.state_dir, args.web_config, args.dcgm
     )
-    return config if host is None else with_sim_host(config, host)
+    if host is None:
+        return config
+    from gpuwatch.sim.host import with_sim_host
+
+    return with_sim_host(config, host)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -57,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise ValueError("--speed only applies with --simulate")
         simulated: SimulatedNvml | None = None
         if args.simulate:
+            from gpuwatch.sim.launch import simulated_library
+
             simulated, clock = simulated_library(
                 args.simulate, args.speed, config.state_dir, config.node_name
             )
@@ -81,6 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         with contextlib.ExitStack() as stack:
             host = None
             if simulated is not None:
+                from gpuwatch.sim.host import with_sim_host
+                from gpuwatch.sim.launch import simulated_host
+
                 host = stack.enter_context(simulated_host(simulated, config.node_name))
                 config = with_sim_host(config, host)
             reread = functools.partial(_config_of, args, host)
@@ -93,6 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from gpuwatch.sim.launch import simulated_library
+
     try:
         parse_listen(args.listen)
         simulated, clock = simulated_library(args.scenario, args.speed)
@@ -116,6 +129,7 @@ def _demo(args: argparse.Namespace, simulated: SimulatedNvml, clock: Clock, stat
 
     from gpuwatch.clients.status import render_node
     from gpuwatch.serve.payloads import node_payload
+    from gpuwatch.sim.launch import simulated_host, simulated_library
 
     log_path = f"{state_dir}/gpuwatch.log"
     config = Config(listen=args.listen, state_dir=state_dir)
@@ -168,6 +182,8 @@ def _serve_demo(
     clock: Clock,
     show: Callable[[Running], Coroutine[Any, Any, None]],
 ) -> None:
+    from gpuwatch.sim.host import with_sim_host
+
     _end_on_hangup(config.state_dir, str(host.directory))
     served = with_sim_host(config, host)  # no file: a reload reads the same again
     uvloop.run(serve(served, real_nvml(), clock, show, lambda: served, reload_on_hangup=False))

@@ -63,3 +63,9 @@ def test_every_command_the_parser_knows_has_a_function() -> None:
         "[getattr(importlib.import_module(m), f) for m, f in COMMANDS.values()]"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_the_daemons_command_loads_the_simulator_only_for_a_simulated_node() -> None:
+    probe = "import json, sys, gpuwatch.cli.serving; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert [m for m in json.loads(done.stdout) if m.startswith("gpuwatch.sim")] == []
