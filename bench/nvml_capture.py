@@ -11,6 +11,7 @@ values with each entry's own return code. Nothing is written to the GPU.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import json
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 
 from gpuwatch.nvml.fabric import fabric_calls
 
-FIELDS = [3, 4, 5, 6, 29, 30, 31, 82, 91, 94, 142, 143, 144, 145, 191, 230]
+FIELDS = [3, 4, 5, 6, 29, 30, 31, 82, 90, 91, 94, 142, 143, 144, 145, 191, 197, 198, 230]
 LINK_FIELDS = [138, 139, 161, 162, 163, 165, 214, 215, 219, 221]
 
 
@@ -27,7 +28,7 @@ def _plain(value: Any) -> Any:
     """A pynvml answer as JSON: structs as their fields, bytes as text."""
     if isinstance(value, bytes):
         return value.decode(errors="replace")
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | ctypes.Array):  # pynvml answers field values in one
         return [_plain(v) for v in value]
     fields = getattr(value, "_fields_", None)
     if fields is not None:
@@ -79,6 +80,8 @@ def _gpu(nvml: Any, h: Any) -> dict[str, Any]:
         "throttle_reasons": lambda: nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h),
         "pcie_generation": lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
         "pcie_width": lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h),
+        "pcie_max_generation": lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h),
+        "pcie_max_width": lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(h),
         "processes": lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h),
         "processes_v2": lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v2(h),
         "remapped_rows": lambda: nvml.nvmlDeviceGetRemappedRows(h),

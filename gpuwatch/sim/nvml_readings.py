@@ -59,6 +59,12 @@ from gpuwatch.sim.nvml_core import (
     put,
 )
 
+# Field ids a real driver answers as an unsigned int (nvmlValueType_t 1), not a 64-bit count:
+# memory temperature, PCIe replays, the PCIe byte counters and the recovery action, as an H200
+# on R580 answered them (tests/fixtures/nvml/h200-r580.159.04.json). The rest answer 64 bits.
+UINT_FIELDS = frozenset({FI_MEMORY_TEMP, FI_PCIE_REPLAY, FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES,
+                         FI_RECOVERY_ACTION})  # fmt: skip
+
 
 class ReadingCalls(LibraryCore):
     """Entry points that read a GPU's state and counters."""
@@ -202,8 +208,12 @@ class ReadingCalls(LibraryCore):
                 slot.nvmlReturn = answer.code
                 continue
             slot.nvmlReturn = c.SUCCESS
-            slot.valueType = c.VALUE_TYPE_UNSIGNED_LONG_LONG
-            slot.value.ullVal = value
+            if slot.fieldId in UINT_FIELDS:  # a 32-bit count wraps, as the driver's does
+                slot.valueType = c.VALUE_TYPE_UNSIGNED_INT
+                slot.value.uiVal = value & 0xFFFFFFFF
+            else:
+                slot.valueType = c.VALUE_TYPE_UNSIGNED_LONG_LONG
+                slot.value.ullVal = value
         return c.SUCCESS
 
     def _field(self, dev: Device, field_id: int, scope: int, by_id: bool = True) -> int:
