@@ -66,7 +66,7 @@ def _rates(entry: GpuRecord, link: str) -> dict[str, float]:
     counter is left out before it was read twice, or where it went back (a driver reload)."""
     out: dict[str, float] = {}
     for key, (start, first) in entry.traffic_first.items():
-        kind, direction, _ = key.split(" ", 2)
+        kind, direction, _ = key
         end, last = entry.traffic_last[key]
         if kind == link and end > start and last >= first:
             out[direction] = out.get(direction, 0.0) + (last - first) / (end - start)

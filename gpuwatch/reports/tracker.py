@@ -39,6 +39,7 @@ EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recover
 STARVED_BELOW = 0.5  # utilization under which a job's GPU waits more than it computes
 MAX_CHECKPOINT_SERIES = 64  # a job's checkpoint counts followed, one per pushing rank
 CHECKPOINTS = "train_checkpoints_total"
+Traffic = tuple[str, str, str]  # a byte counter: link kind (nvlink, pcie), direction, link
 
 
 @dataclass
@@ -55,10 +56,9 @@ class GpuRecord:
     seconds: float = 0.0  # time the job was on the GPU, counted between cycles
     busy_seconds: float = 0.0  # of that, the GPU's utilization times the time
     starved_seconds: float = 0.0  # of that, time the GPU was busy under STARVED_BELOW
-    # Byte counters by link, direction and link number ("nvlink tx 3", "pcie rx "): (time,
-    # value) first and last.
-    traffic_first: dict[str, tuple[float, float]] = field(default_factory=dict)
-    traffic_last: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Byte counters by (link kind, direction, link number): (time, value) first and last.
+    traffic_first: dict[Traffic, tuple[float, float]] = field(default_factory=dict)
+    traffic_last: dict[Traffic, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,9 +216,9 @@ class JobTracker:
                 entry.memory_peak = one.memory_used if peak is None else max(peak, one.memory_used)
             if one.memory_total is not None:
                 entry.memory_total = one.memory_total
-            for key, value in one.traffic.items():
-                entry.traffic_first.setdefault(key, (now, value))
-                entry.traffic_last[key] = (now, value)
+            for counter, value in one.traffic.items():
+                entry.traffic_first.setdefault(counter, (now, value))
+                entry.traffic_last[counter] = (now, value)
             if gap > 0:
                 for reason in one.held:
                     entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
@@ -238,7 +238,7 @@ class _Seen:
     memory_used: float | None = None
     memory_total: float | None = None
     utilization: float | None = None
-    traffic: dict[str, float] = field(default_factory=dict)  # "nvlink tx 3" -> bytes
+    traffic: dict[Traffic, float] = field(default_factory=dict)  # ("nvlink", "tx", "3") ->
 
 
 def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
@@ -259,7 +259,7 @@ def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
         elif name in _TRAFFIC:
             labels = dict(sample.labels)
             traffic = out.setdefault(labels.get("uuid", ""), _Seen()).traffic
-            key = f"{_TRAFFIC[name]} {labels.get('direction', '')} {labels.get('link', '')}"
+            key = (_TRAFFIC[name], labels.get("direction", ""), labels.get("link", ""))
             traffic[key] = sample.value
     return out
 
