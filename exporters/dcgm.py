@@ -133,6 +133,10 @@ FIELDS: dict[str, Field] = {
     ),
     "DCGM_FI_DEV_PCIE_LINK_GEN": Field(m.PCIE_LINK_GENERATION),
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": Field(m.PCIE_LINK_WIDTH),
+    # Profiling gauges, bytes/s over DCGM's own interval (protocol headers included): the
+    # same series as NVML's 20 ms throughput windows, a steadier reading of it.
+    "DCGM_FI_PROF_PCIE_TX_BYTES": Field(m.PCIE_THROUGHPUT, labels=(("direction", "tx"),)),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": Field(m.PCIE_THROUGHPUT, labels=(("direction", "rx"),)),
 }
 # NVLink error counters, all links together (link="all") or one link each (per-link names
 # _COUNT_L<n> before DCGM 4.6, _L<n>_TOTAL after).

@@ -50,6 +50,7 @@ PCIE_REPLAYS = "gpuwatch_gpu_pcie_replays_total"
 PCIE_LINK_GENERATION = "gpuwatch_gpu_pcie_link_generation"
 PCIE_LINK_WIDTH = "gpuwatch_gpu_pcie_link_width"
 PCIE_BYTES = "gpuwatch_gpu_pcie_bytes_total"
+PCIE_THROUGHPUT = "gpuwatch_gpu_pcie_throughput_bytes_per_second"
 PCIE_MAX_GENERATION = "gpuwatch_gpu_pcie_link_max_generation"
 PCIE_MAX_WIDTH = "gpuwatch_gpu_pcie_link_max_width"
 NVLINK_BYTES = "gpuwatch_gpu_nvlink_bytes_total"
@@ -146,6 +147,11 @@ _DEFS = [
     MetricDef(PCIE_LINK_GENERATION, "gauge", "Current PCIe link generation."),
     MetricDef(PCIE_LINK_WIDTH, "gauge", "Current PCIe link width in lanes."),
     MetricDef(PCIE_BYTES, "counter", "PCIe bytes the GPU sent and received, by direction."),
+    MetricDef(
+        PCIE_THROUGHPUT,
+        "gauge",
+        "PCIe bytes/s the GPU sent and received over a 20 ms window, by direction.",
+    ),
     MetricDef(PCIE_MAX_GENERATION, "gauge", "Highest PCIe generation the GPU and slot support."),
     MetricDef(PCIE_MAX_WIDTH, "gauge", "Widest PCIe link the GPU and slot support, in lanes."),
     MetricDef(NVLINK_BYTES, "counter", "NVLink data bytes per link and direction."),

@@ -1,9 +1,10 @@
 """The NVML source: one Batch per sampling cycle, every GPU read in parallel with a deadline.
 
-Each GPU reads the slow tier of fields (see gpuwatch.nvml.device) every
-`sampling.slow_interval`, the GPUs staggered across that interval so that no cycle reads them
-all; between reads a GPU's last slow samples stand. Each GPU's slow tier is its own part of the
-batch (`Batch.slow_read`), stored on its own timeline, so its series stay current between reads.
+Each GPU reads the slow tier of fields (see gpuwatch.nvml.device) every `slow_interval`, the
+GPUs staggered across it so that no cycle reads them all; between reads a GPU's last slow
+samples stand. Each GPU's slow tier is its own part of the batch (`Batch.slow_read`), stored on
+its own timeline, so its series stay current between reads; so is its PCIe throughput, read
+apart in its lane (nvml/pcie_reads.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gpuwatch.nvml.cpu_wait import CpuWait
 from gpuwatch.nvml.errors import NvmlGpuError, NvmlModule, as_text
 from gpuwatch.nvml.events import EventWaiter, describe
 from gpuwatch.nvml.opening import open_device
+from gpuwatch.nvml.pcie_reads import PcieReads
 from gpuwatch.nvml.watched import INIT_DEADLINE_S, WatchedGpu, init_failure_reason
 from gpuwatch.state.inventory import Inventory, missing_samples
 from gpuwatch.xid.known import APPLICATION_FAULTS
@@ -68,6 +70,7 @@ class NvmlSource:
         self._sampling = sampling
         self._on_event = on_event
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers, cpu_wait)
+        self._pcie = PcieReads(nvml, self._caller.call, sampling)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[WatchedGpu] = []
         self._events = EventWaiter(nvml, self._event_from_thread, clock)
@@ -87,6 +90,7 @@ class NvmlSource:
         await self._init()
 
     async def stop(self) -> None:
+        await self._pcie.stop()
         if self._events_started:
             await asyncio.to_thread(self._events.stop, 1.0)
         if self._initialized:
@@ -235,7 +239,7 @@ class NvmlSource:
         now = self._clock.now()
         if not self._backend.up and now >= self._next_init:
             await self._init()
-        self._slow_read = []
+        self._slow_read = self._pcie.taken()
         if not self._backend.up:
             for gpu in self._gpus:
                 self._drop_slow(gpu)
@@ -258,8 +262,8 @@ class NvmlSource:
         for gpu, gpu_samples in zip(self._gpus, per_gpu, strict=True):
             samples.extend(gpu_samples)
             samples.extend(self._bookkeeping(gpu))
-            if gpu.slow is not None:
-                slow.append(gpu.slow)
+            self._pcie.start_due(gpu, now, len(self._gpus))
+            slow += [part for part in (gpu.slow, self._pcie.current(gpu)) if part is not None]
         samples.append(
             Sample(m.NVML_TIMEOUTS, (), float(self._caller.timeouts.get(DRIVER_LANE, 0)))
         )
@@ -345,6 +349,7 @@ class NvmlSource:
         if gpu.slow is not None:
             gpu.slow = None
             self._slow_read.append((gpu.part, []))
+        self._pcie.drop(gpu, self._slow_read)
 
     def _still_within_grace(self, gpu: WatchedGpu) -> list[Sample] | None:
         """The GPU's last values while its calls have been late for less than the grace."""

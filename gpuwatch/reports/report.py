@@ -47,7 +47,11 @@ def _gpu(entry: GpuRecord) -> dict[str, Any]:
         "utilization_mean": _share(entry.busy_seconds, entry.seconds),
         "starved_share": _share(entry.starved_seconds, entry.seconds),
         "nvlink_bytes_per_second": _rates(entry, "nvlink"),
-        "pcie_bytes_per_second": _rates(entry, "pcie"),
+        "pcie_bytes_per_second": {
+            direction: round(entry.pcie_bytes[direction] / seconds)
+            for direction, seconds in sorted(entry.pcie_seconds.items())
+            if seconds > 0
+        },
         "xids": xids,
         "alerts": alerts,
         "events": other,

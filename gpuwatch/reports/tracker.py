@@ -5,8 +5,9 @@ Slurm job, pod, container). For each job and each of its GPUs it keeps the count
 job's first sight and at its last (ECC errors, remapped rows, retired pages), the seconds each
 clock-event reason held the clocks down, the peak of the memory in use, how busy the GPU was on
 average and how long it was busy under half the time (a job waiting on its input), the NVLink
-and PCIe bytes it moved, the checkpoints the job said it wrote (`train_checkpoints_total`, from
-gpuwatch.client's checkpointed(), on the GPU the push was attributed to), and the
+bytes it moved and its mean PCIe throughput, the checkpoints the job said it wrote
+(`train_checkpoints_total`, from gpuwatch.client's checkpointed(), on the GPU the push was
+attributed to), and the
 events that came while the job was on the GPU: XIDs, ECC and memory-retirement events, a lost
 GPU, and alerts (an alert a job's own metrics raise, TrainingLossNaN say, names the GPU the
 kernel says its sender holds: push/attribution.py).
@@ -39,7 +40,7 @@ EVENT_KINDS = frozenset({"xid", "ecc", "memory_retirement", "gpu_lost", "recover
 STARVED_BELOW = 0.5  # utilization under which a job's GPU waits more than it computes
 MAX_CHECKPOINT_SERIES = 64  # a job's checkpoint counts followed, one per pushing rank
 CHECKPOINTS = "train_checkpoints_total"
-Traffic = tuple[str, str, str]  # a byte counter: link kind (nvlink, pcie), direction, link
+Traffic = tuple[str, str, str]  # a byte counter: link kind (nvlink), direction, link
 
 
 @dataclass
@@ -59,6 +60,9 @@ class GpuRecord:
     # Byte counters by (link kind, direction, link number): (time, value) first and last.
     traffic_first: dict[Traffic, tuple[float, float]] = field(default_factory=dict)
     traffic_last: dict[Traffic, tuple[float, float]] = field(default_factory=dict)
+    # PCIe throughput by direction, times the seconds it stood, and those seconds.
+    pcie_bytes: dict[str, float] = field(default_factory=dict)
+    pcie_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -220,6 +224,9 @@ class JobTracker:
                 entry.traffic_first.setdefault(counter, (now, value))
                 entry.traffic_last[counter] = (now, value)
             if gap > 0:
+                for direction, rate in one.pcie.items():
+                    entry.pcie_bytes[direction] = entry.pcie_bytes.get(direction, 0.0) + rate * gap
+                    entry.pcie_seconds[direction] = entry.pcie_seconds.get(direction, 0.0) + gap
                 for reason in one.held:
                     entry.throttled[reason] = entry.throttled.get(reason, 0.0) + gap
                 if one.utilization is not None:
@@ -239,6 +246,7 @@ class _Seen:
     memory_total: float | None = None
     utilization: float | None = None
     traffic: dict[Traffic, float] = field(default_factory=dict)  # ("nvlink", "tx", "3") ->
+    pcie: dict[str, float] = field(default_factory=dict)  # direction -> bytes/s
 
 
 def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
@@ -256,6 +264,10 @@ def _seen_by_gpu(samples: Iterable[Sample]) -> dict[str, _Seen]:
         elif name in _GAUGES:
             seen = out.setdefault(dict(sample.labels).get("uuid", ""), _Seen())
             setattr(seen, _GAUGES[name], sample.value)
+        elif name == m.PCIE_THROUGHPUT:
+            labels = dict(sample.labels)
+            pcie = out.setdefault(labels.get("uuid", ""), _Seen()).pcie
+            pcie[labels.get("direction", "")] = sample.value
         elif name in _TRAFFIC:
             labels = dict(sample.labels)
             traffic = out.setdefault(labels.get("uuid", ""), _Seen()).traffic
@@ -270,5 +282,6 @@ _GAUGES = {
     m.MEMORY_TOTAL: "memory_total",
     m.UTILIZATION: "utilization",
 }
-# The byte counters whose rate over the job's time a report gives (summed over links).
-_TRAFFIC = {m.NVLINK_BYTES: "nvlink", m.PCIE_BYTES: "pcie"}
+# The byte counters whose rate over the job's time a report gives (summed over links). PCIe's
+# come from its throughput instead: drivers count its bytes in 32 bits (nvml/pcie.py).
+_TRAFFIC = {m.NVLINK_BYTES: "nvlink"}

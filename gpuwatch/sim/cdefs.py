@@ -236,6 +236,7 @@ SIGNATURES: dict[str, tuple[type, ...]] = {
     "nvmlDeviceGetRetiredPages": (P, U, P, P),
     "nvmlDeviceGetRetiredPagesPendingStatus": (P, P),
     "nvmlDeviceGetPcieReplayCounter": (P, P),
+    "nvmlDeviceGetPcieThroughput": (P, U, P),
     "nvmlDeviceGetNvLinkState": (P, U, P),
     "nvmlDeviceGetNvLinkErrorCounter": (P, U, U, P),
     "nvmlDeviceGetMigMode": (P, P, P),

@@ -51,6 +51,7 @@ _BASE = frozenset(
         "nvmlDeviceGetRetiredPages",
         "nvmlDeviceGetRetiredPagesPendingStatus",
         "nvmlDeviceGetPcieReplayCounter",
+        "nvmlDeviceGetPcieThroughput",
         "nvmlDeviceGetNvLinkState",
         "nvmlDeviceGetNvLinkErrorCounter",
         "nvmlDeviceGetMigMode",

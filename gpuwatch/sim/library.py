@@ -22,10 +22,11 @@ from gpuwatch.sim import cdefs as c
 from gpuwatch.sim.nvml_core import Device, put, put_text
 from gpuwatch.sim.nvml_devices import DeviceCalls
 from gpuwatch.sim.nvml_fabric import FabricCalls
+from gpuwatch.sim.nvml_pcie import PcieCalls
 from gpuwatch.sim.nvml_readings import ReadingCalls
 
 
-class SimulatedNvml(ReadingCalls, DeviceCalls, FabricCalls):
+class SimulatedNvml(ReadingCalls, DeviceCalls, FabricCalls, PcieCalls):
     """libnvidia-ml.so.1 over one simulated node. `install()` puts it under pynvml; its entry
     points are grouped by what they answer (nvml_readings.py, nvml_devices.py,
     nvml_fabric.py)."""

@@ -261,20 +261,31 @@ class SimGpu:
     def _traffic(self, t: float, dt: float) -> None:
         """NVLink data (KiB, per link) and PCIe bytes moved over `dt` seconds."""
         m = self.model
-        traffic = 0.0 if self.active("nccl_hang", t) else self.utilization(t)
+        traffic = self._traffic_share(t)
         link_rate = m.nvlink_speed_mbps * 1e6  # bytes/s, one direction
-        pcie_rate = pcie_bytes_per_s(m.pcie_generation, m.pcie_width)
-        share, staged = traffic * NVLINK_SHARE, 0.0
+        share = traffic * NVLINK_SHARE
         if self.active("p2p_disabled", t):
-            share, staged = 0.0, traffic * PCIE_STAGED
+            share = 0.0
         elif self.active("nvlink_saturated", t) and traffic > 0.05:
             share = NVLINK_SATURATED
         for link in range(m.nvlinks):
             self._tx[link] += share * link_rate / 1024 * dt
             self._rx[link] += share * link_rate / 1024 * dt * 0.98
+        tx, rx = self.pcie_rates(t)
+        self._pcie_tx += tx * dt
+        self._pcie_rx += rx * dt
+
+    def _traffic_share(self, t: float) -> float:
+        return 0.0 if self.active("nccl_hang", t) else self.utilization(t)
+
+    def pcie_rates(self, t: float) -> tuple[float, float]:
+        """PCIe bytes/s out and in at `t`: input batches, peer traffic staged via the host."""
+        m = self.model
+        traffic = self._traffic_share(t)
+        pcie_rate = pcie_bytes_per_s(m.pcie_generation, m.pcie_width)
+        staged = traffic * PCIE_STAGED if self.active("p2p_disabled", t) else 0.0
         input_rate = INPUT_PCIE_SHARE * traffic if self.node.scenario.workload == "training" else 0
-        self._pcie_rx += (staged + input_rate) * pcie_rate * dt
-        self._pcie_tx += (staged + input_rate * 0.1) * pcie_rate * dt
+        return (staged + input_rate * 0.1) * pcie_rate, (staged + input_rate) * pcie_rate
 
     def _read(self, t: float) -> Reading:
         m = self.model

@@ -1,5 +1,5 @@
-"""The simulated NVML library's calls that read a GPU: sensors, clocks, PCIe, field values, and
-the per-purpose calls older drivers offer where they lack a field id."""
+"""The simulated NVML library's calls that read a GPU: sensors, clocks, field values, and the
+per-purpose calls older drivers offer where they lack a field id (PCIe's: sim/nvml_pcie.py)."""
 
 from __future__ import annotations
 
@@ -177,22 +177,6 @@ class ReadingCalls(LibraryCore):
     # The same calls under their names before R535.
     nvmlDeviceGetSupportedClocksThrottleReasons = nvmlDeviceGetSupportedClocksEventReasons
     nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int, out: int) -> int:
-        gpu = self._whole_gpu(handle)
-        self._not_in_vgpu_guest()
-        put(ctypes.c_uint, out, gpu.model.pcie_generation)
-        return c.SUCCESS
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int, out: int) -> int:
-        gpu = self._whole_gpu(handle)
-        self._not_in_vgpu_guest()
-        put(ctypes.c_uint, out, gpu.model.pcie_width)
-        return c.SUCCESS
-
-    # The link trains to its maximum under load, which is all the simulator plays.
-    nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
-    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth
 
     # -- field values ------------------------------------------------------------------------
     def nvmlDeviceGetFieldValues(self, handle: int, count: int, values: int) -> int:

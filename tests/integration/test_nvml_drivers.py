@@ -515,49 +515,35 @@ def training_rule(name: str) -> str:
     return str(rule["expr"])
 
 
-class _WidePcieCounters(SimulatedNvml):
-    """A driver answering the PCIe byte counters in 64 bits. None has been seen to (an H200
-    on R580 answers them in 32: tests/fixtures/nvml); this one tries the rules that read them
-    as they would run where a driver does."""
-
-    def nvmlDeviceGetFieldValues(self, handle: int, count: int, values: int) -> int:
-        code = super().nvmlDeviceGetFieldValues(handle, count, values)
-        dev = self._device(handle)
-        for slot in (cdefs.FieldValue * count).from_address(values):
-            if slot.fieldId in (197, 198) and slot.nvmlReturn == cdefs.SUCCESS:
-                slot.valueType = cdefs.VALUE_TYPE_UNSIGNED_LONG_LONG
-                slot.value.ullVal = self._field(dev, slot.fieldId, slot.scopeId)
-        return code
-
-
 async def test_the_link_rules_name_a_saturated_nvlink_and_peer_traffic_over_pcie(
     node: Any,
 ) -> None:
     """Six minutes of GPU 0's collectives at the NVLink ceiling, GPU 1's staged through host
     memory, GPU 2 training as it should, read through pynvml: the training pack's link rules
-    name each GPU for what it does, and the healthy one for nothing. The PCIe rules need
-    byte counters a driver answers in 64 bits; with 32-bit ones they are silent."""
-    for kind, pcie in ((SimulatedNvml, False), (_WidePcieCounters, True)):
-        n = await node(LINKS, kind)
-        for _ in range(24):
-            samples = await n.sample(15.0)
-        assert values(samples, m.NVLINK_SPEED) == {(): 26562e6}  # nvidia-smi's 26.562 GB/s
-        evaluator = Evaluator(n.daemon.store)
-        found = {}
-        for name in ("GpuNvlinkSaturated", "GpuPcieSaturated", "GpuPeerTrafficOverPcie"):
-            vector = evaluator.eval(parse(training_rule(name)), n.clock.now())
-            found[name] = {dict(v.metric)["gpu"]: round(v.value, 2) for v in vector}
-        # Host-staged traffic at 70% of the link names the wrong link, not a full one (80%).
-        over_pcie = {"1": pytest.approx(0.67, abs=0.03)} if pcie else {}
-        assert found == {
-            "GpuNvlinkSaturated": {"0": 0.77},
-            "GpuPcieSaturated": {},
-            "GpuPeerTrafficOverPcie": over_pcie,
-        }
-        assert values(samples, m.PCIE_MAX_GENERATION) == {(): 5.0}
-        assert values(samples, m.PCIE_MAX_WIDTH) == {(): 16.0}
+    name each GPU for what it does, and the healthy one for nothing. PCIe traffic comes from
+    nvmlDeviceGetPcieThroughput, read in each GPU's lane apart from the cycle."""
+    n = await node(LINKS)
+    for _ in range(24):
+        samples = await n.sample(15.0)
+    assert values(samples, m.NVLINK_SPEED) == {(): 26562e6}  # nvidia-smi's 26.562 GB/s
+    evaluator = Evaluator(n.daemon.store)
+    found = {}
+    for name in ("GpuNvlinkSaturated", "GpuPcieSaturated", "GpuPeerTrafficOverPcie"):
+        vector = evaluator.eval(parse(training_rule(name)), n.clock.now())
+        found[name] = {dict(v.metric)["gpu"]: round(v.value, 2) for v in vector}
+    # Host-staged traffic at 70% of the link names the wrong link, not a full one (80%).
+    assert found == {
+        "GpuNvlinkSaturated": {"0": 0.77},
+        "GpuPcieSaturated": {},
+        "GpuPeerTrafficOverPcie": {"1": pytest.approx(0.67, abs=0.03)},
+    }
+    assert values(samples, m.PCIE_MAX_GENERATION) == {(): 5.0}
+    assert values(samples, m.PCIE_MAX_WIDTH) == {(): 16.0}
     # GPU 2: the input's copies one way (2% of the link's rate), NVLink busy as training is.
-    rx = evaluator.eval(parse('rate(gpuwatch_gpu_pcie_bytes_total{gpu="2"}[5m])'), n.clock.now())
+    rx = evaluator.eval(
+        parse('avg_over_time(gpuwatch_gpu_pcie_throughput_bytes_per_second{gpu="2"}[5m])'),
+        n.clock.now(),
+    )
     assert {dict(v.metric)["direction"]: v.value / 63e9 for v in rx} == {
         "rx": pytest.approx(0.02, abs=0.003),
         "tx": pytest.approx(0.002, abs=0.0005),
@@ -650,7 +636,8 @@ async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_rea
     node: Any,
 ) -> None:
     guest = await node("node: {gpus: 1, model: A100, virtualization: vgpu_guest}\n")
-    samples = await guest.sample()
+    for _ in range(3):  # PCIe throughput is read apart from the cycle, and comes after it
+        samples = await guest.sample()
     assert names(samples) >= ALWAYS | {m.UTILIZATION}
     assert not names(samples) & {
         m.TEMPERATURE,
@@ -659,6 +646,7 @@ async def test_a_vgpu_guest_and_a_gpu_without_ecc_leave_out_what_they_cannot_rea
         m.MEMORY_TEMPERATURE,
         m.NVLINK_LINK_UP,
         m.PCIE_REPLAYS,
+        m.PCIE_THROUGHPUT,
     }
     assert guest.node()["verdict"] == "healthy"
     no_ecc = await node("node: {gpus: 1, model: L4, ecc: false}\n")

@@ -25,6 +25,7 @@ from gpuwatch.nvml.opening import open_device
 from gpuwatch.nvml.source import RETRY_S, NvmlSource
 from gpuwatch.sim import cdefs
 from gpuwatch.sim.library import SimulatedNvml
+from gpuwatch.sim.reading import pcie_bytes_per_s
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.state.inventory import Inventory
 from tests.conftest import Simulate
@@ -52,6 +53,11 @@ def _two_gpus(tmp_path: Path, fault: str) -> str:
     path = tmp_path / "scenario.yaml"
     path.write_text(f"node: {{gpus: 2, model: H100}}\nfaults: [{fault}]\n")
     return str(path)
+
+
+def _slow_parts(batch: Any) -> list[str]:
+    """The slow tiers read this cycle, by part (PCIe throughput reads come on their own)."""
+    return [part for part, _ in batch.slow_read if part.startswith("slow/")]
 
 
 def _values(batch: Any, name: str) -> dict[str, float]:
@@ -351,7 +357,7 @@ async def test_the_slow_fields_are_read_once_a_second_by_each_gpu_in_turn(
     reads: list[list[str]] = []
     for cycle in range(31):
         batch = await source.collect()
-        reads.append([part for part, _ in batch.slow_read])
+        reads.append(_slow_parts(batch))
         assert len(_values(batch, m.TEMPERATURE)) == 8  # fast: every GPU, every cycle
         assert m.ECC_ERRORS not in {s.name for s in batch.samples}
         if cycle >= 10:  # after the first second, every GPU's slow fields are in every batch
@@ -391,12 +397,12 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
     source = NvmlSource(pynvml, clock, sampling, on_event)
     await source.start()
     first = await source.collect()
-    assert len(first.slow_read) == 8  # every GPU's at start; GPU 1's next turn is minutes away
+    assert len(_slow_parts(first)) == 8  # every GPU's at start; GPU 1's next turn is minutes away
     await asyncio.wait_for(ecc.wait(), 10.0)
     after = await source.collect()
     again = await source.collect()
     await source.stop()
-    assert [part for part, _ in after.slow_read] == ["slow/gpu1"]
+    assert _slow_parts(after) == ["slow/gpu1"]
     dbe = {
         dict(s.labels)["gpu"]: s.value
         for s in after.slow_samples
@@ -405,7 +411,7 @@ async def test_a_fault_event_reads_its_gpus_slow_fields_in_the_next_cycle(
         and ("scope", "volatile") in s.labels
     }
     assert dbe["1"] == 1.0
-    assert again.slow_read == []  # then back on its turn
+    assert _slow_parts(again) == []  # then back on its turn
 
 
 def _on_manual_clock(
@@ -479,7 +485,7 @@ async def test_at_the_defaults_each_gpu_reads_its_slow_tier_every_5s_in_turn(
         if cycle == 3:
             library.node.pids.append(os.getpid())  # a job starts on every GPU
         batch = await source.collect()
-        reads.append([part for part, _ in batch.slow_read])
+        reads.append(_slow_parts(batch))
         assert len(_values(batch, m.TEMPERATURE)) == 8  # fast: every GPU, every cycle
         processes = set(_values(batch, m.GPU_PROCESSES).values())
         assert processes == ({1.0} if cycle >= 3 else {0.0}), cycle
@@ -489,6 +495,43 @@ async def test_at_the_defaults_each_gpu_reads_its_slow_tier_every_5s_in_turn(
     per_gpu = collections.Counter(part for parts in reads[1:] for part in parts)
     assert per_gpu == {f"slow/gpu{i}": 2 for i in range(8)}  # then twice each in 10 s
     assert max(len(parts) for parts in reads[1:]) <= 2
+
+
+async def test_pcie_throughput_is_read_in_each_gpus_lane_on_its_turn_without_the_cycle(
+    simulate: Simulate,
+) -> None:
+    """nvmlDeviceGetPcieThroughput waits out a 20 ms window per direction. On a clock that
+    moves only between cycles, a cycle that waited for it would never end: the reads come back
+    in later cycles, each GPU's about once per slow interval, the GPUs in turn, and say what
+    each GPU moves: GPU 1's peer traffic staged through the host from 60 s, 70% of its link
+    each way; the others only their input, one way."""
+    clock = ManualClock()
+    library = simulate(load_scenario("p2p_disabled"), clock)
+    source = NvmlSource(pynvml, clock, SamplingConfig(), lambda _: None)
+    await source.start()
+    reads: list[list[str]] = []
+    for _ in range(90):
+        batch = await asyncio.wait_for(source.collect(), 30.0)  # a cycle that waited: hung
+        reads.append([part for part, _ in batch.slow_read if part.startswith("pcie/")])
+        clock.advance(1.0)
+        await asyncio.sleep(0.002)  # the reads' threads answer once the clock has moved
+    await source.stop()
+    per_gpu = collections.Counter(part for parts in reads[30:] for part in parts)
+    assert set(per_gpu) == {f"pcie/gpu{i}" for i in range(8)}
+    assert all(11 <= n <= 13 for n in per_gpu.values()), per_gpu  # 60 s at one per 5 s
+    assert max(len(parts) for parts in reads) <= 4  # never the node's all at once
+    rate = pcie_bytes_per_s(5, 16)
+    util = {i: library.node.gpus[i].utilization(clock.now()) for i in range(8)}
+    got = {
+        (dict(s.labels)["gpu"], dict(s.labels)["direction"]): s.value / rate
+        for s in batch.slow_samples
+        if s.name == m.PCIE_THROUGHPUT
+    }
+    assert len(got) == 16
+    assert got[("1", "tx")] == pytest.approx(0.7 * util[1], abs=0.05)
+    assert got[("1", "rx")] == pytest.approx(0.72 * util[1], abs=0.05)
+    assert got[("0", "rx")] == pytest.approx(0.02 * util[0], abs=0.005)
+    assert got[("0", "tx")] == pytest.approx(0.002 * util[0], abs=0.001)
 
 
 def test_a_kept_field_request_answers_as_pynvmls_own_call(simulate: Simulate) -> None:

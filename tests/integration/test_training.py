@@ -69,9 +69,8 @@ EXPECTED = {
     "input_bound": Expect("GpuStarved", 3600.0, {"gpu": "1"}, speed=4 * SPEED),
     # A 5-minute rate (full after 4.5 minutes of the fault), then `for: 10m`, once a minute.
     "nvlink_saturated": Expect("GpuNvlinkSaturated", 960.0, {"gpu": "1"}, 2 * SPEED),
-    # p2p_disabled raises nothing: its PCIe traffic shows only in byte counters that drivers
-    # answer in 32 bits, which gpuwatch leaves out (test_nvml_drivers tries the rule on a
-    # driver answering 64).
+    # PCIe throughput read every 5 s in 20 ms windows: the same 5-minute mean, `for: 10m`.
+    "p2p_disabled": Expect("GpuPeerTrafficOverPcie", 960.0, {"gpu": "1"}, 2 * SPEED),
 }
 
 

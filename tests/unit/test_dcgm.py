@@ -73,6 +73,10 @@ def test_l4_without_a_memory_sensor_has_no_memory_temperature() -> None:
     )
     # total = used + free + reserved, as NVML counts it: 0 + 22563 + 470 MiB
     assert values(reading, m.MEMORY_TOTAL) == {"0": (22563 + 470) * MIB}
+    pcie = {
+        dict(s.labels)["direction"]: s.value for s in reading.samples if s.name == m.PCIE_THROUGHPUT
+    }  # DCGM's profiling gauges, already bytes/s
+    assert pcie == {"tx": 112603, "rx": 17544}
 
 
 def test_an_8_gpu_nvlink_node_with_dcgm_4_6_names() -> None:

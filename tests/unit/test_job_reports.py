@@ -187,8 +187,9 @@ def test_the_report_has_each_gpus_peak_memory_and_how_busy_it_was(tmp_path: Path
 
 
 def test_the_report_has_each_gpus_link_traffic_over_the_jobs_time(tmp_path: Path) -> None:
-    """GPU 0's two NVLinks each send 10 GB/s and receive 9, its PCIe link receives 2 GB/s; the
-    report gives the mean over the job's time, summed over links; GPU 1 read once has none."""
+    """GPU 0's two NVLinks each send 10 GB/s and receive 9, its PCIe link receives 2 GB/s on
+    average; the report gives the mean over the job's time, summed over links. GPU 1's NVLink
+    counters read once give no rate; its one PCIe throughput read is its mean."""
     reports = JobReports(tmp_path, ManualClock(T0), lambda _: None)
     for i in range(6):
         t = T0 + 10 * i
@@ -198,17 +199,21 @@ def test_the_report_has_each_gpus_link_traffic_over_the_jobs_time(tmp_path: Path
             for direction, rate in (("tx", 10e9), ("rx", 9e9)):
                 series = (*labels, ("link", link), ("direction", direction))
                 cycle.slow.append([Sample(m.NVLINK_BYTES, series, rate * 10 * i)])
-        cycle.slow.append([Sample(m.PCIE_BYTES, (*labels, ("direction", "rx")), 2e9 * 10 * i)])
+        # PCIe throughput, 20 ms windows: 1 and 3 GB/s in turn, then 2.
+        window = 2e9 if i in (0, 5) else (1e9, 3e9)[i % 2]
+        cycle.slow.append([Sample(m.PCIE_THROUGHPUT, (*labels, ("direction", "rx")), window)])
         if i == 5:
             one = (("gpu", "1"), ("uuid", "GPU-1"), ("direction", "rx"))
-            cycle.slow.append([Sample(m.PCIE_BYTES, one, 5e9)])
+            cycle.slow.append([Sample(m.PCIE_THROUGHPUT, one, 5e9)])
+            cycle.slow.append([Sample(m.NVLINK_BYTES, (*one[:2], ("link", "0"), one[2]), 5e9)])
         reports.observe(t, cycle)
     report = reports.report("7")
     assert report is not None
     gpu0, gpu1 = report["gpus"]
     assert gpu0["nvlink_bytes_per_second"] == {"rx": 18e9, "tx": 20e9}
     assert gpu0["pcie_bytes_per_second"] == {"rx": 2e9}
-    assert gpu1["nvlink_bytes_per_second"] == gpu1["pcie_bytes_per_second"] == {}
+    assert gpu1["nvlink_bytes_per_second"] == {}
+    assert gpu1["pcie_bytes_per_second"] == {"rx": 5e9}
     assert text(report).splitlines()[1] == (
         "  GPU 0: nothing wrong (NVLink GB/s 20.0 out, 18.0 in, PCIe GB/s 2.0 in)"
     )

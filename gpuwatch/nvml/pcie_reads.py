@@ -1,0 +1,124 @@
+"""Each GPU's PCIe throughput, read in the GPU's lane on its own turn while the cycles go on.
+
+The read waits out two 20 ms windows in the driver (nvml/pcie.py): in the cycle's runner,
+which reads every GPU one after another, that would be 40 ms per GPU, 2.5 s a cycle at 64.
+So each GPU's read is started in its lane's own thread when its turn comes (GPU i of n i/n of
+the way into each slow interval, so that reads of many GPUs seldom meet in the driver), and
+the cycle that started it does not wait: what has come back joins the next batch as the GPU's
+part `pcie/gpuN`, stored on its own timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gpuwatch.model import GpuStatus, Sample
+from gpuwatch.nvml.caller import LaneStuckError, NvmlTimeoutError
+from gpuwatch.nvml.config import SamplingConfig
+from gpuwatch.nvml.device import DeviceReader
+from gpuwatch.nvml.errors import NvmlModule
+from gpuwatch.nvml.pcie import PcieThroughput
+from gpuwatch.nvml.watched import WatchedGpu
+
+log = logging.getLogger(__name__)
+
+# A read past this is abandoned, as any call, and its lane takes no call until it returns. It
+# is the cycle's reads that tell a hung GPU: this bound only keeps a read stuck in the driver
+# from holding its lane's thread uncounted. A starved host slows the read without anything
+# being stuck, which must not make its GPU unresponsive.
+DEADLINE_S = 600.0
+
+Part = tuple[str, list[Sample]]  # a batch part: its name, its samples ([]: gone)
+# The caller's `call`: fn() in a lane's thread, within a deadline (nvml/caller.py).
+LaneCall = Callable[[str, float, Callable[[], list[Sample]]], Awaitable[list[Sample]]]
+
+
+@dataclass
+class _Gpu:
+    reader: DeviceReader  # the GPU's reader it was made for: one opened again is another GPU
+    throughput: PcieThroughput
+    samples: list[Sample] | None = None  # the last read
+    next: float = 0.0  # when the next read is due
+    reading: bool = False
+
+
+class PcieReads:
+    def __init__(self, nvml: NvmlModule, call: LaneCall, sampling: SamplingConfig) -> None:
+        self._nvml = nvml
+        self._call = call
+        self._sampling = sampling
+        self._gpus: dict[int, _Gpu] = {}
+        self._back: list[Part] = []  # come back since the last cycle took them
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def taken(self) -> list[Part]:
+        """The reads that came back (and the parts dropped) since the last call."""
+        back, self._back = self._back, []
+        return back
+
+    def current(self, gpu: WatchedGpu) -> list[Sample] | None:
+        one = self._gpus.get(gpu.index)
+        return one.samples if one is not None and one.reader is gpu.reader else None
+
+    def start_due(self, gpu: WatchedGpu, now: float, count: int) -> None:
+        """Start the GPU's read if its turn has come; a read in flight is left to finish."""
+        reader = gpu.reader
+        if reader is None or gpu.status != GpuStatus.OK:
+            return
+        one = self._gpus.get(gpu.index)
+        if one is None or one.reader is not reader:
+            one = self._gpus[gpu.index] = _Gpu(
+                reader, PcieThroughput(self._nvml, reader.handle, gpu.info.labels, gpu.index)
+            )
+        if one.reading or not one.throughput.supported:
+            return
+        interval = self._sampling.interval
+        period = max(self._sampling.slow_interval, interval)
+        if one.next == 0.0:
+            one.next = now + period * gpu.index / count
+        if now < one.next - interval / 2:  # half an interval early: ticks jitter
+            return
+        one.next += period
+        if one.next < now:  # after a stall: start again from now
+            one.next = now + period
+        one.reading = True
+        task = asyncio.create_task(self._read(gpu, one))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read(self, gpu: WatchedGpu, one: _Gpu) -> None:
+        try:
+            samples = await self._call(gpu.lane, DEADLINE_S, one.throughput.read)
+        except (NvmlTimeoutError, LaneStuckError):
+            return  # counted with the lane's timeouts; the cycle's reads say what the GPU is
+        except Exception:  # a bug or an NVML surprise: this read only
+            log.exception("GPU %d: reading PCIe throughput failed", gpu.index)
+            return
+        finally:
+            one.reading = False
+        if gpu.reader is not one.reader or gpu.status != GpuStatus.OK:
+            return  # failed or opened again meanwhile: its part was dropped
+        if samples or one.samples is not None:
+            one.samples = samples or None
+            self._back.append((part(gpu), samples))
+
+    def drop(self, gpu: WatchedGpu, parts: list[Part]) -> None:
+        """Forget a failed GPU's last read, its part emptied in `parts`: its series go stale
+        at once."""
+        one = self._gpus.get(gpu.index)
+        if one is not None and one.samples is not None:
+            one.samples = None
+            parts.append((part(gpu), []))
+
+    async def stop(self) -> None:
+        """Stop waiting: a read in flight finishes in its lane's thread (40 ms) unwaited."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def part(gpu: WatchedGpu) -> str:
+    return f"pcie/gpu{gpu.index}"
