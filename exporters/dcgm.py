@@ -133,11 +133,11 @@ FIELDS: dict[str, Field] = {
     ),
     "DCGM_FI_DEV_PCIE_LINK_GEN": Field(m.PCIE_LINK_GENERATION),
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": Field(m.PCIE_LINK_WIDTH),
-    # Profiling gauges, bytes/s over DCGM's own interval (protocol headers included): the
-    # same series as NVML's 20 ms throughput windows, a steadier reading of it.
-    "DCGM_FI_PROF_PCIE_TX_BYTES": Field(m.PCIE_THROUGHPUT, labels=(("direction", "tx"),)),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": Field(m.PCIE_THROUGHPUT, labels=(("direction", "rx"),)),
 }
+# PCIe profiling gauges, bytes/s over DCGM's own interval (protocol headers included): the
+# series NVML's 20 ms throughput windows give, a steadier reading of it. Also passed through,
+# for dashboards on DCGM's names; under MIG each instance's own, none of them the GPU's.
+PCIE_PROFILING = {"DCGM_FI_PROF_PCIE_TX_BYTES": "tx", "DCGM_FI_PROF_PCIE_RX_BYTES": "rx"}
 # NVLink error counters, all links together (link="all") or one link each (per-link names
 # _COUNT_L<n> before DCGM 4.6, _L<n>_TOTAL after).
 _NVLINK_ERRORS = {
@@ -277,6 +277,11 @@ def read_dcgm(text: str) -> DcgmReading:
                     mapped[key] = 1.0 if int(value) & bit else 0.0
             elif name in RECOVERY_FIELDS:
                 recovery[uuid] = value
+            elif name in PCIE_PROFILING:
+                if not labels.get("GPU_I_ID"):
+                    direction = (("direction", PCIE_PROFILING[name]),)
+                    mapped.setdefault((m.PCIE_THROUGHPUT, (*base, *direction)), value)
+                passed.append(Sample(name, _passed(labels), value))
             elif name in RETIRED_PENDING_FIELDS:
                 mapped[(m.RETIRED_PAGES_PENDING, base)] = 1.0 if value > 0 else 0.0
             elif name in (FB_FREE, FB_RESERVED):

@@ -150,7 +150,7 @@ _DEFS = [
     MetricDef(
         PCIE_THROUGHPUT,
         "gauge",
-        "PCIe bytes/s the GPU sent and received over a 20 ms window, by direction.",
+        "PCIe bytes/s the GPU sent and received, by direction: NVML's 20 ms window or DCGM's.",
     ),
     MetricDef(PCIE_MAX_GENERATION, "gauge", "Highest PCIe generation the GPU and slot support."),
     MetricDef(PCIE_MAX_WIDTH, "gauge", "Widest PCIe link the GPU and slot support, in lanes."),

@@ -57,7 +57,9 @@ class NvmlCaller:
         self._cpu_wait = cpu_wait
         self._lock = threading.Lock()
         self._workers: dict[str, Worker] = {}
-        self._stuck: dict[str, Worker | Runner] = {}
+        # Each thread stuck in a call, with its lane: a lane can have two (the cycle's runner
+        # and the lane's own worker, reading PCIe throughput), each counted.
+        self._stuck: dict[Worker | Runner, str] = {}
         self._idle: list[Runner] = []
         self._closed = False
         self.timeouts: dict[str, int] = {}
@@ -161,7 +163,7 @@ class NvmlCaller:
         with self._lock:
             self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
             if not future.cancel() and runner is not None and runner.abandon(lane):
-                self._stuck[lane] = runner
+                self._stuck[runner] = lane
         log.warning("nvml call timed out lane=%s deadline=%.3gs: runner abandoned", lane, deadline)
         return NvmlTimeoutError(f"NVML call on {lane} took longer than {deadline:g}s")
 
@@ -177,10 +179,13 @@ class NvmlCaller:
     def _runner_done(self, runner: Runner) -> None:
         """A runner's relay is over (or it was abandoned, and its call has now returned)."""
         with self._lock:
-            lane = next((k for k, v in self._stuck.items() if v is runner), None)
-            if lane is not None:
-                del self._stuck[lane]
-            elif not runner.abandoned and not self._closed and len(self._idle) < IDLE_RUNNERS:
+            lane = self._stuck.pop(runner, None)
+            if (
+                lane is None
+                and not runner.abandoned
+                and not self._closed
+                and (len(self._idle) < IDLE_RUNNERS)
+            ):
                 self._idle.append(runner)
                 return
         if lane is not None:
@@ -193,7 +198,7 @@ class NvmlCaller:
             self._check_lane_locked(lane)
 
     def _check_lane_locked(self, lane: str) -> None:
-        if lane in self._stuck:
+        if lane in self._stuck.values():
             raise LaneStuckError(f"an earlier NVML call on {lane} is still stuck")
         if len(self._stuck) >= self._max_stuck:
             raise LaneStuckError(f"{len(self._stuck)} NVML calls are stuck; not starting another")
@@ -212,7 +217,7 @@ class NvmlCaller:
             self.timeouts[lane] = self.timeouts.get(lane, 0) + 1
             self._workers.pop(lane, None)
             if worker.abandon():
-                self._stuck[lane] = worker
+                self._stuck[worker] = lane
             else:
                 worker.stop()
         log.warning("nvml call timed out lane=%s deadline=%.3gs: worker abandoned", lane, deadline)
@@ -221,8 +226,7 @@ class NvmlCaller:
     def _freed_callback(self, lane: str) -> Callable[[Worker], None]:
         def freed(worker: Worker) -> None:
             with self._lock:
-                if self._stuck.get(lane) is worker:
-                    del self._stuck[lane]
+                self._stuck.pop(worker, None)
             log.info("nvml call on %s returned after its deadline; lane usable again", lane)
 
         return freed

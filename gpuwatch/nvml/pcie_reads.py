@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -25,11 +26,14 @@ from gpuwatch.nvml.watched import WatchedGpu
 
 log = logging.getLogger(__name__)
 
-# A read past this is abandoned, as any call, and its lane takes no call until it returns. It
-# is the cycle's reads that tell a hung GPU: this bound only keeps a read stuck in the driver
-# from holding its lane's thread uncounted. A starved host slows the read without anything
-# being stuck, which must not make its GPU unresponsive.
-DEADLINE_S = 600.0
+# A read past this is abandoned, as any NVML call: its lane takes no call until it returns, so
+# its GPU reads as unresponsive, as one whose any other call is stuck in the driver. Far past
+# the 40 ms it takes, and past what a starved host stretches the cycle's own calls to (four
+# deadlines more): a slow host alone does not make a GPU unresponsive through it.
+DEADLINE_S = 60.0
+# Each read comes this much of a period early or late, at random: a job whose step time
+# divides the period would otherwise be sampled at the same point of every step.
+JITTER = 0.2
 
 Part = tuple[str, list[Sample]]  # a batch part: its name, its samples ([]: gone)
 # The caller's `call`: fn() in a lane's thread, within a deadline (nvml/caller.py).
@@ -46,10 +50,13 @@ class _Gpu:
 
 
 class PcieReads:
-    def __init__(self, nvml: NvmlModule, call: LaneCall, sampling: SamplingConfig) -> None:
+    def __init__(
+        self, nvml: NvmlModule, call: LaneCall, sampling: SamplingConfig, seed: int = 0
+    ) -> None:
         self._nvml = nvml
         self._call = call
         self._sampling = sampling
+        self._random = random.Random(seed)
         self._gpus: dict[int, _Gpu] = {}
         self._back: list[Part] = []  # come back since the last cycle took them
         self._tasks: set[asyncio.Task[None]] = set()
@@ -81,7 +88,7 @@ class PcieReads:
             one.next = now + period * gpu.index / count
         if now < one.next - interval / 2:  # half an interval early: ticks jitter
             return
-        one.next += period
+        one.next += period * (1.0 + self._random.uniform(-JITTER, JITTER))
         if one.next < now:  # after a stall: start again from now
             one.next = now + period
         one.reading = True
@@ -109,9 +116,11 @@ class PcieReads:
         """Forget a failed GPU's last read, its part emptied in `parts`: its series go stale
         at once."""
         one = self._gpus.get(gpu.index)
+        name = part(gpu)
+        self._back = [p for p in self._back if p[0] != name]  # come back before it failed
         if one is not None and one.samples is not None:
             one.samples = None
-            parts.append((part(gpu), []))
+            parts.append((name, []))
 
     async def stop(self) -> None:
         """Stop waiting: a read in flight finishes in its lane's thread (40 ms) unwaited."""

@@ -77,6 +77,7 @@ def test_l4_without_a_memory_sensor_has_no_memory_temperature() -> None:
         dict(s.labels)["direction"]: s.value for s in reading.samples if s.name == m.PCIE_THROUGHPUT
     }  # DCGM's profiling gauges, already bytes/s
     assert pcie == {"tx": 112603, "rx": 17544}
+    assert {s.name for s in reading.samples} >= {"DCGM_FI_PROF_PCIE_TX_BYTES"}  # and passed
 
 
 def test_an_8_gpu_nvlink_node_with_dcgm_4_6_names() -> None:
@@ -161,3 +162,17 @@ def test_blank_and_not_supported_sentinels_are_absent() -> None:
 def test_text_that_is_not_the_format_is_refused() -> None:
     with pytest.raises(DcgmFormatError):
         read_dcgm('DCGM_FI_DEV_GPU_TEMP{gpu="0" 31\n')
+
+
+def test_pcie_profiling_under_mig_is_each_instances_and_only_passed_through() -> None:
+    """Under MIG, DCGM's PCIe profiling gauges come per GPU instance: neither instance's is
+    the GPU's traffic, so none becomes gpuwatch's series; both keep their DCGM names."""
+    labels = 'gpu="0",UUID="GPU-8f3c2b11-04d2-5e7a-9b21-6c0e7d3a4f58",GPU_I_PROFILE="3g.40gb"'
+    text = "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge\n" + "".join(
+        f'DCGM_FI_PROF_PCIE_TX_BYTES{{{labels},GPU_I_ID="{i}"}} {v}\n'
+        for i, v in ((1, 100), (2, 900))
+    )
+    reading = read_dcgm(text)
+    assert not [s for s in reading.samples if s.name == m.PCIE_THROUGHPUT]
+    passed = [s for s in reading.samples if s.name == "DCGM_FI_PROF_PCIE_TX_BYTES"]
+    assert sorted(s.value for s in passed) == [100, 900]
