@@ -211,6 +211,15 @@ class NvmlCaller:
                 worker = self._workers[lane] = Worker(f"nvml-{lane}", self._freed_callback(lane))
             return worker
 
+    def abandon(self, lane: str, waited: float) -> None:
+        """Give up on the call the lane's worker runs, for a caller that judges its own
+        deadline: the worker is abandoned as one past its deadline is, and the lane takes no
+        call until that call returns."""
+        with self._lock:
+            worker = self._workers.get(lane)
+        if worker is not None:
+            self._timed_out(lane, worker, waited)
+
     def _timed_out(self, lane: str, worker: Worker, deadline: float) -> NvmlTimeoutError:
         """Abandon the lane's worker, whose call is past its deadline."""
         with self._lock:

@@ -26,11 +26,14 @@ from gpuwatch.nvml.watched import WatchedGpu
 
 log = logging.getLogger(__name__)
 
-# A read past this is abandoned, as any NVML call: its lane takes no call until it returns, so
-# its GPU reads as unresponsive, as one whose any other call is stuck in the driver. Far past
-# the 40 ms it takes, and past what a starved host stretches the cycle's own calls to (four
-# deadlines more): a slow host alone does not make a GPU unresponsive through it.
+# A read in flight this long, and over as many cycles, is abandoned as a call past its deadline
+# is: its lane takes no call until it returns, so its GPU reads as unresponsive, as one whose
+# any other call is stuck in the driver. Far past the 40 ms it takes, and past what a starved
+# host stretches the cycle's own calls to: a slow host alone does not make a GPU unresponsive
+# through it. The cycles count too because time can pass in one step (a paused VM, a test's
+# clock) while nothing had the chance to run: the read is judged on what the cycles saw.
 DEADLINE_S = 60.0
+DEADLINE_CYCLES = 10
 # Each read comes this much of a period early or late, at random: a job whose step time
 # divides the period would otherwise be sampled at the same point of every step.
 JITTER = 0.2
@@ -38,6 +41,8 @@ JITTER = 0.2
 Part = tuple[str, list[Sample]]  # a batch part: its name, its samples ([]: gone)
 # The caller's `call`: fn() in a lane's thread, within a deadline (nvml/caller.py).
 LaneCall = Callable[[str, float, Callable[[], list[Sample]]], Awaitable[list[Sample]]]
+Abandon = Callable[[str, float], None]  # the caller's `abandon`: a lane's call given up on
+NO_DEADLINE_S = 1e9  # the lane call's own: the deadline is judged here, in cycles and time
 
 
 @dataclass
@@ -46,15 +51,23 @@ class _Gpu:
     throughput: PcieThroughput
     samples: list[Sample] | None = None  # the last read
     next: float = 0.0  # when the next read is due
-    reading: bool = False
+    reading: asyncio.Task[None] | None = None  # the read in flight
+    started: float = 0.0  # when it started
+    cycles: int = 0  # cycles it has been in flight
 
 
 class PcieReads:
     def __init__(
-        self, nvml: NvmlModule, call: LaneCall, sampling: SamplingConfig, seed: int = 0
+        self,
+        nvml: NvmlModule,
+        call: LaneCall,
+        abandon: Abandon,
+        sampling: SamplingConfig,
+        seed: int = 0,
     ) -> None:
         self._nvml = nvml
         self._call = call
+        self._abandon = abandon
         self._sampling = sampling
         self._random = random.Random(seed)
         self._gpus: dict[int, _Gpu] = {}
@@ -80,7 +93,10 @@ class PcieReads:
             one = self._gpus[gpu.index] = _Gpu(
                 reader, PcieThroughput(self._nvml, reader.handle, gpu.info.labels, gpu.index)
             )
-        if one.reading or not one.throughput.supported:
+        if one.reading is not None:
+            self._judge(gpu, one, now)
+            return
+        if not one.throughput.supported:
             return
         interval = self._sampling.interval
         period = max(self._sampling.slow_interval, interval)
@@ -91,21 +107,30 @@ class PcieReads:
         one.next += period * (1.0 + self._random.uniform(-JITTER, JITTER))
         if one.next < now:  # after a stall: start again from now
             one.next = now + period
-        one.reading = True
-        task = asyncio.create_task(self._read(gpu, one))
+        one.started, one.cycles = now, 0
+        one.reading = task = asyncio.create_task(self._read(gpu, one))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _judge(self, gpu: WatchedGpu, one: _Gpu, now: float) -> None:
+        """Give up on a read in flight past its deadline: stuck in the driver."""
+        one.cycles += 1
+        waited = now - one.started
+        if one.reading is None or one.cycles < DEADLINE_CYCLES or waited < DEADLINE_S:
+            return
+        self._abandon(gpu.lane, waited)
+        one.reading.cancel()
+
     async def _read(self, gpu: WatchedGpu, one: _Gpu) -> None:
         try:
-            samples = await self._call(gpu.lane, DEADLINE_S, one.throughput.read)
+            samples = await self._call(gpu.lane, NO_DEADLINE_S, one.throughput.read)
         except (NvmlTimeoutError, LaneStuckError):
             return  # counted with the lane's timeouts; the cycle's reads say what the GPU is
         except Exception:  # a bug or an NVML surprise: this read only
             log.exception("GPU %d: reading PCIe throughput failed", gpu.index)
             return
         finally:
-            one.reading = False
+            one.reading = None
         if gpu.reader is not one.reader or gpu.status != GpuStatus.OK:
             return  # failed or opened again meanwhile: its part was dropped
         if samples or one.samples is not None:

@@ -70,7 +70,7 @@ class NvmlSource:
         self._sampling = sampling
         self._on_event = on_event
         self._caller = NvmlCaller(clock, sampling.max_abandoned_workers, cpu_wait)
-        self._pcie = PcieReads(nvml, self._caller.call, sampling)
+        self._pcie = PcieReads(nvml, self._caller.call, self._caller.abandon, sampling)
         self._backend = BackendState(up=False, name="nvml", reason="NVML: not started")
         self._gpus: list[WatchedGpu] = []
         self._events = EventWaiter(nvml, self._event_from_thread, clock)

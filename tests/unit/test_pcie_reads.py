@@ -29,6 +29,10 @@ class Lane:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, asyncio.Future[list[Sample]]]] = []
+        self.abandoned: list[tuple[str, float]] = []
+
+    def abandon(self, lane: str, waited: float) -> None:
+        self.abandoned.append((lane, waited))
 
     async def __call__(
         self, lane: str, deadline: float, fn: Callable[[], list[Sample]]
@@ -57,7 +61,7 @@ async def test_a_read_back_in_the_cycle_its_gpu_fails_is_never_stored() -> None:
     """The read answers while the cycle waits on its reads, and the same cycle finds the
     GPU failed: the part is emptied, and the read does not come back in the next batch."""
     lane = Lane()
-    reads = PcieReads(pynvml, lane, SamplingConfig())
+    reads = PcieReads(pynvml, lane, lane.abandon, SamplingConfig())
     one = gpu(0)
     reads.start_due(one, 100.0, 1)
     await settle()
@@ -78,7 +82,7 @@ async def test_reads_come_in_turn_a_period_apart_give_or_take_the_jitter() -> No
     """Two GPUs, a 5 s period: GPU 1 starts half a period after GPU 0; each next read comes
     4-6 s after the last, never on a fixed grid, and never while one is in flight."""
     lane = Lane()
-    reads = PcieReads(pynvml, lane, SamplingConfig(interval=0.1, slow_interval=5.0))
+    reads = PcieReads(pynvml, lane, lane.abandon, SamplingConfig(interval=0.1, slow_interval=5.0))
     gpus = [gpu(0), gpu(1)]
     started: dict[int, list[float]] = {0: [], 1: []}
     t = 1000.0
@@ -112,7 +116,7 @@ async def test_a_read_that_fails_keeps_nothing_and_the_next_turn_reads_again(
     error: Exception,
 ) -> None:
     lane = Lane()
-    reads = PcieReads(pynvml, lane, SamplingConfig())
+    reads = PcieReads(pynvml, lane, lane.abandon, SamplingConfig())
     one = gpu(0)
     reads.start_due(one, 100.0, 1)
     await settle()
@@ -120,6 +124,30 @@ async def test_a_read_that_fails_keeps_nothing_and_the_next_turn_reads_again(
     await settle()
     assert reads.current(one) is None and reads.taken() == []
     reads.start_due(one, 110.0, 1)
+    await settle()
+    assert len(lane.calls) == 2
+    await reads.stop()
+
+
+async def test_a_read_in_flight_is_given_up_on_after_a_minute_and_ten_cycles() -> None:
+    """Stuck in the driver: past 60 s and 10 cycles, its lane's call is abandoned (the lane
+    then takes no call until it returns). Five minutes passing in one cycle (a paused VM)
+    is not enough: the read had no chance to run."""
+    lane = Lane()
+    reads = PcieReads(pynvml, lane, lane.abandon, SamplingConfig())
+    one = gpu(0)
+    reads.start_due(one, 100.0, 1)
+    await settle()
+    assert len(lane.calls) == 1
+    reads.start_due(one, 400.0, 1)  # 300 s in one step
+    assert lane.abandoned == []
+    for t in range(401, 409):  # nine cycles in all, 308 s
+        reads.start_due(one, float(t), 1)
+    assert lane.abandoned == []
+    reads.start_due(one, 409.0, 1)
+    await settle()
+    assert lane.abandoned == [("gpu0", 309.0)]
+    reads.start_due(one, 410.0, 1)  # the next turn asks again (the caller refuses a stuck lane)
     await settle()
     assert len(lane.calls) == 2
     await reads.stop()
