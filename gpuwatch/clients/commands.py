@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -16,6 +15,7 @@ from typing import Any
 
 from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.exits import EXIT_UNREACHABLE, ControlError, fail
+from gpuwatch.clients.plainhttp import HungUpError
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.health.line import health_line
 from gpuwatch.reports.text import text as report_text
@@ -41,7 +41,7 @@ def _control(
 
 def _why(exc: Exception) -> str:
     """Why a request to a daemon failed, in a word or two."""
-    if isinstance(exc, http.client.RemoteDisconnected):
+    if isinstance(exc, HungUpError):
         # What a TLS listener without a word for plain HTTP does (an older gpuwatch's).
         return f"{exc} (if the daemon has a web config with TLS, give an https:// URL)"
     if isinstance(exc, urllib.error.HTTPError) and exc.code == 400:

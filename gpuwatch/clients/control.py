@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.client import UnixHTTPConnection
 from gpuwatch.clients.exits import ControlError
+from gpuwatch.clients.plainhttp import NotHttpError, over_unix_socket
 from gpuwatch.state.paths import SOCKET_NAME, default_state_dir, socket_path
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
@@ -29,18 +29,19 @@ def request(
     path: Path, method: str, url: str, body: dict[str, Any] | None = None
 ) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON reply) of one request to the daemon's control socket."""
-    connection = UnixHTTPConnection(str(path), TIMEOUT_S)
+    payload = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"}
     try:
-        payload = json.dumps(body) if body is not None else None
-        connection.request(method, url, payload, headers={"Content-Type": "application/json"})
-        response = connection.getresponse()
+        response = over_unix_socket(
+            str(path), method, url, headers, body=payload, timeout=TIMEOUT_S
+        )
         reply = json.loads(response.read() or b"{}")
     except OSError as exc:
         raise ControlError(f"cannot reach the daemon on {path}: {_why(exc)}") from exc
+    except NotHttpError as exc:
+        raise ControlError(f"the daemon on {path} did not answer in HTTP: {exc}") from exc
     except ValueError as exc:
         raise ControlError(f"the daemon on {path} answered something that is not JSON") from exc
-    finally:
-        connection.close()
     return response.status, reply if isinstance(reply, dict) else {}
 
 

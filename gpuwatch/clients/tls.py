@@ -2,24 +2,24 @@
 listener's web config: https with the fleet's own CA (`--ca-file`), and basic auth from the
 URL's user:password@.
 
-One GET through http.client, not urllib.request: the commands run before every job and at
-every health-check interval, and urllib.request's import (its handlers, cookies, proxies,
-mimetypes) cost them about a fifth of their time. It keeps what urlopen did that a daemon's
-address can need (redirects, as a reverse proxy in front of the daemon sends; its errors,
-which the commands explain) and leaves out the rest: proxies from the environment
-(http_proxy, https_proxy) are not used, as the dashboard never used them, since a daemon is
-reached on the node's or the fleet's own network."""
+One GET, not urllib.request: the commands run before every job and at every health-check
+interval, and urllib.request's import (its handlers, cookies, proxies, mimetypes) cost them
+about a fifth of their time. An http:// URL is asked on a socket (clients/plainhttp.py);
+http.client and ssl, which cost another 20 ms to import, only for https. It keeps what urlopen
+did that a daemon's address can need (redirects, as a reverse proxy in front of the daemon
+sends; its errors, which the commands explain) and leaves out the rest: proxies from the
+environment (http_proxy, https_proxy) are not used, as the dashboard never used them, since a
+daemon is reached on the node's or the fleet's own network."""
 
 from __future__ import annotations
 
 import base64
-import http.client
-import ssl
 import urllib.error
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
 
 from gpuwatch import __version__
+from gpuwatch.clients import plainhttp
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10  # urllib's HTTPRedirectHandler's limits
@@ -28,8 +28,35 @@ LOOP = "The HTTP server returned a redirect error that would lead to an infinite
 USER_AGENT = f"gpuwatch/{__version__}"
 
 
+if TYPE_CHECKING:
+    import ssl
+    from types import TracebackType
+
+
+class Answer(Protocol):
+    """An answer to a GET, to read and close: http.client's, or plainhttp's."""
+
+    status: int
+    reason: str
+    msg: Any
+
+    def getheader(self, name: str) -> str | None: ...
+    def read(self, size: int = -1) -> bytes: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
+
+
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
     """The system's CAs, or only `ca_file`'s when given. Raises OSError or ssl.SSLError."""
+    import ssl
+
     return ssl.create_default_context(cafile=ca_file)
 
 
@@ -47,12 +74,12 @@ def host_and_port(parts: SplitResult) -> str:
     return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
 
 
-def open_url(url: str, ca_file: str | None, timeout: float) -> IO[bytes]:
+def open_url(url: str, ca_file: str | None, timeout: float) -> Answer:
     """The answer to a GET of `url`, to read and close, following redirects as urlopen does
     (at most MAX_REDIRECTS, a URL at most MAX_REPEATS times). urllib.error.HTTPError for an
     answer of 400 or more, or a redirect that goes nowhere; URLError (its `reason` the error)
     when the request could not be sent or the answer is not HTTP; what reading the answer
-    raised otherwise (RemoteDisconnected: a TLS listener hanging up on plain HTTP)."""
+    raised otherwise (plainhttp.HungUpError: a TLS listener hanging up on plain HTTP)."""
     seen: dict[str, int] = {}
     while True:
         response = _get(url, ca_file, timeout)
@@ -71,31 +98,42 @@ def open_url(url: str, ca_file: str | None, timeout: float) -> IO[bytes]:
         url = target
     if response.status >= 400:
         raise urllib.error.HTTPError(
-            redact(url), response.status, response.reason, response.msg, response
-        )
+            redact(url), response.status, response.reason, response.msg, cast(IO[bytes], response)
+        )  # HTTPError reads its body through read(): both answers have it
     return response
 
 
-def _get(url: str, ca_file: str | None, timeout: float) -> http.client.HTTPResponse:
-    """One GET and the head of its answer, on a connection of its own."""
+def _get(url: str, ca_file: str | None, timeout: float) -> Answer:
+    """One GET and its answer, on a connection of its own."""
     parts = urlsplit(url)
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT, "Connection": "close"}
     authorization = basic_auth(parts)
     if authorization is not None:
         headers["Authorization"] = authorization
-    connection: http.client.HTTPConnection
-    # The port always given: http.client reads a bare IPv6 address's last group as one.
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(
-            parts.hostname or "", parts.port or 443, timeout=timeout, context=tls_context(ca_file)
-        )
-    elif parts.scheme == "http":
-        connection = http.client.HTTPConnection(
-            parts.hostname or "", parts.port or 80, timeout=timeout
-        )
-    else:
-        raise urllib.error.URLError(f"unknown url type: {parts.scheme}")
     target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    if parts.scheme == "http":
+        try:
+            return plainhttp.get(parts.hostname or "", parts.port or 80, target, headers, timeout)
+        except plainhttp.NotHttpError as exc:
+            raise urllib.error.URLError(f"the answer is not HTTP ({exc})") from exc
+        except plainhttp.HungUpError:
+            raise
+        except OSError as exc:  # as urlopen: not sent, or no answer, URLError
+            raise urllib.error.URLError(exc) from exc
+    if parts.scheme == "https":
+        return _get_tls(parts, target, headers, ca_file, timeout)
+    raise urllib.error.URLError(f"unknown url type: {parts.scheme}")
+
+
+def _get_tls(
+    parts: SplitResult, target: str, headers: dict[str, str], ca_file: str | None, timeout: float
+) -> Answer:
+    import http.client
+
+    # The port always given: http.client reads a bare IPv6 address's last group as one.
+    connection = http.client.HTTPSConnection(
+        parts.hostname or "", parts.port or 443, timeout=timeout, context=tls_context(ca_file)
+    )
     try:
         connection.request("GET", target, headers=headers)
     except (OSError, http.client.HTTPException) as exc:  # as urlopen: not sent, URLError
@@ -103,9 +141,9 @@ def _get(url: str, ca_file: str | None, timeout: float) -> http.client.HTTPRespo
         raise urllib.error.URLError(exc) from exc
     try:
         return connection.getresponse()
-    except http.client.RemoteDisconnected:
+    except http.client.RemoteDisconnected as exc:
         connection.close()
-        raise
+        raise plainhttp.HungUpError(str(exc)) from exc
     except http.client.HTTPException as exc:  # not OSError: an answer that is not HTTP
         connection.close()
         raise urllib.error.URLError(f"the answer is not HTTP ({exc!r})") from exc

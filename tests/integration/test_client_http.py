@@ -9,6 +9,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -140,3 +141,84 @@ def test_an_ipv6_address_without_a_port_goes_to_port_80(
     assert main(["health", "http://[::1]"]) == 3
     assert dialed == [("::1", 80)]
     assert "Connection refused" in capsys.readouterr().out
+
+
+def _answer(body: bytes, *headers: str) -> bytes:
+    head = "\r\n".join(["HTTP/1.1 200 OK", "Content-Type: application/json", *headers])
+    return head.encode() + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _answer(json.dumps(NODE).encode(), f"Content-Length: {len(json.dumps(NODE))}"),
+        # chunked, as a proxy may re-frame it, with a chunk extension
+        _answer(
+            b"".join(
+                b"%x;ext=1\r\n%s\r\n" % (len(part), part)
+                for part in (json.dumps(NODE).encode()[:10], json.dumps(NODE).encode()[10:])
+            )
+            + b"0\r\n\r\n",
+            "Transfer-Encoding: chunked",
+        ),
+        _answer(json.dumps(NODE).encode()),  # neither: the body runs to the close
+    ],
+    ids=["content-length", "chunked", "to-close"],
+)
+def test_each_way_an_answer_can_be_framed_reads_the_same(
+    raw: tuple[str, list[bytes]], capsys: pytest.CaptureFixture[str], answer: bytes
+) -> None:
+    url, answers = raw
+    answers.append(answer)
+    assert main(["health", url]) == 0
+    assert capsys.readouterr().out == "healthy: 1 GPUs, nothing wrong\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (_answer(b"{}", "Content-Length: 99999999999"), "Content-Length '99999999999'"),
+        (_answer(b"zz\r\n", "Transfer-Encoding: chunked"), "chunk size b'zz'"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"a" * 70000, "no end of line within"),
+        (_answer(b'{"data": {"verd', "Content-Length: 40"), "closed the connection mid-answer"),
+    ],
+    ids=["huge-length", "bad-chunk", "endless-head", "cut-short"],
+)
+def test_a_malformed_answer_is_unreachable_with_why_never_a_traceback(
+    raw: tuple[str, list[bytes]], capsys: pytest.CaptureFixture[str], answer: bytes, said: str
+) -> None:
+    url, answers = raw
+    answers.append(answer)
+    assert main(["health", url]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith(f"unreachable: {url}: ") and said in out, out
+
+
+def test_an_answer_that_drips_in_is_cut_off_at_the_timeout() -> None:
+    """A byte a tenth of a second: each read is quick, the whole is not. The GET gives up
+    once its timeout has passed in all, not per read."""
+    from gpuwatch.clients.plainhttp import get
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 1000:
+                if stop.wait(0.1):
+                    return
+                conn.sendall(bytes([byte]))
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        get("127.0.0.1", listener.getsockname()[1], "/", {}, timeout=1.0)
+    assert time.monotonic() - started < 5.0
+    stop.set()
+    thread.join(5)
+    listener.close()

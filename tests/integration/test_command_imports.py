@@ -50,6 +50,14 @@ def test_a_command_that_asks_the_daemon_loads_none_of_the_daemons_libraries(comm
     assert heavy(loaded(RUNS[command])) == []
 
 
+@pytest.mark.parametrize("command", ["health", "health --local", "job-report", "events", "ack"])
+def test_a_plain_http_address_is_asked_without_http_client_ssl_or_email(command: str) -> None:
+    """Those cost 20 ms to import; an http:// daemon and the control socket are asked on a
+    socket."""
+    modules = loaded(RUNS[command])
+    assert not [m for m in modules if m.split(".")[0] in ("http", "ssl", "email")]
+
+
 def test_status_loads_rich_for_its_table_and_nothing_else_heavy() -> None:
     assert {m.split(".")[0] for m in heavy(loaded(["status", NOWHERE]))} <= {"rich"}
 
