@@ -1,5 +1,5 @@
-"""One GET over plain HTTP/1.1 on a socket: what the commands use to ask a daemon at an
-http:// address, most of them on the node itself.
+"""One request over plain HTTP/1.1 on a socket: what the commands use to ask a daemon at an
+http:// address (most of them on the node itself) or on its control socket.
 
 http.client imports the email package to parse headers, and ssl, whether or not the URL is
 https: 20 ms of the 65 a `gpuwatch health` took, in a command Slurm runs before every job and
