@@ -81,6 +81,15 @@ def test_the_text_format_is_prometheus_clients_byte_for_byte() -> None:
         registry.register(SnapshotCollector(rows))
         assert renderer.render(rows) == generate_latest(registry)
 
+    # A family whose values are as before but one of whose series has gone, then is back;
+    # one whose value is as before on another GPU.
+    moved = [(n, (("gpu", "1"), ("uuid", "GPU-b")) if n == m.TEMPERATURE else ls, v)
+             for n, ls, v in rows]  # fmt: skip
+    for kept in (rows[:1] + rows[2:], rows, moved):
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(kept))
+        assert renderer.render(kept) == generate_latest(registry)
+
     # Pushed metrics, described as such, in both writers alike.
     def describe(name: str) -> m.MetricDef | None:
         return m.pushed(name) if name.startswith("train_") else m.CATALOGUE.get(name)
