@@ -102,7 +102,7 @@ class TextRenderer:
         # values changed since the last render (the slow tier between reads, error counts at
         # 0, links up) is written as it was, after two list comparisons. At 64 GPUs most of
         # the 10k series are in such families between two scrapes.
-        self._families: dict[str, tuple[list[Labels], list[float], str]] = {}
+        self._families: dict[str, tuple[str, list[Labels], list[float], str]] = {}
         # (name, labels) -> ('name{...} ', the value last rendered, its line): in a family
         # that changed, a series that did not costs a lookup; formatting a float took half
         # a render.
@@ -121,18 +121,25 @@ class TextRenderer:
             kept.clear()
         out: list[str] = []
         for name, labels, values in sorted(families, key=_name):
+            # TYPE and HELP too: a pushed name's depend on the other names on the page.
+            kind, help_text = kind_and_help(self._describe, name)
+            head = f"# HELP {name} {_escape_help(help_text)}\n# TYPE {name} {kind}\n"
             before = kept.get(name)
-            if before is not None and _unchanged(before[0], before[1], labels, values):
-                out.append(before[2])
+            if (
+                before is not None
+                and before[0] == head
+                and _unchanged(before[1], before[2], labels, values)
+            ):
+                out.append(before[3])
                 continue
-            text = self._family(name, labels, values)
-            kept[name] = (labels, values, text)
+            text = head + self._family(name, labels, values)
+            kept[name] = (head, labels, values, text)
             out.append(text)
         return "".join(out).encode()
 
     def _family(self, name: str, labels: list[Labels], values: list[float]) -> str:
-        kind, help_text = kind_and_help(self._describe, name)
-        out = [f"# HELP {name} {_escape_help(help_text)}\n", f"# TYPE {name} {kind}\n"]
+        """A family's series lines."""
+        out: list[str] = []
         lines = self._lines
         for one, value in zip(labels, values, strict=True):
             key = (name, one)
@@ -161,9 +168,9 @@ def _unchanged(
     labels: list[Labels],
     values: list[float],
 ) -> bool:
-    """Whether a family renders as it did: the same series in the same order, each value
-    written alike (list equality misses only 0.0 against -0.0, checked apart; NaN equals
-    nothing, so a family holding one is written again)."""
+    """Whether a family's series render as they did: the same series in the same order, each
+    value written alike (list equality misses only 0.0 against -0.0, checked apart; a NaN
+    compares equal only as the same object, which writes the same "NaN")."""
     if values != values_before or labels != labels_before:
         return False
     if 0.0 not in values:

@@ -131,12 +131,16 @@ def _health(base: str, fetch: Callable[[], Any], limit: int | None = None) -> in
         print(one_line(line, limit))
 
     try:
-        node = fetch().get("data", {})
+        payload = fetch()
     except ControlError as exc:
         say(f"unreachable: {exc}")
         return EXIT_UNREACHABLE
     except (urllib.error.URLError, OSError, ValueError) as exc:
         say(f"unreachable: {base}: {_why(exc)}")
+        return EXIT_UNREACHABLE
+    node = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(node, dict):  # a proxy's page, another service: no verdict to read
+        say(f"unreachable: {base}: the answer is not a gpuwatch daemon's node")
         return EXIT_UNREACHABLE
     say(health_line(node, base))
     return HEALTH_EXIT.get(str(node.get("verdict")), EXIT_UNREACHABLE)
@@ -163,7 +167,7 @@ def _refusal(exc: urllib.error.HTTPError) -> str:
     """Why the daemon refused: the API's own error, else the HTTP status."""
     try:
         return str(json.load(exc).get("error", exc.reason))
-    except ValueError:  # not the API's JSON: a proxy, or the listener's basic auth
+    except (ValueError, AttributeError):  # not the API's JSON: a proxy, the listener's auth
         return f"HTTP {exc.code} {exc.reason}"
 
 
@@ -227,7 +231,8 @@ def cmd_silence(args: argparse.Namespace) -> int:
         }
         code, data = _control(args, "POST", "/api/v1/silences", body)
     elif args.silence_command == "expire":
-        code, data = _control(args, "DELETE", f"/api/v1/silence/{args.id}")
+        silence = urllib.parse.quote(args.id, safe="")
+        code, data = _control(args, "DELETE", f"/api/v1/silence/{silence}")
     else:
         code, data = _control(args, "GET", "/api/v1/silences")
     for s in data if isinstance(data, list) else [data] if data else []:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.clients.exits import ControlError
-from gpuwatch.clients.plainhttp import NotHttpError, over_unix_socket
+from gpuwatch.clients.plainhttp import NotHttpError, UnsendableError, over_unix_socket
 from gpuwatch.state.paths import SOCKET_NAME, default_state_dir, socket_path
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
@@ -40,6 +40,8 @@ def request(
         raise ControlError(f"cannot reach the daemon on {path}: {_why(exc)}") from exc
     except NotHttpError as exc:
         raise ControlError(f"the daemon on {path} did not answer in HTTP: {exc}") from exc
+    except UnsendableError as exc:
+        raise ControlError(f"cannot ask the daemon on {path}: {exc}") from exc
     except ValueError as exc:
         raise ControlError(f"the daemon on {path} answered something that is not JSON") from exc
     return response.status, reply if isinstance(reply, dict) else {}

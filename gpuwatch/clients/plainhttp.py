@@ -110,10 +110,11 @@ def get(host: str, port: int, target: str, headers: dict[str, str], timeout: flo
     """GET `target` from host:port, on a connection of its own, closed after the answer.
     OSError (TimeoutError among them) when it cannot be sent or the answer does not come in
     time; HungUpError when the server closes without answering; NotHttpError when the
-    answer is not HTTP."""
+    answer is not HTTP; UnsendableError when the request cannot be written as HTTP."""
+    deadline = time.monotonic() + timeout
+    request = _request(_host_header(host, port), "GET", target, headers, None)
     with socket.create_connection((host, port), timeout) as sock:
-        host_port = _host_header(host, port)
-        return exchange(sock, host_port, "GET", target, headers, body=None, timeout=timeout)
+        return exchange(sock, request, deadline)
 
 
 def over_unix_socket(
@@ -126,29 +127,43 @@ def over_unix_socket(
     timeout: float,
 ) -> Response:
     """One request on a unix socket (the daemon's control socket), as `get`."""
+    deadline = time.monotonic() + timeout
+    request = _request("localhost", method, target, headers, body)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
-        return exchange(sock, "localhost", method, target, headers, body=body, timeout=timeout)
+        return exchange(sock, request, deadline)
 
 
-def exchange(
-    sock: socket.socket,
-    host: str,
-    method: str,
-    target: str,
-    headers: dict[str, str],
-    *,
-    body: bytes | None,
-    timeout: float,
-) -> Response:
-    """Send one request on a connected socket and read its answer, within `timeout` in all."""
-    deadline = time.monotonic() + timeout
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: close"]
-    lines += [f"{name}: {value}" for name, value in headers.items() if name != "Connection"]
+class UnsendableError(ValueError):
+    """The request cannot be written as HTTP: a control character, a space or a character
+    outside ASCII in its target or a header (what would let a name or an id given on the
+    command line split one request into two)."""
+
+
+def _request(
+    host: str, method: str, target: str, headers: dict[str, str], body: bytes | None
+) -> bytes:
+    fields = {"Host": host, "Connection": "close", "Accept-Encoding": "identity"}
+    fields.update((k, v) for k, v in headers.items() if k not in fields)
     if body is not None:
-        lines.append(f"Content-Length: {len(body)}")
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        fields["Content-Length"] = str(len(body))
+    for part in (target, *fields, *fields.values()):
+        if not part.isascii() or any(c < " " or c == "\x7f" for c in part):
+            raise UnsendableError(f"{part[:60]!r} cannot be sent in an HTTP request")
+    if " " in target or not target.startswith("/"):
+        raise UnsendableError(f"{target[:60]!r} is not a path to ask for")
+    lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
+
+
+def exchange(sock: socket.socket, request: bytes, deadline: float) -> Response:
+    """Send a request on a connected socket and read its answer, by `deadline` in all."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the daemon's answer took longer than the timeout")
+    sock.settimeout(left)
+    sock.sendall(request)
     reader = _Reader(sock, deadline)
     reader.more()
     if reader.closed:
@@ -157,8 +172,12 @@ def exchange(
         reader.more()
     if not reader.buffer.startswith(b"HTTP/"):  # SSH's banner, a TLS alert...
         raise NotHttpError(f"it begins {reader.buffer[:40]!r}")
-    head = reader.until(b"\r\n\r\n", MAX_HEAD).decode("latin-1")
-    status, reason, fields = _head(head)
+    while True:
+        status, reason, fields = _head(reader)
+        if not 100 <= status < 200:
+            break  # an interim answer (100 Continue) goes before the real one
+    if status in (204, 304):  # no body, whatever the headers say
+        return Response(status, reason, fields, b"")
     return Response(status, reason, fields, _body(reader, fields))
 
 
@@ -166,18 +185,32 @@ def _host_header(host: str, port: int) -> str:
     return (f"[{host}]" if ":" in host else host) + f":{port}"
 
 
-def _head(head: str) -> tuple[int, str, dict[str, str]]:
-    status_line, *rest = head.split("\r\n")
+def _line(reader: _Reader, limit: int) -> str:
+    """One line of the head, its CRLF (or a bare LF, as http.client takes) off."""
+    return reader.until(b"\n", limit).removesuffix(b"\r").decode("latin-1")
+
+
+def _head(reader: _Reader) -> tuple[int, str, dict[str, str]]:
+    status_line = _line(reader, MAX_HEAD)
     version, _, after = status_line.partition(" ")
     code, _, reason = after.partition(" ")
-    if not version.startswith("HTTP/1.") or not (code.isdigit() and len(code) == 3):
+    if not version.startswith("HTTP/1.") or not (
+        len(code) == 3 and code.isascii() and code.isdigit() and 100 <= int(code) <= 599
+    ):
         raise NotHttpError(f"status line {status_line[:80]!r}")
     fields: dict[str, str] = {}
-    for line in rest:
+    size = len(status_line)
+    while line := _line(reader, MAX_HEAD):
+        size += len(line)
+        if size > MAX_HEAD:
+            raise NotHttpError(f"a head over {MAX_HEAD} bytes")
         name, colon, value = line.partition(":")
         if not colon:
             raise NotHttpError(f"header line {line[:80]!r}")
-        fields[name.strip().lower()] = value.strip()
+        key, value = name.strip().lower(), value.strip()
+        if key == "content-length" and fields.get(key, value) != value:
+            raise NotHttpError("two Content-Lengths that differ")
+        fields[key] = value
     return int(code), reason, fields
 
 
@@ -186,21 +219,24 @@ def _body(reader: _Reader, fields: dict[str, str]) -> bytes:
         parts: list[bytes] = []
         total = 0
         while True:
-            size_line = reader.until(b"\r\n", 1024).split(b";")[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise NotHttpError(f"chunk size {size_line[:20]!r}") from None
+            size_text = _line(reader, 1024).split(";")[0].strip()
+            if not size_text or len(size_text) > 16 or any(c not in HEX for c in size_text):
+                raise NotHttpError(f"chunk size {size_text[:20]!r}")
+            size = int(size_text, 16)
             total += size
             if total > MAX_BODY:
                 raise ValueError(f"the answer is over {MAX_BODY} bytes")
             if size == 0:
                 return b"".join(parts)
             parts.append(reader.exactly(size))
-            reader.exactly(2)  # the chunk's CRLF
+            if reader.exactly(2) != b"\r\n":
+                raise NotHttpError("a chunk longer than its size")
     length = fields.get("content-length")
     if length is not None:
-        if not length.isdigit() or int(length) > MAX_BODY:
+        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY:
             raise NotHttpError(f"Content-Length {length[:20]!r}")
         return reader.exactly(int(length))
     return reader.to_close()
+
+
+HEX = frozenset("0123456789abcdefABCDEF")

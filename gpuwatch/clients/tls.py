@@ -116,6 +116,8 @@ def _get(url: str, ca_file: str | None, timeout: float) -> Answer:
             return plainhttp.get(parts.hostname or "", parts.port or 80, target, headers, timeout)
         except plainhttp.NotHttpError as exc:
             raise urllib.error.URLError(f"the answer is not HTTP ({exc})") from exc
+        except plainhttp.UnsendableError as exc:
+            raise urllib.error.URLError(str(exc)) from exc
         except plainhttp.HungUpError:
             raise
         except OSError as exc:  # as urlopen: not sent, or no answer, URLError

@@ -178,7 +178,7 @@ def test_each_way_an_answer_can_be_framed_reads_the_same(
     ("answer", "said"),
     [
         (_answer(b"{}", "Content-Length: 99999999999"), "Content-Length '99999999999'"),
-        (_answer(b"zz\r\n", "Transfer-Encoding: chunked"), "chunk size b'zz'"),
+        (_answer(b"zz\r\n", "Transfer-Encoding: chunked"), "chunk size 'zz'"),
         (b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"a" * 70000, "no end of line within"),
         (_answer(b'{"data": {"verd', "Content-Length: 40"), "closed the connection mid-answer"),
     ],
@@ -222,3 +222,78 @@ def test_an_answer_that_drips_in_is_cut_off_at_the_timeout() -> None:
     stop.set()
     thread.join(5)
     listener.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "said"),
+    [
+        # an interim answer before the real one, as http.client skips it
+        (b"HTTP/1.1 100 Continue\r\n\r\n" + _answer(b'{"data": {"verdict": "healthy"}}'), 0, ""),
+        # bare LFs, which http.client takes
+        (b'HTTP/1.1 200 OK\nContent-Length: 32\n\n{"data": {"verdict": "healthy"}}', 0, ""),
+        (_answer(b"{}").replace(b"200 OK", b"000 OK"), 3, "status line"),
+        (_answer(b"{}", "Content-Length: 2", "Content-Length: 1"), 3, "two Content-Lengths"),
+        (_answer(b"-40\r\n" + b"a" * 100, "Transfer-Encoding: chunked"), 3, "chunk size '-40'"),
+        (_answer(b"2\r\n{}XX0\r\n\r\n", "Transfer-Encoding: chunked"), 3, "longer than its size"),
+        (_answer(b"[]", "Content-Length: 2"), 3, "not a gpuwatch daemon's node"),
+    ],
+    ids=["100-continue", "bare-lf", "status-000", "two-lengths", "negative-chunk",
+         "overlong-chunk", "a-list"],
+)  # fmt: skip
+def test_answers_http_client_took_or_refused_are_taken_or_refused_alike(
+    raw: tuple[str, list[bytes]],
+    capsys: pytest.CaptureFixture[str],
+    answer: bytes,
+    status: int,
+    said: str,
+) -> None:
+    url, answers = raw
+    answers.append(answer)
+    assert main(["health", url]) == status
+    out = capsys.readouterr().out
+    assert said in out, out
+
+
+def test_a_no_content_answer_on_a_connection_left_open_does_not_wait_for_the_close() -> None:
+    from gpuwatch.clients.plainhttp import get
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    done = threading.Event()
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+            done.wait(10)  # open until the test ends
+
+    threading.Thread(target=answer, daemon=True).start()
+    started = time.monotonic()
+    response = get("127.0.0.1", listener.getsockname()[1], "/", {}, timeout=5.0)
+    assert (response.status, response.read()) == (204, b"")
+    assert time.monotonic() - started < 4.0
+    done.set()
+    listener.close()
+
+
+@pytest.mark.parametrize(
+    "target", ["/api/v1/silence/x HTTP/1.1\r\nHost: x\r\n\r\nDELETE /y", "/a b", "/é", "/a\x0bb"]
+)
+def test_a_request_that_would_split_or_bend_is_never_sent(target: str) -> None:
+    """A silence id or a redirect's Location with a line break, a space or a control
+    character would make one request two: refused before anything is written."""
+    from gpuwatch.clients.plainhttp import UnsendableError, _request
+
+    with pytest.raises(UnsendableError):
+        _request("localhost", "DELETE", target, {}, None)
+
+
+def test_a_redirect_to_a_path_that_cannot_be_sent_is_unreachable(
+    raw: tuple[str, list[bytes]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, answers = raw
+    answers.append(b"HTTP/1.1 302 Found\r\nLocation: /a b\x0bc\r\nContent-Length: 0\r\n\r\n")
+    assert main(["health", url]) == 3
+    assert "cannot be sent in an HTTP request" in capsys.readouterr().out

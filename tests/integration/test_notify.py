@@ -190,6 +190,12 @@ faults:
 """
 
 
+def _silences(state: str) -> list[str]:
+    code, out, err = gpuwatch("silence", "list", "--state-dir", state)
+    assert code == 0, err
+    return out.splitlines()
+
+
 def test_a_silence_stops_the_matching_notifications_and_nothing_else(
     tmp_path: Path, services: Any
 ) -> None:
@@ -236,6 +242,13 @@ def test_a_silence_stops_the_matching_notifications_and_nothing_else(
         assert wait_for(lambda: notified() == {"1", "2"})
         code, _, err = gpuwatch("silence", "expire", "no-such-id", "--state-dir", state)
         assert code == 1 and "no silence 'no-such-id'" in err
+        # An id that would smuggle a second request naming another silence expires nothing.
+        code, _, err = gpuwatch("silence", "add", "gpu=3", "--state-dir", state)
+        other = next(line.split()[0] for line in _silences(state) if 'gpu="3"' in line)
+        smuggled = f"nope HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/silence/{other}"
+        code, _, err = gpuwatch("silence", "expire", smuggled, "--state-dir", state)
+        assert code == 1
+        assert f"{other}  active" in "\n".join(_silences(state))
         code, _, err = gpuwatch("silence", "add", "gpu=", "--state-dir", state)
         assert code == 0  # an empty value is a valid matcher: gpu label absent or empty
         code, _, err = gpuwatch("silence", "add", "gpu=~(", "--state-dir", state)

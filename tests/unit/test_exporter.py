@@ -129,3 +129,24 @@ def test_pushed_names_are_typed_so_both_formats_parse() -> None:
         ("requests_total", "unknown"),
         ("tokens", "counter"),
     ]
+
+
+def test_a_familys_type_follows_what_describes_it_even_when_its_values_stand() -> None:
+    """A pushed name's TYPE depends on the other names on the page (train_steps_total is a
+    counter until train_steps appears): the text written last time is not reused then."""
+    from gpuwatch.exporters.prometheus import SnapshotCollector, TextRenderer
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    counter = [True]
+
+    def describe(name: str) -> m.MetricDef | None:
+        return m.MetricDef(name, "counter" if counter[0] else "untyped", "steps")
+
+    rows = [("train_steps_total", (("job", "a"),), 7.0)]
+    renderer = TextRenderer(describe)
+    for counting in (True, False, True):
+        counter[0] = counting
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(rows, describe))
+        assert renderer.render(rows) == generate_latest(registry)
