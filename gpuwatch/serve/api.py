@@ -88,7 +88,9 @@ class Api:
     def _on_page(self, name: str) -> bool:
         """A metric of that name is on /metrics: pushed, the daemon's own, or recorded."""
         pushed_names = self.options.jobs.pushed.names
-        return name in pushed_names or name in CATALOGUE or bool(self.options.store.select(name))
+        # Asked from the render's thread: a lookup, not an iteration of a family that the
+        # event loop may be adding to.
+        return name in pushed_names or name in CATALOGUE or self.options.store.has(name)
 
     def app(self, guard: WebGuard | None = None) -> web.Application:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""

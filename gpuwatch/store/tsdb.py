@@ -114,6 +114,11 @@ class Store:
             self._series = dict(self._series)
             self._by_name = {name: dict(family) for name, family in self._by_name.items()}
 
+    def has(self, name: str) -> bool:
+        """Whether a series of that name is held: one dict lookup, safe from another thread
+        while the event loop ingests (select's iteration is not)."""
+        return name in self._by_name
+
     def select(
         self, name: str | None, match: Callable[[Series], bool] | None = None
     ) -> list[Series]:
