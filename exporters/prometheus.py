@@ -216,7 +216,7 @@ class MetricsRenderer:
             values.append(s.last_value)
         return out
 
-    def render_rows(self, families: list[Family], openmetrics: bool) -> bytes:
+    def render_snapshot(self, families: list[Family], openmetrics: bool) -> bytes:
         if not openmetrics:
             return self._text.render_families(families)
         rows = [
@@ -233,8 +233,8 @@ class MetricsRenderer:
             generation = self._store.generation
             cached = self._cache.get(openmetrics)
             if cached is None or cached.generation != generation:
-                rows = self.snapshot()
-                body = await asyncio.to_thread(self.render_rows, rows, openmetrics)
+                families = self.snapshot()
+                body = await asyncio.to_thread(self.render_snapshot, families, openmetrics)
                 cached = self._cache[openmetrics] = _Rendered(generation, body)
             if not gzipped:
                 return cached.body

@@ -180,12 +180,8 @@ class NvmlCaller:
         """A runner's relay is over (or it was abandoned, and its call has now returned)."""
         with self._lock:
             lane = self._stuck.pop(runner, None)
-            if (
-                lane is None
-                and not runner.abandoned
-                and not self._closed
-                and (len(self._idle) < IDLE_RUNNERS)
-            ):
+            idle = not runner.abandoned and not self._closed and len(self._idle) < IDLE_RUNNERS
+            if lane is None and idle:
                 self._idle.append(runner)
                 return
         if lane is not None:

@@ -7,7 +7,7 @@ no two reads a cycle apart can say how much went by (gpuwatch.nvml.fields drops 
 nvmlDeviceGetPcieThroughput answers in KB/s what a byte counter moved over a 20 ms window
 (nvml.h); the call waits out that window, 21 ms a call measured on the H200. Two calls (each
 direction) hold a thread for 40 ms, so they never run in the cycle's runner, which reads every
-GPU one after another; each GPU's lane reads its own, on its own turn (nvml/source.py).
+GPU one after another; each GPU's lane reads its own, on its own turn (nvml/pcie_reads.py).
 
 A 20 ms window is a sample of the traffic, not its mean; taken every few seconds at moments
 unrelated to the job's steps, the samples' average over minutes is the traffic's mean, which

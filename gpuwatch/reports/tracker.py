@@ -7,10 +7,9 @@ clock-event reason held the clocks down, the peak of the memory in use, how busy
 average and how long it was busy under half the time (a job waiting on its input), the NVLink
 bytes it moved and its mean PCIe throughput, the checkpoints the job said it wrote
 (`train_checkpoints_total`, from gpuwatch.client's checkpointed(), on the GPU the push was
-attributed to), and the
-events that came while the job was on the GPU: XIDs, ECC and memory-retirement events, a lost
-GPU, and alerts (an alert a job's own metrics raise, TrainingLossNaN say, names the GPU the
-kernel says its sender holds: push/attribution.py).
+attributed to), and the events that came while the job was on the GPU: XIDs, ECC and
+memory-retirement events, a lost GPU, and alerts (an alert a job's own metrics raise,
+TrainingLossNaN say, names the GPU the kernel says its sender holds: push/attribution.py).
 A job whose processes have left every GPU for `ENDED_AFTER_S` has ended: its report is
 written then (again, whole, if the job comes back: a new step, a restarted rank);
 `report(job_id)` gives one at any time (Slurm's Epilog asks as the job ends).
