@@ -28,7 +28,7 @@ from pathlib import Path
 
 # What `gpuwatch run` imports, in the order the command line loads it.
 IMPORTS = (
-    "json", "logging", "asyncio", "uvloop", "yaml", "aiohttp", "aiohttp.web", "pynvml",
+    "json", "logging", "asyncio", "uvloop", "yaml", "httptools", "gpuwatch.web.server", "pynvml",
     "gpuwatch.model", "gpuwatch.metrics", "gpuwatch.store.tsdb", "gpuwatch.promql.evaluator",
     "gpuwatch.rules.engine", "gpuwatch.notify.notifier", "gpuwatch.nvml.source",
     "gpuwatch.kernel.watcher", "gpuwatch.exporters.prometheus", "gpuwatch.config",

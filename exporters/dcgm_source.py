@@ -14,13 +14,10 @@ series (gpuwatch.exporters.dcgm maps them), GPU states and XID events.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import replace
 
-import aiohttp
 from gpuwatch.exporters.dcgm import DcgmFormatError, DcgmGpu, DcgmReading, read_dcgm
 
 from gpuwatch import __version__
@@ -31,6 +28,7 @@ from gpuwatch.host.processes import with_jobs
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import BackendState, Batch, Event, GpuInfo, GpuState, GpuStatus, Sample
 from gpuwatch.state.inventory import Inventory, missing_samples
+from gpuwatch.web.fetch import CannotConnectError, fetch
 from gpuwatch.xid.known import xid_event_text
 
 log = logging.getLogger(__name__)
@@ -55,7 +53,6 @@ class DcgmSource:
         self._on_event = on_event
         self._inventory = inventory
         self._backend = BackendState(up=False, name="dcgm", reason="dcgm-exporter: not scraped yet")
-        self._session: aiohttp.ClientSession | None = None
         self._known: dict[str, GpuInfo] = {}  # every GPU seen since start, by UUID
         self._lost: set[str] = set()
         self._xids: dict[str, int] = {}  # the last XID code seen per GPU
@@ -65,15 +62,10 @@ class DcgmSource:
         return self._backend
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._timeout),
-            raise_for_status=False,
-            headers={"User-Agent": f"gpuwatch/{__version__}"},
-        )
+        pass  # each scrape is a connection of its own
 
     async def stop(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        pass
 
     async def collect(self) -> Batch:
         now = self._clock.now()
@@ -98,18 +90,13 @@ class DcgmSource:
         return Batch(self.name, self._clock.now(), samples, self._backend, states)
 
     async def _scrape(self) -> str:
-        assert self._session is not None, "start() first"
-        async with self._session.get(self._url, headers={"Accept": "text/plain"}) as response:
-            if response.status != 200:
-                raise _HttpError(f"HTTP {response.status} {response.reason or ''}".strip())
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.content.iter_any():  # to the end, however it arrives
-                size += len(chunk)
-                if size > MAX_BODY:
-                    raise _HttpError(f"the answer is larger than {MAX_BODY // 2**20} MiB")
-                chunks.append(chunk)
-            return b"".join(chunks).decode("utf-8", errors="replace")
+        headers = {"Accept": "text/plain", "User-Agent": f"gpuwatch/{__version__}"}
+        answer = await fetch("GET", self._url, headers=headers, timeout=self._timeout)
+        if answer.status != 200:
+            raise _HttpError(f"HTTP {answer.status} {answer.reason}".strip())
+        if len(answer.body) > MAX_BODY:
+            raise _HttpError(f"the answer is larger than {MAX_BODY // 2**20} MiB")
+        return answer.body.decode("utf-8", errors="replace")
 
     def _down(self, now: float, reason: str) -> Batch:
         reason = f"dcgm-exporter {self._url}: {reason}"
@@ -183,17 +170,15 @@ class _HttpError(Exception):
     pass
 
 
-# asyncio.TimeoutError: what aiohttp's timeout raises on 3.10, where it is not the builtin.
-SCRAPE_FAILURES = (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, OSError,
-                   DcgmFormatError, _HttpError)  # fmt: skip
+# ValueError: an answer that is not HTTP, or over plainhttp's limit.
+SCRAPE_FAILURES = (TimeoutError, OSError, ValueError, DcgmFormatError, _HttpError)
 
 
 def _why(exc: BaseException) -> str:
     if isinstance(exc, TIMEOUT_ERRORS):
         return "no answer in time"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        return f"cannot connect ({os.strerror(error.errno) if error.errno else error})"
+    if isinstance(exc, CannotConnectError):
+        return f"cannot connect ({exc.why})"
     if isinstance(exc, DcgmFormatError):
         return f"not Prometheus text format: {exc}"
     return str(exc) or type(exc).__name__

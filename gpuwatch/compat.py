@@ -41,8 +41,8 @@ else:  # pragma: no cover - run by the 3.10 unit tests
         return _builtin_timeout(async_timeout.timeout_at(when))
 
 
-# What a timeout raises, in an `except`: on 3.10 asyncio's TimeoutError (which aiohttp's
-# ClientTimeout raises) is not the builtin one; from 3.11 they are the same class.
+# What a timeout raises, in an `except`: on 3.10 asyncio's TimeoutError (which wait_for
+# raises) is not the builtin one; from 3.11 they are the same class.
 TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
 
 __all__ = ["TIMEOUT_ERRORS", "StrEnum", "timeout", "timeout_at"]

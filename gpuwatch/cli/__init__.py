@@ -2,7 +2,7 @@
 
 Only what a command needs is imported, once it is known which: `gpuwatch health` runs before
 every job (Slurm's prolog) and at every health-check interval, and a daemon's imports
-(aiohttp, the rules engine, the simulator) would cost it most of its time.
+(the HTTP server, the rules engine, the simulator) would cost it most of its time.
 """
 
 from __future__ import annotations

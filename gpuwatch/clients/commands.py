@@ -15,11 +15,11 @@ from typing import Any
 
 from gpuwatch.clients.address import daemon_url
 from gpuwatch.clients.exits import EXIT_UNREACHABLE, ControlError, fail
-from gpuwatch.clients.plainhttp import HungUpError
 from gpuwatch.clients.tls import open_url, redact
 from gpuwatch.health.line import health_line
 from gpuwatch.reports.text import text as report_text
 from gpuwatch.text.printable import one_line, printable, printable_json
+from gpuwatch.web.plainhttp import HungUpError
 
 
 def _control(

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.clients.exits import ControlError
-from gpuwatch.clients.plainhttp import NotHttpError, UnsendableError, over_unix_socket
 from gpuwatch.state.paths import SOCKET_NAME, default_state_dir, socket_path
+from gpuwatch.web.plainhttp import NotHttpError, UnsendableError, over_unix_socket
 
 SYSTEMD_SOCKET = Path("/run/gpuwatch") / SOCKET_NAME  # RuntimeDirectory=gpuwatch
 TIMEOUT_S = 10.0

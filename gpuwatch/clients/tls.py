@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
 
 from gpuwatch import __version__
-from gpuwatch.clients import plainhttp
+from gpuwatch.web import plainhttp
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10  # urllib's HTTPRedirectHandler's limits

@@ -15,8 +15,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import aiohttp
-
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock
 from gpuwatch.cloud.notices import (
@@ -29,6 +27,7 @@ from gpuwatch.cloud.notices import (
 from gpuwatch.compat import TIMEOUT_ERRORS
 from gpuwatch.model import Event, Sample
 from gpuwatch.text.timefmt import rfc3339
+from gpuwatch.web.fetch import fetch
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,8 @@ class MetadataError(Exception):
 FAILURES: tuple[type[Exception], ...] = (
     MetadataError,
     NoticeError,
-    aiohttp.ClientError,
+    OSError,  # no connection, or none kept (TimeoutError is one)
+    ValueError,  # an answer that is not HTTP
     *TIMEOUT_ERRORS,
 )
 
@@ -77,7 +77,6 @@ class CloudNotices:
         self._first_seen: dict[str, float] = {}  # GCP: when each notice was first read
         self._token: tuple[str, float] | None = None  # AWS: (token, when to renew it)
         self._vm_name: str | None = None  # Azure: the VM's own name, asked once
-        self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -86,16 +85,13 @@ class CloudNotices:
         log.info("asking %s's metadata service at %s for notices", self.provider, self.address)
 
     async def open(self) -> None:
-        """The HTTP session, for `poll` (start runs polls on its own; a test calls them)."""
-        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-        self._session = aiohttp.ClientSession(timeout=timeout, trust_env=False)
+        """Ready for `poll` (start runs polls on its own; a test calls them). Each ask is a
+        connection of its own: nothing to open."""
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.wait([self._task])  # its end, whatever it ended with
-        if self._session is not None:
-            await self._session.close()
 
     async def read(self) -> list[Sample]:
         now = self._clock.now()
@@ -215,20 +211,13 @@ class CloudNotices:
     async def _get(
         self, path: str, headers: dict[str, str], method: str = "GET"
     ) -> tuple[int, bytes]:
-        assert self._session is not None
-        url = self.address + path
-        async with self._session.request(
-            method, url, headers=headers, allow_redirects=False
-        ) as response:
-            body = b""
-            while len(body) <= MAX_BODY_BYTES:  # to its end, however it comes in pieces
-                piece = await response.content.read(MAX_BODY_BYTES + 1 - len(body))
-                if not piece:
-                    break
-                body += piece
-            if len(body) > MAX_BODY_BYTES:
-                raise MetadataError(f"{path}: answer over {MAX_BODY_BYTES} bytes")
-            # GCP's server says it is one; anything else at that address is not to be believed.
-            if self.provider == "gcp" and response.headers.get("Metadata-Flavor") != "Google":
-                raise MetadataError(f"{path}: no Metadata-Flavor: Google in the answer")
-            return response.status, body
+        # No proxy, never a redirect followed: the service is the link-local address itself.
+        answer = await fetch(
+            method, self.address + path, headers=headers, timeout=REQUEST_TIMEOUT_S
+        )
+        if len(answer.body) > MAX_BODY_BYTES:
+            raise MetadataError(f"{path}: answer over {MAX_BODY_BYTES} bytes")
+        # GCP's server says it is one; anything else at that address is not to be believed.
+        if self.provider == "gcp" and answer.headers.get("metadata-flavor") != "Google":
+            raise MetadataError(f"{path}: no Metadata-Flavor: Google in the answer")
+        return answer.status, answer.body

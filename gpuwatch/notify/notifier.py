@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
-
 from gpuwatch import __version__
 from gpuwatch import metrics as m
 from gpuwatch.clock import Clock, wait_event
@@ -63,7 +61,6 @@ class Notifier:
         self._configure(config)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
 
     def _configure(self, config: NotifyConfig) -> None:
         """Routes, groups and one sender per receiver, over the outbox that stays."""
@@ -96,13 +93,10 @@ class Notifier:
 
     async def start(self) -> None:
         # Named as receivers' logs and proxies should see it, not as the HTTP library.
-        self._session = aiohttp.ClientSession(headers={"User-Agent": USER_AGENT})
+        headers = {"User-Agent": USER_AGENT}
         for sender in self.senders.values():
-            self._tasks.append(
-                asyncio.create_task(
-                    sender.run(self._session), name=f"notify-{sender.receiver.name}"
-                )
-            )
+            name = f"notify-{sender.receiver.name}"
+            self._tasks.append(asyncio.create_task(sender.run(headers), name=name))
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="notify-groups"))
         pending = sum(self.db.pending().values())
         if pending:
@@ -115,9 +109,6 @@ class Notifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     async def stop(self) -> None:
         await self._halt()

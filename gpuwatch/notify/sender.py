@@ -24,13 +24,13 @@ import sqlite3
 import time
 from collections import Counter
 
-import aiohttp
-
 from gpuwatch.clock import Clock, wait_event
 from gpuwatch.compat import TIMEOUT_ERRORS
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.notify.config import ReceiverConfig
 from gpuwatch.notify.db import NotifyDb, Pending
+from gpuwatch.web.fetch import CannotConnectError, fetch
+from gpuwatch.web.plainhttp import HungUpError, UnsendableError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def retry_after(headers: dict[str, str], body: bytes, now_wall: float) -> float 
     """Seconds to wait, from Retry-After (seconds or an HTTP date) or Discord's JSON, within
     RETRY_AFTER_MIN_S..RETRY_AFTER_CAP_S; None (back off as for an error) where there is none
     or it is negative, NaN or infinite."""
-    value = headers.get("Retry-After", "").strip()
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), "").strip()
     seconds: float | None = None
     if value:
         try:
@@ -100,10 +100,11 @@ class ReceiverSender:
         self._rng = random.Random()
         self._last_send = float("-inf")
 
-    async def run(self, session: aiohttp.ClientSession) -> None:
+    async def run(self, headers: dict[str, str]) -> None:
+        """Deliver this receiver's queue, each request with `headers` besides its own."""
         while True:
             try:
-                await self._next(session)
+                await self._next(headers)
             except (sqlite3.Error, OSError) as exc:
                 # The outbox cannot be read or updated (a full disk): what was not marked
                 # delivered is sent again later, which the Idempotency-Key makes harmless.
@@ -115,7 +116,7 @@ class ReceiverSender:
                 )
                 await self._sleep(OUTBOX_RETRY_S)
 
-    async def _next(self, session: aiohttp.ClientSession) -> None:
+    async def _next(self, headers: dict[str, str]) -> None:
         """Deliver the head of this receiver's queue if it is due; otherwise wait for it."""
         name = self.receiver.name
         item = self.db.head(name)
@@ -129,7 +130,7 @@ class ReceiverSender:
         assert item is not None
         self._last_send = now
         try:
-            await self._deliver(session, item)
+            await self._deliver(headers, item)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug here must not stop this receiver's deliveries for good
@@ -140,18 +141,20 @@ class ReceiverSender:
         self.wake.clear()
         await wait_event(self.clock, self.wake, seconds)
 
-    async def _deliver(self, session: aiohttp.ClientSession, item: Pending) -> None:
+    async def _deliver(self, common: dict[str, str], item: Pending) -> None:
         name = self.receiver.name
-        timeout = aiohttp.ClientTimeout(total=self.receiver.timeout)
         try:
-            async with session.post(
-                self.url, data=item.body, headers=item.headers, timeout=timeout
-            ) as response:
-                body = await response.read()
-                status, headers = response.status, dict(response.headers)
-        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, OSError) as exc:
+            answer = await fetch(
+                "POST",
+                self.url,
+                body=item.body,
+                headers={**common, **item.headers},
+                timeout=self.receiver.timeout,
+            )
+        except (ValueError, OSError) as exc:  # TimeoutError is an OSError
             self._retry(item, _why(exc, self.receiver.timeout), None)
             return
+        status, headers, body = answer.status, answer.headers, answer.body
         if 200 <= status < 300:
             self.db.delivered(item.id)
             self.counts[(name, "sent")] += 1
@@ -198,12 +201,14 @@ def _why(exc: BaseException, timeout: float) -> str:
     its secret)."""
     if isinstance(exc, TIMEOUT_ERRORS):
         return f"no answer within {timeout:g}s"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        why = os.strerror(error.errno) if error.errno else str(error) or type(error).__name__
-        return f"cannot connect to {exc.host}:{exc.port}: {why}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    if isinstance(exc, CannotConnectError):
+        return f"cannot connect to {exc.host}:{exc.port}: {exc.why}"
+    if isinstance(exc, HungUpError):
         return "the receiver closed the connection without an answer"
-    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:
+    if isinstance(exc, OSError) and exc.errno:
         return f"connection failed: {os.strerror(exc.errno)}"
+    if isinstance(exc, UnsendableError):  # its text would show the URL's path
+        return "the URL cannot be sent in an HTTP request"
+    if isinstance(exc, ValueError):  # not an HTTP answer; the text never holds the URL
+        return f"not an HTTP answer: {str(exc)[:120]}"
     return type(exc).__name__

@@ -12,9 +12,6 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
-from gpuwatch.compat import timeout
 from gpuwatch.logs import fields as log_fields
 from gpuwatch.model import Sample
 from gpuwatch.push.jobs import CheckpointAdvice, JobInputs
@@ -28,10 +25,10 @@ from gpuwatch.push.parse import (
 )
 from gpuwatch.push.registry import PushLimits
 from gpuwatch.text.secrets import Secret
+from gpuwatch.web.message import Request, Response, json_response
 
 log = logging.getLogger(__name__)
 
-BODY_TIMEOUT_S = 30.0
 MAX_REASON_CHARS = 500  # of a refusal's reason, in the reply and the log line
 PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, no thread hop
 # Label pairs in one text push, counted before it is parsed: parsing is what a push costs
@@ -39,35 +36,20 @@ PARSE_ON_LOOP_BYTES = 64 * 1024  # a training job's usual push: parsed at once, 
 MAX_LABEL_PAIRS = 20_000
 
 
-async def _body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise PushError(
-            413,
-            f"body of {request.content_length} bytes; the limit is {limit} (push.max_body_bytes)",
-        )
-    content = request.content
-    if content.is_eof():
-        # The whole body came with the headers, as a training job's push of a few hundred
-        # bytes does: taken at once, without the timer a trickled body needs.
-        body = content.read_nowait()
-        if len(body) > limit:
-            raise PushError(413, f"body over {limit} bytes (push.max_body_bytes)")
-        return body
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with timeout(BODY_TIMEOUT_S):  # a body trickled in holds a connection
-            while chunk := await request.content.read(65536):
-                size += len(chunk)
-                if size > limit:
-                    raise PushError(413, f"body over {limit} bytes (push.max_body_bytes)")
-                chunks.append(chunk)
-    except TimeoutError:
-        raise PushError(408, f"body not received within {BODY_TIMEOUT_S:.0f} s") from None
-    return b"".join(chunks)
+def _body(request: Request, limit: int) -> bytes:
+    """The body the server read, or why it is refused (the server reads up to the route's
+    limit, push.max_body_bytes, and a request not whole in time is answered 408 by it)."""
+    if request.too_large:
+        length = request.content_length
+        if length is not None and length > limit:
+            message = f"body of {length} bytes; the limit is {limit} (push.max_body_bytes)"
+        else:
+            message = f"body over {limit} bytes (push.max_body_bytes)"
+        raise PushError(413, message)
+    return request.body
 
 
-def authorized(request: web.Request, token: Secret | None) -> None:
+def authorized(request: Request, token: Secret | None) -> None:
     """Raise PushError unless a TCP request carries the configured bearer token."""
     if token is None:
         raise PushError(403, "pushing over TCP is off: set push.token, or push on the unix socket")
@@ -147,14 +129,14 @@ def unstamped(samples: list[Sample], pid: int | None) -> list[Sample]:
 
 
 async def handle_push(
-    request: web.Request, jobs: JobInputs, now: float, stamp: Stamp = unstamped
-) -> web.Response:
-    """A push over aiohttp: the control socket's, whose sender the kernel names, and the TCP
-    listener's (with the token), whose sender nobody can name."""
+    request: Request, jobs: JobInputs, now: float, stamp: Stamp = unstamped
+) -> Response:
+    """A push over the daemon's HTTP server: the control socket's, whose sender the kernel
+    names, and the TCP listener's (with the token), whose sender nobody can name."""
     limits = jobs.pushed.limits
     job = request.query.get("job", "")  # for the log line when refused; a JSON body names it
     try:
-        body = await _body(request, limits.max_body_bytes)
+        body = _body(request, limits.max_body_bytes)
         parse = parser_for(body, request.content_type, request.query.get("job"), limits)
         # A large body is parsed on a thread: the event loop keeps answering /healthz.
         if len(body) <= PARSE_ON_LOOP_BYTES:
@@ -165,7 +147,7 @@ async def handle_push(
         count = jobs.pushed.apply(job, stamp(samples, peer_pid(sock)), now)
     except PushError as exc:
         return error_response(exc, request, exc.job or job)
-    return web.json_response(accepted(job, count, jobs.advice))
+    return json_response(accepted(job, count, jobs.advice))
 
 
 def _parse_text_of(body: bytes, job: str) -> tuple[str, list[Sample]]:
@@ -199,7 +181,7 @@ def peer_text(creds: tuple[int, int] | None) -> str:
     return "unix socket" if creds is None else f"uid {creds[1]} pid {creds[0]}"
 
 
-def error_response(exc: PushError, request: web.Request, job: str = "") -> web.Response:
+def error_response(exc: PushError, request: Request, job: str = "") -> Response:
     sock = request.transport.get_extra_info("socket") if request.transport else None
     peer = request.remote or unix_peer(sock)
-    return web.json_response(refused(exc, peer, job), status=exc.status)
+    return json_response(refused(exc, peer, job), status=exc.status)

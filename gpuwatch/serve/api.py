@@ -6,10 +6,8 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
 
 from gpuwatch.clock import within
 from gpuwatch.exporters.prometheus import (
@@ -47,27 +45,35 @@ from gpuwatch.serve.webconfig import WebGuard
 from gpuwatch.state.journal import event_json
 from gpuwatch.text.timefmt import parse_since, rfc3339
 from gpuwatch.text.units import format_duration, parse_duration
+from gpuwatch.web.app import App, Handler
+from gpuwatch.web.message import (
+    Answer,
+    Request,
+    Response,
+    StreamResponse,
+    json_response,
+)
+from gpuwatch.web.server import HttpServer
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 STREAM_BACKLOG = 256  # events held for one stream client; more drop the oldest
 STREAM_WRITE_TIMEOUT_S = 10.0
 STREAM_KEEPALIVE_S = 15.0
 SHUTDOWN_S = 1.0  # how long open requests (event streams) may finish when the daemon stops
+MAX_BODY_BYTES = 64 * 1024
 
 
-def _success(data: Any) -> web.Response:
-    return web.json_response({"status": "success", "data": data})
+def _success(data: Any) -> Response:
+    return json_response({"status": "success", "data": data})
 
 
-def _bad_request(message: str) -> web.Response:
+def _bad_request(message: str) -> Response:
     return _error(message, 400, "bad_data")
 
 
-def _error(message: str, status: int, error_type: str) -> web.Response:
-    return web.json_response(
+def _error(message: str, status: int, error_type: str) -> Response:
+    return json_response(
         {"status": "error", "errorType": error_type, "error": message}, status=status
     )
 
@@ -92,27 +98,30 @@ class Api:
         # event loop may be adding to.
         return name in pushed_names or name in CATALOGUE or self.options.store.has(name)
 
-    def app(self, guard: WebGuard | None = None) -> web.Application:
+    def app(self, guard: WebGuard | None = None) -> App:
         """The routes; behind `guard` (basic auth, headers) when a web-config file is used."""
-        middlewares = [self.cap.middleware, self._errors]
-        if guard is not None:  # a request waiting for its password check is busy too
-            middlewares.insert(1, guard.middleware)
-        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
-        app.router.add_get("/", self.landing)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/api/v1/node", self.node)
-        app.router.add_get("/api/v1/gpus", self.gpus)
-        app.router.add_get("/api/v1/jobs/{job}/report", self.job_report)
-        app.router.add_get("/api/v1/history", self.history)
-        app.router.add_get("/api/v1/alerts", self.alerts)
-        app.router.add_get("/api/v1/events", self.events)
-        app.router.add_get("/api/v1/rules", self.rules)
-        app.router.add_post("/api/v1/push", self.push)
-        app.router.add_get("/api/v1/stream", self.stream)
+        middlewares = [self._errors]
+        if guard is not None:
+            middlewares.insert(0, guard.middleware)
+        app = App(middlewares, client_max_size=MAX_BODY_BYTES)
+        app.add_get("/", self.landing)
+        app.add_get("/metrics", self.metrics)
+        app.add_get("/healthz", self.healthz)
+        app.add_get("/api/v1/node", self.node)
+        app.add_get("/api/v1/gpus", self.gpus)
+        app.add_get("/api/v1/jobs/{job}/report", self.job_report)
+        app.add_get("/api/v1/history", self.history)
+        app.add_get("/api/v1/alerts", self.alerts)
+        app.add_get("/api/v1/events", self.events)
+        app.add_get("/api/v1/rules", self.rules)
+        app.add_post("/api/v1/push", self.push, self._push_limit)
+        app.add_get("/api/v1/stream", self.stream)
         return app
 
-    async def push(self, request: web.Request) -> web.Response:
+    def _push_limit(self) -> int:
+        return self.options.jobs.pushed.limits.max_body_bytes
+
+    async def push(self, request: Request) -> Response:
         """Job metrics over TCP: only with the configured bearer token."""
         try:
             authorized(request, self.options.node.config.push.token)
@@ -120,15 +129,12 @@ class Api:
             return error_response(exc, request, request.query.get("job", ""))
         return await handle_push(request, self.options.jobs, self.options.clock.now())
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _errors(self, request: Request, handler: Handler) -> Answer:
         try:
             return await handler(request)
-        except web.HTTPException:
-            raise
         except Exception:  # one bad request must never take the daemon down
             log.exception("request failed path=%s", request.path)
-            return web.json_response(
+            return json_response(
                 {
                     "status": "error",
                     "errorType": "internal",
@@ -137,32 +143,30 @@ class Api:
                 status=500,
             )
 
-    async def landing(self, request: web.Request) -> web.Response:
-        return web.Response(text=landing_page(node_payload(self.options)), content_type="text/html")
+    async def landing(self, request: Request) -> Response:
+        return Response(text=landing_page(node_payload(self.options)), content_type="text/html")
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: Request) -> Response:
         openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
         gzipped = "gzip" in request.headers.get("Accept-Encoding", "")
         body = await self.renderer.render(openmetrics, gzipped)
-        response = web.Response(body=body)
-        response.headers["Content-Type"] = (
-            OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
-        )
+        content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+        response = Response(body=body, content_type=content_type)
         if gzipped:
             response.headers["Content-Encoding"] = "gzip"
         return response
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    async def healthz(self, request: Request) -> Response:
         return healthz_response(self.options.node)
 
-    async def node(self, request: web.Request) -> web.Response:
+    async def node(self, request: Request) -> Response:
         """`?gpus=summary` trims each GPU to what a fleet view shows (a tenth of the bytes)."""
         payload = node_payload(self.options)
         if request.query.get("gpus") == "summary":
             payload["gpus"] = summarize_gpus(payload["gpus"])
         return _success(payload)
 
-    async def job_report(self, request: web.Request) -> web.Response:
+    async def job_report(self, request: Request) -> Response:
         """A job's report: per GPU, what happened while it ran there (404: not seen here)."""
         job = request.match_info["job"]
         reports = self.options.reports
@@ -172,16 +176,16 @@ class Api:
             return _error(message, 404, "not_found")
         return _success(made)
 
-    async def gpus(self, request: web.Request) -> web.Response:
+    async def gpus(self, request: Request) -> Response:
         return _success(gpus_payload(self.options))
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, request: Request) -> Answer:
         """Server-sent events: `cycle` after every sample (data: its time), and every journal
         event as it happens (event: its kind, data: the event's JSON). A client that reads
         nothing for STREAM_WRITE_TIMEOUT_S is dropped: it holds a bounded queue meanwhile."""
         streams = self.cap.streams
         if len(streams) >= MAX_STREAMS:
-            return web.json_response(
+            return json_response(
                 {"status": "error", "error": f"{MAX_STREAMS} event streams are open already"},
                 status=503,
                 headers={"Retry-After": "10"},
@@ -199,12 +203,12 @@ class Api:
         def on_cycle(t: float) -> None:
             put("cycle", json.dumps({"time": rfc3339(t)}))
 
-        response = web.StreamResponse(
+        response = StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        handler = request.protocol
-        streams.add(handler)
+        connection = request.connection
+        streams.add(connection)
         self.options.events.listeners.append(on_event)
         self.options.cycle_listeners.append(on_cycle)
         try:
@@ -221,20 +225,20 @@ class Api:
                 request.remote,
                 STREAM_WRITE_TIMEOUT_S,
             )
-            handler.force_close()
+            connection.force_close()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
-            streams.discard(handler)
+            streams.discard(connection)
             self.options.events.listeners.remove(on_event)
             self.options.cycle_listeners.remove(on_cycle)
         return response
 
-    async def alerts(self, request: web.Request) -> web.Response:
+    async def alerts(self, request: Request) -> Response:
         engine = self.options.rules
         return _success(alerts_payload(engine) if engine is not None else {"alerts": []})
 
-    async def events(self, request: web.Request) -> web.Response:
+    async def events(self, request: Request) -> Response:
         q = request.query
         try:
             since = parse_since(q.get("since", "1h"), self.options.clock.now())
@@ -249,14 +253,14 @@ class Api:
             found = journal.events(since, limit, q.get("kind", ""))
         return _success({"events": [event_json(e) for e in found]})
 
-    async def rules(self, request: web.Request) -> web.Response:
+    async def rules(self, request: Request) -> Response:
         engine = self.options.rules
         kind = request.query.get("type", "")
         if kind not in ("", "alert", "record"):
             return _bad_request("parameter 'type' must be 'alert' or 'record'")
         return _success(rules_payload(engine, kind) if engine is not None else {"groups": []})
 
-    async def history(self, request: web.Request) -> web.Response:
+    async def history(self, request: Request) -> Response:
         q = request.query
         metric = q.get("metric", "")
         if not metric:
@@ -301,33 +305,47 @@ class Api:
         )
 
 
+@dataclass
+class Listener:
+    """The listener as started: its server, and the TLS sites accepting for it."""
+
+    server: HttpServer
+    sites: list[SniffingTlsSite] = field(default_factory=list)
+
+    async def cleanup(self) -> None:
+        for site in self.sites:
+            await site.stop()
+        await self.server.stop()
+
+
 async def start_http(
     api: Api, sockets: list[socket.socket], guard: WebGuard | None = None
-) -> web.AppRunner:
+) -> Listener:
     """Serve the API on the bound `sockets` (over TLS when the guard's web config has it)."""
     # Open event streams are cut after a second at shutdown, not waited on for a minute.
-    runner = web.AppRunner(
+    server = HttpServer(
         api.app(guard),
-        access_log=None,
-        handle_signals=False,
+        idle_timeout=IDLE_TIMEOUT_S,
+        request_timeout=IDLE_TIMEOUT_S,
         shutdown_timeout=SHUTDOWN_S,
-        keepalive_timeout=IDLE_TIMEOUT_S,
+        cap=api.cap,
     )
-    await runner.setup()
-    assert runner.server is not None
-    api.cap.attach(runner.server)
+    listener = Listener(server)
+    server.start()
     tls = guard.config.tls if guard is not None else None
     if tls is not None:  # answers plain HTTP too, as Go's exporters do
         for sock in sockets:
-            await SniffingTlsSite(runner, sock, tls).start()
-        return runner
+            site = SniffingTlsSite(server.factory, sock, tls)
+            await site.start()
+            listener.sites.append(site)
+        return listener
     for sock in sockets:
-        await web.SockSite(runner, sock, backlog=ACCEPT_PER_TURN).start()
+        await server.serve_socket(sock, ACCEPT_PER_TURN)
     widen_backlog(sockets)
-    return runner
+    return listener
 
 
-def healthz_response(node: NodeState) -> web.Response:
+def healthz_response(node: NodeState) -> Response:
     """200 while samples keep coming, 503 once they stop: whether the daemon works, not
     whether the GPUs do (a liveness probe that failed on a sick GPU would restart the daemon
     in a loop instead of reporting it). Served on the listener and on the control socket."""
@@ -337,4 +355,4 @@ def healthz_response(node: NodeState) -> web.Response:
         "problem": problem,
         "last_sample_time": node.last_cycle_end,
     }
-    return web.json_response(body, status=503 if problem else 200)
+    return json_response(body, status=503 if problem else 200)

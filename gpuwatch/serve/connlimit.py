@@ -2,7 +2,7 @@
 never read) cannot take the file descriptors /metrics and /healthz need.
 
 - A connection that sends no complete request within IDLE_TIMEOUT_S of opening, or of its
-  last answer, is closed (aiohttp's keep-alive timer, which also runs before the first request).
+  last answer, is closed (the server's idle timer, which also runs before the first request).
 - At most MAX_CONNECTIONS are open; one more closes the oldest that are neither answering a
   request nor an event stream, down to seven eighths of the cap, so a new client (a probe, a
   scraper) always gets in and a flood of idle connections only displaces itself. Closing in a
@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from gpuwatch.web.connection import HttpConnection
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 IDLE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these, the databases and NVML
 MAX_STREAMS = 64
 # asyncio uses one number for two things: the kernel's queue of completed connects and how many
-# it accepts in one turn of the loop; here they are set apart. The queue: aiohttp's 128
+# it accepts in one turn of the loop; here they are set apart. The queue: asyncio's 128
 # overflows under a burst of a few hundred connects, and a connect past it is dropped and
 # retried by the client's kernel a second later, so a probe in the burst took over 1 s (Linux
 # caps the queue at net.core.somaxconn, 4096 since 5.4). The turn: accepting a thousand
@@ -40,58 +37,36 @@ ACCEPT_PER_TURN = 128
 
 
 class ConnectionCap:
+    """The listener's cap (gpuwatch.web.server.Cap): connections past it close the oldest
+    that are neither answering a request nor an event stream."""
+
     def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
         self.max_connections = max_connections
-        self.streams: set[RequestHandler] = set()  # connections serving an event stream
-        self.busy: set[RequestHandler] = set()  # connections answering a request now
-        self.closing: set[RequestHandler] = set()  # closed to make room, not yet gone
-        self.open = 0  # connections made and not yet lost
+        self.streams: set[HttpConnection] = set()  # connections serving an event stream
+        self.closing: set[HttpConnection] = set()  # closed to make room, not yet gone
         self.evicted = 0
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Marks the connection busy while its request is answered: it is never the one
-        closed to make room."""
-        protocol = request.protocol
-        self.busy.add(protocol)
-        try:
-            return await handler(request)
-        finally:
-            self.busy.discard(protocol)
+    def opened(self, connection: HttpConnection, connections: dict[HttpConnection, None]) -> None:
+        if len(connections) - len(self.closing) > self.max_connections:
+            self._evict(connections)
 
-    def attach(self, server: web.Server) -> None:
-        """Count `server`'s connections as they are made and lost."""
-        made: Callable[[RequestHandler, Any], None] = server.connection_made
-        lost: Callable[[RequestHandler, BaseException | None], None] = server.connection_lost
+    def lost(self, connection: HttpConnection) -> None:
+        self.closing.discard(connection)
+        self.streams.discard(connection)
 
-        def connection_made(handler: RequestHandler, transport: Any) -> None:
-            made(handler, transport)
-            self.open += 1
-            if self.open - len(self.closing) > self.max_connections:
-                self._evict(server)
-
-        def connection_lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
-            self.open -= 1
-            self.closing.discard(handler)
-            lost(handler, exc)
-
-        # aiohttp's RequestHandler reports each connection's start and end to its server so.
-        server.connection_made = connection_made  # type: ignore[method-assign]
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
-
-    def _evict(self, server: web.Server) -> None:
+    def _evict(self, connections: dict[HttpConnection, None]) -> None:
         """Close the oldest idle connections, down to seven eighths of the cap."""
-        excess = self.open - len(self.closing) - (self.max_connections - self.max_connections // 8)
-        for handler in server.connections:  # oldest first
+        keep = self.max_connections - self.max_connections // 8
+        excess = len(connections) - len(self.closing) - keep
+        for connection in connections:  # oldest first
             if excess <= 0:
                 break
-            if handler in self.closing or handler in self.streams or handler in self.busy:
+            if connection in self.closing or connection in self.streams:
                 continue
-            handler.force_close()
-            transport = handler.transport
-            if transport is not None:
-                transport.close()
-            self.closing.add(handler)
+            if connection.handling or connection.queue:
+                continue
+            connection.force_close()
+            self.closing.add(connection)
             excess -= 1
             self.evicted += 1
             if self.evicted == 1 or self.evicted % 1000 == 0:

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from aiohttp import web
-
 from gpuwatch.daemon import AckError
 from gpuwatch.health.verdict import Cause
 from gpuwatch.notify.silences import Silences, silence_json, silence_request
@@ -23,6 +21,9 @@ from gpuwatch.push.http import Stamp, handle_push, unstamped
 from gpuwatch.serve.api import healthz_response
 from gpuwatch.serve.payloads import node_payload
 from gpuwatch.serve.readers import ReaderOptions
+from gpuwatch.web.app import App
+from gpuwatch.web.message import Request, Response, json_response
+from gpuwatch.web.server import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,8 @@ MAX_BODY_BYTES = 64 * 1024
 NESTED_TOO_DEEPLY = "the body's JSON is nested too deeply"
 
 
-def _error(message: str, status: int = 400) -> web.Response:
-    return web.json_response(
+def _error(message: str, status: int = 400) -> Response:
+    return json_response(
         {"status": "error", "errorType": "bad_data", "error": message}, status=status
     )
 
@@ -55,41 +56,44 @@ class ControlApi:
         self.silences = silences
         self.stamp = stamp  # the GPU a pushing process may speak for
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/-/reload", self.reload)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/api/v1/node", self.node)
-        app.router.add_post("/api/v1/ack", self.ack)
-        app.router.add_post("/api/v1/push", self.push)
-        app.router.add_get("/api/v1/silences", self.list_silences)
-        app.router.add_post("/api/v1/silences", self.add_silence)
-        app.router.add_delete("/api/v1/silence/{id}", self.expire_silence)
+    def app(self) -> App:
+        app = App(client_max_size=MAX_BODY_BYTES)
+        app.add_post("/-/reload", self.reload)
+        app.add_get("/healthz", self.healthz)
+        app.add_get("/api/v1/node", self.node)
+        app.add_post("/api/v1/ack", self.ack)
+        app.add_post("/api/v1/push", self.push, self._push_limit)
+        app.add_get("/api/v1/silences", self.list_silences)
+        app.add_post("/api/v1/silences", self.add_silence)
+        app.add_delete("/api/v1/silence/{id}", self.expire_silence)
         return app
 
-    async def healthz(self, request: web.Request) -> web.Response:
+    async def healthz(self, request: Request) -> Response:
         """As the listener's, for a probe that cannot pass the listener's TLS or password."""
         return healthz_response(self.options.node)
 
-    async def node(self, request: web.Request) -> web.Response:
+    async def node(self, request: Request) -> Response:
         """The verdict, as the listener's, for the node's own health check (Slurm's)."""
-        return web.json_response({"status": "success", "data": node_payload(self.options)})
+        return json_response({"status": "success", "data": node_payload(self.options)})
 
-    async def push(self, request: web.Request) -> web.Response:
+    def _push_limit(self) -> int:
+        return self.options.jobs.pushed.limits.max_body_bytes
+
+    async def push(self, request: Request) -> Response:
         """Job metrics; the socket's file permissions are the access control."""
         jobs, now = self.options.jobs, self.options.clock.now()
         return await handle_push(request, jobs, now, self.stamp)
 
-    async def list_silences(self, request: web.Request) -> web.Response:
+    async def list_silences(self, request: Request) -> Response:
         silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
         now = self.options.clock.now()
-        return web.json_response(
+        return json_response(
             {"status": "success", "data": [silence_json(s, now) for s in silences.all()]}
         )
 
-    async def add_silence(self, request: web.Request) -> web.Response:
+    async def add_silence(self, request: Request) -> Response:
         """Body: {"matchers": ["alertname=\"X\"", ...], "duration": "2h" or "endsAt":
         RFC 3339, "comment": TEXT, "createdBy": NAME}."""
         silences = self.silences
@@ -111,9 +115,9 @@ class ControlApi:
             silence.created_by,
             " ".join(str(m) for m in silence.matchers),
         )
-        return web.json_response({"status": "success", "data": silence_json(silence, now)})
+        return json_response({"status": "success", "data": silence_json(silence, now)})
 
-    async def expire_silence(self, request: web.Request) -> web.Response:
+    async def expire_silence(self, request: Request) -> Response:
         silences = self.silences
         if silences is None:
             return _error("this daemon sends no notifications", 404)
@@ -123,17 +127,17 @@ class ControlApi:
         except KeyError:
             return _error(f"no silence {request.match_info['id']!r}", 404)
         log.info("silence %s expired", silence.id)
-        return web.json_response({"status": "success", "data": silence_json(silence, now)})
+        return json_response({"status": "success", "data": silence_json(silence, now)})
 
-    async def reload(self, request: web.Request) -> web.Response:
+    async def reload(self, request: Request) -> Response:
         """The config file and the rule files, as SIGHUP reloads them."""
         error = await self._reload()
         if error:
             return _error(error)
         groups = len(self.rules.groups) if self.rules is not None else 0
-        return web.json_response({"status": "success", "data": {"groups": groups}})
+        return json_response({"status": "success", "data": {"groups": groups}})
 
-    async def ack(self, request: web.Request) -> web.Response:
+    async def ack(self, request: Request) -> Response:
         """Body: {"gpu": "3" | UUID | "node", "cause": KEY, "note": TEXT}."""
         try:
             body = await request.json()
@@ -149,7 +153,7 @@ class ControlApi:
             uuid, cause = self._acknowledge(str(gpu), str(key), str(note))
         except AckError as exc:
             return _error(str(exc), exc.status)
-        return web.json_response({"status": "success", "data": {"uuid": uuid, **cause.as_json()}})
+        return json_response({"status": "success", "data": {"uuid": uuid, **cause.as_json()}})
 
 
 def clear_stale_socket(path: Path) -> None:
@@ -179,19 +183,19 @@ class Server(Protocol):
     async def stop(self) -> None: ...
 
 
-class AppServer:
-    """An aiohttp application on unix sockets."""
+# A command waits on the control socket; a connection left open is closed after this.
+CONTROL_IDLE_S = 75.0
+CONTROL_REQUEST_S = 30.0
 
-    def __init__(self, app: web.Application) -> None:
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
 
-    async def listen(self, path: str) -> None:
-        if self.runner.server is None:
-            await self.runner.setup()
-        await web.UnixSite(self.runner, path).start()
-
-    async def stop(self) -> None:
-        await self.runner.cleanup()
+def control_server(app: App) -> HttpServer:
+    """The HTTP server for an app on unix sockets."""
+    return HttpServer(
+        app,
+        idle_timeout=CONTROL_IDLE_S,
+        request_timeout=CONTROL_REQUEST_S,
+        shutdown_timeout=1.0,
+    )
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The push socket's HTTP/1.1 server: `POST /api/v1/push` and nothing else, on an asyncio
 protocol over httptools' parser (llhttp). A push, once a second from every rank, is the request
-the daemon answers most; through aiohttp each cost about twice the CPU (a task, a request, a
-stream reader and a response per push). Checks, limits and answers are push/http.py's, as on
-the control socket and the listener, which keep aiohttp.
+the daemon answers most; through aiohttp, which served every socket then, each cost about twice
+the CPU (a task, a request, a stream reader and a response per push). Checks, limits and
+answers are push/http.py's, as on the control socket and the listener (gpuwatch.web's server).
 
 Bounds: a request not whole within REQUEST_TIMEOUT_S of its first byte is answered 408; a head
 over MAX_HEAD_BYTES 431, a body over push.max_body_bytes 413, each then closed; a connection
@@ -33,7 +33,7 @@ REQUEST_TIMEOUT_S = 30.0
 KEEPALIVE_S = 75.0  # aiohttp's, which served this socket before
 MAX_CONNECTIONS = 512  # the unit's LimitNOFILE leaves room for these and the listener's
 SWEEP_EVERY_S = 5.0
-STOP_WAIT_S = 1.0  # as aiohttp's shutdown timeout on the other sockets
+STOP_WAIT_S = 1.0  # as the other sockets' shutdown timeout
 
 
 class PushServer:

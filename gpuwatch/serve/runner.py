@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from gpuwatch.clock import Clock, within
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon
@@ -22,12 +20,12 @@ from gpuwatch.gctune import tune_gc
 from gpuwatch.model import Event
 from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.push.attribution import Attribution
-from gpuwatch.serve.api import Api, start_http
+from gpuwatch.serve.api import Api, Listener, start_http
 from gpuwatch.serve.control import (
     CONTROL_MODE,
-    AppServer,
     ControlApi,
     UnixSocket,
+    control_server,
     start_socket,
 )
 from gpuwatch.serve.listen import bind_tcp
@@ -60,7 +58,7 @@ def real_nvml() -> NvmlModule:
 @dataclass
 class Running:
     wired: Wired
-    runner: web.AppRunner
+    runner: Listener
     port: int
     sockets: list[UnixSocket]  # the control socket first, then the push socket
     guard: WebGuard | None
@@ -166,7 +164,7 @@ async def _start(
     push = config.push
     sockets: list[UnixSocket] = []
     for name, server, path, mode, group in (
-        ("control", AppServer(api.app()), control_path, CONTROL_MODE, None),
+        ("control", control_server(api.app()), control_path, CONTROL_MODE, None),
         ("push", pushes, push_path, push.socket_mode, push.socket_group),
     ):
         try:

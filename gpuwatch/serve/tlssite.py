@@ -4,7 +4,7 @@ instead of a connection closed without a word.
 
 asyncio's TLS server reads the first bytes itself and drops a connection that is not TLS,
 so connections are accepted here: each one's first byte is peeked (left unread), and a TLS
-handshake record (0x16) goes on to aiohttp over TLS exactly as a TLS server would have taken
+handshake record (0x16) goes on to the HTTP server over TLS exactly as a TLS server would have taken
 it; anything else is answered and closed. Waiting for that byte is bounded in time and in
 how many connections may wait at once, as the listener's other connections are."""
 
@@ -16,10 +16,9 @@ import logging
 import socket
 import ssl
 
-from aiohttp import web
-
 from gpuwatch.clock import within
 from gpuwatch.serve.connlimit import ACCEPT_BACKLOG, IDLE_TIMEOUT_S
+from gpuwatch.web.server import Factory
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +34,11 @@ MAX_WAITING = 256
 DRAIN_BYTES = 65536  # read before answering, so closing does not reset the answer away
 
 
-class SniffingTlsSite(web.BaseSite):
-    """An aiohttp site on a bound socket that serves TLS and answers plain HTTP with a 400."""
+class SniffingTlsSite:
+    """A bound socket served over TLS, plain HTTP answered with a 400."""
 
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, tls: ssl.SSLContext) -> None:
-        super().__init__(runner, ssl_context=tls)
+    def __init__(self, factory: Factory, sock: socket.socket, tls: ssl.SSLContext) -> None:
+        self._factory = factory
         self._sock = sock
         self._tls = tls
         self._accepting: asyncio.Task[None] | None = None
@@ -52,19 +51,16 @@ class SniffingTlsSite(web.BaseSite):
         return self._name
 
     async def start(self) -> None:
-        await super().start()
         self._sock.setblocking(False)
         self._sock.listen(ACCEPT_BACKLOG)
         self._accepting = asyncio.create_task(self._accept(), name=f"accept {self._name}")
 
     async def stop(self) -> None:
-        self._runner._check_site(self)
         tasks = [t for t in (self._accepting, *self._waiting) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._sock.close()
-        self._runner._unreg_site(self)
 
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
@@ -84,7 +80,7 @@ class SniffingTlsSite(web.BaseSite):
             task.add_done_callback(lambda done: self._waiting.pop(done, None))
 
     async def _sort(self, conn: socket.socket) -> None:
-        """TLS on to aiohttp; plain HTTP answered; silence or a reset closed."""
+        """TLS on to the HTTP server; plain HTTP answered; silence or a reset closed."""
         try:
             first = await within(_peek(conn), FIRST_BYTE_TIMEOUT_S)
         except (TimeoutError, OSError):
@@ -96,12 +92,10 @@ class SniffingTlsSite(web.BaseSite):
         if first != TLS_HANDSHAKE_RECORD:
             _answer_plain(conn, first)
             return
-        server = self._runner.server
-        assert server is not None
         loop = asyncio.get_running_loop()
         try:
             await loop.connect_accepted_socket(
-                server, conn, ssl=self._tls, ssl_handshake_timeout=FIRST_BYTE_TIMEOUT_S
+                self._factory, conn, ssl=self._tls, ssl_handshake_timeout=FIRST_BYTE_TIMEOUT_S
             )
         except (OSError, ssl.SSLError, TimeoutError, asyncio.TimeoutError):
             conn.close()  # a failed handshake: what a TLS server does with it

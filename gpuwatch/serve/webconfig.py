@@ -12,21 +12,23 @@ preferences."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import logging
 import ssl
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import bcrypt
-from aiohttp import BasicAuth, web
 
 from gpuwatch.text.yamlfile import Checker, PathKey, YamlDoc, boolean, load, one_of
+from gpuwatch.web.app import Handler
+from gpuwatch.web.message import Answer, Request, Response
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +218,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 class WebGuard:
-    """The listener's basic auth, response headers and client SAN check, as aiohttp middleware.
+    """The listener's basic auth, response headers and client SAN check, as middleware.
     Holds the current WebConfig, so a reload changes users and headers for the next request."""
 
     def __init__(self, config: WebConfig, now: Callable[[], float] = time.monotonic) -> None:
@@ -246,25 +248,20 @@ class WebGuard:
         for cache in self._verdicts.values():
             cache.clear()
 
-    @web.middleware
-    async def middleware(
-        self,
-        request: web.Request,
-        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-    ) -> web.StreamResponse:
+    async def middleware(self, request: Request, handler: Handler) -> Answer:
         config = self.config
         if config.allowed_sans and not _san_allowed(request, config.allowed_sans):
-            return web.Response(status=403, text="client certificate not allowed\n")
+            return Response(status=403, text="client certificate not allowed\n")
         if config.users and request.path != PUSH_PATH:
             verdict = await self._authorized(request)
             if verdict is None:
-                return web.Response(
+                return Response(
                     status=429,
                     text="too many failed or pending logins; try again later\n",
                     headers={"Retry-After": f"{AUTH_FAILURES_WINDOW_S:.0f}"},
                 )
             if not verdict:
-                return web.Response(
+                return Response(
                     status=401,
                     text="Unauthorized\n",
                     headers={"WWW-Authenticate": 'Basic realm="gpuwatch"'},
@@ -273,14 +270,13 @@ class WebGuard:
         response.headers.update(config.headers)
         return response
 
-    async def _authorized(self, request: web.Request) -> bool | None:
+    async def _authorized(self, request: Request) -> bool | None:
         """True or False; None when the client has failed too often or too many checks wait."""
-        try:
-            auth = BasicAuth.decode(request.headers.get("Authorization", ""))
-        except ValueError:
+        given = basic_credentials(request.headers.get("Authorization", ""))
+        if given is None:
             return False
-        password = auth.password.encode()
-        key = (auth.login, hashlib.sha256(password).digest())
+        login, password = given
+        key = (login, hashlib.sha256(password).digest())
         for known, cache in self._verdicts.items():
             if key in cache:  # a refused pair seen before costs nothing: not counted
                 cache.move_to_end(key)
@@ -294,7 +290,7 @@ class WebGuard:
         else:
             if self._checking.total() >= AUTH_QUEUE_LIMIT:
                 return None
-            hashed = self.config.users.get(auth.login, _DUMMY_HASH)
+            hashed = self.config.users.get(login, _DUMMY_HASH)
             self._checking[client] += 1
             try:  # ~60 ms of CPU: off the event loop, and off the rules' threads
                 loop = asyncio.get_running_loop()
@@ -305,14 +301,14 @@ class WebGuard:
                 self._checking[client] -= 1
                 if not self._checking[client]:
                     del self._checking[client]
-            verdict = verdict and auth.login in self.config.users
+            verdict = verdict and login in self.config.users
         cache = self._verdicts[verdict]
         cache[key] = None
         if len(cache) > AUTH_CACHE_SIZE:
             cache.popitem(last=False)
         if not verdict:
             self._failed(client)
-            log.warning("basic auth refused for user %r from %s", auth.login, client)
+            log.warning("basic auth refused for user %r from %s", login, client)
         return verdict
 
     def _recent_failures(self, client: str) -> int:
@@ -331,7 +327,25 @@ class WebGuard:
             self._failures.popitem(last=False)
 
 
-def _san_allowed(request: web.Request, allowed: tuple[str, ...]) -> bool:
+def basic_credentials(header: str) -> tuple[str, bytes] | None:
+    """(user, password) from an Authorization header of the Basic scheme; None for any
+    other header, or one that is not base64 of "user:password"."""
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except ValueError:
+        return None
+    login, colon, password = decoded.partition(b":")
+    if not colon:
+        return None
+    # The password's bytes as sent: bcrypt checks bytes, and a web-config file's hashes are of
+    # UTF-8 text. A user name in anything else matches no user of the file.
+    return login.decode("utf-8", "replace"), password
+
+
+def _san_allowed(request: Request, allowed: tuple[str, ...]) -> bool:
     transport = request.transport
     peer = transport.get_extra_info("peercert") if transport is not None else None
     if not peer:

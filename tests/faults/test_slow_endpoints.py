@@ -1,18 +1,18 @@
 """A dcgm-exporter or a receiver that takes its connection and never answers: the scrape is a
 backend down with its reason, the delivery a retry with its reason, on every Python gpuwatch
-runs on (on 3.10 aiohttp's timeout is asyncio's TimeoutError, not the builtin one)."""
+runs on (on 3.10 asyncio's TimeoutError is not the builtin one)."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
 
-import aiohttp
 import pytest
 from gpuwatch.exporters.dcgm_source import DcgmSource
 
 from gpuwatch.clock import SystemClock
 from gpuwatch.notify import sender
+from gpuwatch.web.fetch import fetch
 
 
 @pytest.fixture
@@ -36,7 +36,6 @@ async def test_a_silent_exporter_is_a_backend_down_with_its_reason(silent_server
 
 
 async def test_a_silent_receiver_is_said_to_give_no_answer(silent_server: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        with pytest.raises(Exception) as caught:  # what _deliver catches, whatever its class
-            await session.post(silent_server, data=b"{}", timeout=aiohttp.ClientTimeout(0.3))
+    with pytest.raises(Exception) as caught:  # what _deliver catches, whatever its class
+        await fetch("POST", silent_server, body=b"{}", timeout=0.3)
     assert sender._why(caught.value, 0.3) == "no answer within 0.3s"

@@ -203,7 +203,7 @@ def one_connection(answer: Callable[[socket.socket, threading.Event], None]) -> 
 def test_an_answer_that_drips_in_is_cut_off_at_the_timeout() -> None:
     """A byte a tenth of a second: each read is quick, the whole is not. The GET gives up
     once its timeout has passed in all, not per read."""
-    from gpuwatch.clients.plainhttp import get
+    from gpuwatch.web.plainhttp import get
 
     def drip(conn: socket.socket, done: threading.Event) -> None:
         for byte in b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 1000:
@@ -255,7 +255,7 @@ def test_answers_http_client_took_or_refused_are_taken_or_refused_alike(
 
 
 def test_a_no_content_answer_on_a_connection_left_open_does_not_wait_for_the_close() -> None:
-    from gpuwatch.clients.plainhttp import get
+    from gpuwatch.web.plainhttp import get
 
     def no_content(conn: socket.socket, done: threading.Event) -> None:
         conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
@@ -274,10 +274,10 @@ def test_a_no_content_answer_on_a_connection_left_open_does_not_wait_for_the_clo
 def test_a_request_that_would_split_or_bend_is_never_sent(target: str) -> None:
     """A silence id or a redirect's Location with a line break, a space or a control
     character would make one request two: refused before anything is written."""
-    from gpuwatch.clients.plainhttp import UnsendableError, _request
+    from gpuwatch.web.plainhttp import UnsendableError, request_bytes
 
     with pytest.raises(UnsendableError):
-        _request("localhost", "DELETE", target, {}, None)
+        request_bytes("localhost", "DELETE", target, {}, None)
 
 
 def test_a_redirect_to_a_path_that_cannot_be_sent_is_unreachable(

@@ -10,69 +10,61 @@ from typing import Any
 from gpuwatch.serve.connlimit import ConnectionCap, widen_backlog
 
 
-class Transport:
+class Connection:
+    """A connection as the cap sees it: answering a request or not, closed or not."""
+
     def __init__(self) -> None:
-        self.closed = 0
-
-    def close(self) -> None:
-        self.closed += 1
-
-
-class Handler:
-    def __init__(self) -> None:
-        self.transport = Transport()
         self.force_closed = 0
+        self.handling = False
+        self.queue: list[object] = []
 
     def force_close(self) -> None:
         self.force_closed += 1
 
 
 class Server:
-    """aiohttp's web.Server as the cap sees it: connections oldest first, made and lost."""
+    """The server's side of the cap: connections oldest first, made and lost."""
 
-    def __init__(self) -> None:
-        self._connections: dict[Any, Any] = {}
+    def __init__(self, cap: ConnectionCap) -> None:
+        self.cap = cap
+        self.connections: dict[Any, None] = {}
 
-    @property
-    def connections(self) -> list[Any]:
-        return list(self._connections)
+    def made(self, connection: Connection) -> None:
+        self.connections[connection] = None
+        self.cap.opened(connection, self.connections)  # type: ignore[arg-type]
 
-    def connection_made(self, handler: Any, transport: Any) -> None:
-        self._connections[handler] = transport
-
-    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
-        self._connections.pop(handler, None)
+    def lost(self, connection: Connection) -> None:
+        self.connections.pop(connection, None)
+        self.cap.lost(connection)  # type: ignore[arg-type]
 
 
 def test_a_burst_closes_each_old_connection_once_and_keeps_the_new_ones() -> None:
-    server = Server()
     cap = ConnectionCap(max_connections=64)
-    cap.attach(server)  # type: ignore[arg-type]
-    handlers = [Handler() for _ in range(1000)]
-    for h in handlers:  # one burst: none of the closed ones is gone yet
-        server.connection_made(h, h.transport)
-        assert cap.open - len(cap.closing) <= 64
-    assert all(h.force_closed <= 1 and h.transport.closed <= 1 for h in handlers)
-    assert all(h.force_closed == 0 for h in handlers[-56:])  # the newest stay open
-    assert cap.evicted == sum(h.force_closed for h in handlers) == len(cap.closing) >= 1000 - 64
-    for h in list(cap.closing):  # the loop gets round to them
-        server.connection_lost(h)
-    assert cap.open == len(server.connections) and not cap.closing
+    server = Server(cap)
+    connections = [Connection() for _ in range(1000)]
+    for c in connections:  # one burst: none of the closed ones is gone yet
+        server.made(c)
+        assert len(server.connections) - len(cap.closing) <= 64
+    assert all(c.force_closed <= 1 for c in connections)
+    assert all(c.force_closed == 0 for c in connections[-56:])  # the newest stay open
+    assert cap.evicted == sum(c.force_closed for c in connections) == len(cap.closing) >= 1000 - 64
+    for c in list(cap.closing):  # the loop gets round to them
+        server.lost(c)  # type: ignore[arg-type]
+    assert not cap.closing and len(server.connections) <= 64
 
 
 def test_answering_and_streaming_connections_are_never_the_ones_closed() -> None:
-    server = Server()
     cap = ConnectionCap(max_connections=8)
-    cap.attach(server)  # type: ignore[arg-type]
-    scrape, stream = Handler(), Handler()
-    server.connection_made(scrape, scrape.transport)
-    server.connection_made(stream, stream.transport)
-    cap.busy.add(scrape)  # type: ignore[arg-type]
+    server = Server(cap)
+    scrape, stream, queued = Connection(), Connection(), Connection()
+    for c in (scrape, stream, queued):
+        server.made(c)
+    scrape.handling = True
+    queued.queue.append(object())
     cap.streams.add(stream)  # type: ignore[arg-type]
     for _ in range(100):
-        h = Handler()
-        server.connection_made(h, h.transport)
-    assert scrape.force_closed == 0 and stream.force_closed == 0
+        server.made(Connection())
+    assert scrape.force_closed == 0 and stream.force_closed == 0 and queued.force_closed == 0
 
 
 def test_a_widened_listener_completes_a_burst_of_connects_before_any_is_accepted() -> None:

@@ -11,14 +11,19 @@ import bcrypt
 import pynvml
 import pytest
 import trustme
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.serve.webconfig import AUTH_CACHE_SIZE, WebConfig, WebGuard, load_web_config
+from gpuwatch.serve.webconfig import (
+    AUTH_CACHE_SIZE,
+    WebConfig,
+    WebGuard,
+    basic_credentials,
+    load_web_config,
+)
 from gpuwatch.serve.wiring import wire
 from gpuwatch.sim.scenario import load_scenario
 from gpuwatch.text.yamlfile import FileError
+from gpuwatch.web.message import Headers, Request
 from tests.conftest import Simulate, node_config
 
 
@@ -126,15 +131,22 @@ def test_each_mistake_is_named_with_its_line(
     assert message in str(caught.value)
 
 
-def _request(user: str, password: str, client: str) -> web.Request:
+def _request(user: str, password: str, client: str) -> Request:
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    transport = mock.Mock()
-    transport.get_extra_info.side_effect = lambda name, default=None: (
+    connection = mock.Mock()
+    connection.transport.get_extra_info.side_effect = lambda name, default=None: (
         (client, 40000) if name == "peername" else default
     )
-    return make_mocked_request(
-        "GET", "/metrics", headers={"Authorization": f"Basic {token}"}, transport=transport
-    )
+    headers = Headers(authorization=f"Basic {token}")
+    return Request(connection, "GET", "/metrics", headers)
+
+
+def test_basic_credentials_are_the_bytes_sent() -> None:
+    token = base64.b64encode("zoë:pässword:with colon".encode()).decode()
+    assert basic_credentials(f"Basic {token}") == ("zoë", "pässword:with colon".encode())
+    assert basic_credentials(f"basic  {token} ") == ("zoë", "pässword:with colon".encode())
+    for header in ("", "Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"nocolon").decode()):
+        assert basic_credentials(header) is None, header
 
 
 async def test_wrong_guesses_from_many_clients_never_push_out_a_scrapers_password(

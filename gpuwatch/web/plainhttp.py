@@ -112,7 +112,7 @@ def get(host: str, port: int, target: str, headers: dict[str, str], timeout: flo
     time; HungUpError when the server closes without answering; NotHttpError when the
     answer is not HTTP; UnsendableError when the request cannot be written as HTTP."""
     deadline = time.monotonic() + timeout
-    request = _request(_host_header(host, port), "GET", target, headers, None)
+    request = request_bytes(_host_header(host, port), "GET", target, headers, None)
     with socket.create_connection((host, port), timeout) as sock:
         return exchange(sock, request, deadline)
 
@@ -128,7 +128,7 @@ def over_unix_socket(
 ) -> Response:
     """One request on a unix socket (the daemon's control socket), as `get`."""
     deadline = time.monotonic() + timeout
-    request = _request("localhost", method, target, headers, body)
+    request = request_bytes("localhost", method, target, headers, body)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
@@ -141,7 +141,7 @@ class UnsendableError(ValueError):
     command line split one request into two)."""
 
 
-def _request(
+def request_bytes(
     host: str, method: str, target: str, headers: dict[str, str], body: bytes | None
 ) -> bytes:
     fields = {"Host": host, "Connection": "close", "Accept-Encoding": "identity"}
