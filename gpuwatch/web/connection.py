@@ -91,7 +91,11 @@ class HttpConnection(asyncio.Protocol):
         except _RefusedError as refusal:
             self.refuse(*refusal.args)
         except httptools.HttpParserUpgrade:
-            self.refuse(400, "protocol upgrades are not served here")
+            # The request was answered as plain HTTP (a server may ignore an Upgrade); what
+            # follows it is another protocol's: not read, and the connection closes.
+            self._done = self._eof = True
+            if not (self.handling or self.queue):
+                self._close()
         except httptools.HttpParserError as exc:
             self._failed(exc)
 
