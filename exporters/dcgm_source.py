@@ -91,7 +91,9 @@ class DcgmSource:
 
     async def _scrape(self) -> str:
         headers = {"Accept": "text/plain", "User-Agent": f"gpuwatch/{__version__}"}
-        answer = await fetch("GET", self._url, headers=headers, timeout=self._timeout)
+        answer = await fetch(
+            "GET", self._url, headers=headers, timeout=self._timeout, lane="sources"
+        )
         if answer.status != 200:
             raise _HttpError(f"HTTP {answer.status} {answer.reason}".strip())
         if len(answer.body) > MAX_BODY:

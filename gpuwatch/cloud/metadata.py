@@ -212,11 +212,17 @@ class CloudNotices:
         self, path: str, headers: dict[str, str], method: str = "GET"
     ) -> tuple[int, bytes]:
         # No proxy, never a redirect followed: the service is the link-local address itself.
-        answer = await fetch(
-            method, self.address + path, headers=headers, timeout=REQUEST_TIMEOUT_S
-        )
-        if len(answer.body) > MAX_BODY_BYTES:
-            raise MetadataError(f"{path}: answer over {MAX_BODY_BYTES} bytes")
+        try:
+            answer = await fetch(
+                method,
+                self.address + path,
+                headers=headers,
+                timeout=REQUEST_TIMEOUT_S,
+                lane="sources",
+                max_body=MAX_BODY_BYTES,
+            )
+        except ValueError as exc:  # not HTTP, or over the limit
+            raise MetadataError(f"{path}: {exc}") from None
         # GCP's server says it is one; anything else at that address is not to be believed.
         if self.provider == "gcp" and answer.headers.get("metadata-flavor") != "Google":
             raise MetadataError(f"{path}: no Metadata-Flavor: Google in the answer")

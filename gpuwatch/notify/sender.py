@@ -150,7 +150,18 @@ class ReceiverSender:
                 body=item.body,
                 headers={**common, **item.headers},
                 timeout=self.receiver.timeout,
+                lane="notify",
             )
+        except UnsendableError:  # never sendable: kept, it would hold up every later one
+            self.db.delivered(item.id)
+            self.counts[(name, "rejected")] += 1
+            log.error(
+                "a notification cannot be sent as HTTP (a header with a line break or a "
+                "control character); dropped it (key %s)",
+                item.key,
+                extra=log_fields(receiver=name),
+            )
+            return
         except (ValueError, OSError) as exc:  # TimeoutError is an OSError
             self._retry(item, _why(exc, self.receiver.timeout), None)
             return
@@ -207,8 +218,6 @@ def _why(exc: BaseException, timeout: float) -> str:
         return "the receiver closed the connection without an answer"
     if isinstance(exc, OSError) and exc.errno:
         return f"connection failed: {os.strerror(exc.errno)}"
-    if isinstance(exc, UnsendableError):  # its text would show the URL's path
-        return "the URL cannot be sent in an HTTP request"
     if isinstance(exc, ValueError):  # not an HTTP answer; the text never holds the URL
         return f"not an HTTP answer: {str(exc)[:120]}"
     return type(exc).__name__

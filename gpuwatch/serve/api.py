@@ -114,19 +114,24 @@ class Api:
         app.add_get("/api/v1/alerts", self.alerts)
         app.add_get("/api/v1/events", self.events)
         app.add_get("/api/v1/rules", self.rules)
-        app.add_post("/api/v1/push", self.push, self._push_limit)
+        app.add_post("/api/v1/push", self.push, self._push_limit, self._push_token)
         app.add_get("/api/v1/stream", self.stream)
         return app
 
     def _push_limit(self) -> int:
         return self.options.jobs.pushed.limits.max_body_bytes
 
-    async def push(self, request: Request) -> Response:
-        """Job metrics over TCP: only with the configured bearer token."""
+    def _push_token(self, request: Request) -> Response | None:
+        """Refused from its head without the token: its body is never read."""
         try:
             authorized(request, self.options.node.config.push.token)
         except PushError as exc:
             return error_response(exc, request, request.query.get("job", ""))
+        return None
+
+    async def push(self, request: Request) -> Response:
+        """Job metrics over TCP: only with the configured bearer token (checked from the
+        head, before the body is read)."""
         return await handle_push(request, self.options.jobs, self.options.clock.now())
 
     async def _errors(self, request: Request, handler: Handler) -> Answer:

@@ -11,6 +11,8 @@ from urllib.parse import unquote
 from gpuwatch.web.message import Answer, Request, Response, error_text
 
 Handler = Callable[[Request], Awaitable[Answer]]
+# Asked once a request's head is in, before its body is read: an answer refuses it there.
+HeadCheck = Callable[[Request], Response | None]
 Middleware = Callable[[Request, Handler], Awaitable[Answer]]
 DEFAULT_MAX_BODY = 64 * 1024
 
@@ -21,6 +23,7 @@ class Route:
     parts: tuple[str, ...]  # the path's segments; "{name}" matches one segment, kept by name
     handler: Handler
     max_body: Callable[[], int] | None  # None: the app's
+    head_check: HeadCheck | None = None
 
     def match(self, segments: list[str]) -> dict[str, str] | None:
         if len(segments) != len(self.parts):
@@ -42,6 +45,7 @@ class Found:
     match_info: dict[str, str]
     max_body: int
     own_limit: bool = False  # the handler answers a body over max_body itself
+    head_check: HeadCheck | None = None
 
 
 class App:
@@ -57,17 +61,30 @@ class App:
         self._add("GET", path, handler, None)
 
     def add_post(
-        self, path: str, handler: Handler, max_body: Callable[[], int] | None = None
+        self,
+        path: str,
+        handler: Handler,
+        max_body: Callable[[], int] | None = None,
+        head_check: HeadCheck | None = None,
     ) -> None:
-        self._add("POST", path, handler, max_body)
+        """`max_body`: the route's own limit, whose excess the handler answers itself;
+        `head_check`: a refusal decided from the head (a missing token), sent without
+        reading the body, which a client without the right could otherwise make the daemon
+        hold up to the limit."""
+        self._add("POST", path, handler, max_body, head_check)
 
     def add_delete(self, path: str, handler: Handler) -> None:
         self._add("DELETE", path, handler, None)
 
     def _add(
-        self, method: str, path: str, handler: Handler, limit: Callable[[], int] | None
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        limit: Callable[[], int] | None,
+        head_check: HeadCheck | None = None,
     ) -> None:
-        route = Route(method, tuple(path.split("/")), handler, limit)
+        route = Route(method, tuple(path.split("/")), handler, limit, head_check)
         if "{" in path:
             self._patterns.append(route)
         else:
@@ -78,13 +95,15 @@ class App:
         A path's segments are matched decoded (%2F within one stays in it)."""
         asked = "GET" if method == "HEAD" else method
         segments = [unquote(s) for s in raw_path.split("/")]
-        route = self._exact.get((asked, "/".join(segments)))
+        whole = "/".join(segments) if not any("/" in s for s in segments) else None
+        route = self._exact.get((asked, whole)) if whole is not None else None
         match_info: dict[str, str] | None = {}
         if route is None:
             route, match_info = self._pattern(asked, segments)
         if route is not None and match_info is not None:
             limit = route.max_body() if route.max_body is not None else self.client_max_size
-            return Found(route.handler, match_info, limit, route.max_body is not None)
+            own = route.max_body is not None
+            return Found(route.handler, match_info, limit, own, route.head_check)
         allowed = self._allowed(segments)
         if not allowed:
             return Found(_answer(error_text(404)), {}, self.client_max_size)
@@ -101,7 +120,7 @@ class App:
         return None, None
 
     def _allowed(self, segments: list[str]) -> set[str]:
-        path = "/".join(segments)
+        path = "/".join(segments) if not any("/" in s for s in segments) else None
         allowed = {m for m, p in self._exact if p == path}
         allowed |= {r.method for r in self._patterns if r.match(segments) is not None}
         return allowed
@@ -109,7 +128,9 @@ class App:
     async def handle(self, request: Request, found: Found) -> Answer:
         """The request through each middleware, in order, to its route's handler."""
         handler = found.handler
-        if request.too_large and not found.own_limit:
+        if request.refusal is not None:
+            handler = _answer(request.refusal)
+        elif request.too_large and not found.own_limit:
             handler = _answer(error_text(413))
         for middleware in reversed(self.middlewares):
             handler = _wrapped(middleware, handler)

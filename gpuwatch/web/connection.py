@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
+# Requests sent ahead of their answers, at most: one chunk read can hold thousands, and each
+# costs a request object and a turn of the loop before the first is answered.
+MAX_PIPELINED = 16
 # After answering a request whose body was not read (413, 431, 400), what the client still
 # sends is read and dropped for this long: closing with it unread would reset the connection,
 # and the client would lose the answer that says why.
@@ -46,18 +49,21 @@ class HttpConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._writing_paused = False
         self._eof = False  # the client has sent all it will send
+        # Answered without reading on (a body past its limit, a refusal, an upgrade): what
+        # the client sends after is dropped, and the connection closes after the answers.
+        self._done = False
+        self._head_wire = 0  # bytes read while a head was arriving, its unfinished line too
         self._drain: asyncio.Future[None] | None = None
         self._new_request()
 
     def _new_request(self) -> None:
         self._url = bytearray()
         self._fields: list[tuple[str, str]] = []
-        self._head_bytes = 0
+        self._head_bytes = 0  # of the head's URL and fields, as parsed
         self._in_head = True
         self._request: Request | None = None
         self._found: Found | None = None
         self._body = bytearray()
-        self._done = False  # answered before its body was whole: what follows is not read
 
     # -- asyncio -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -78,15 +84,16 @@ class HttpConnection(asyncio.Protocol):
         return True if self.handling or self.queue else None
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = self.server.now()
+        # Not the time of last activity: bytes that begin no request (bare line ends, which
+        # HTTP lets a server skip) must not keep a connection open for ever.
         if self._done or self.closing:
             return
         if self._in_head:
             # Counted before parsing: httptools keeps a line it has not seen the end of.
-            self._head_bytes += len(data)
+            self._head_wire += len(data)
         try:
             self.parser.feed_data(data)
-            if self._in_head and self._head_bytes > MAX_HEAD_BYTES + len(data):
+            if self._in_head and self._head_wire > MAX_HEAD_BYTES + len(data):
                 raise _RefusedError(431, f"request head over {MAX_HEAD_BYTES} bytes")
         except _RefusedError as refusal:
             self.refuse(*refusal.args)
@@ -134,7 +141,7 @@ class HttpConnection(asyncio.Protocol):
     # -- httptools ---------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._new_request()
-        self.started = self.last_active
+        self.started = self.last_active = self.server.now()
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -152,6 +159,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_wire = 0
         headers = Headers()
         for name, value in self._fields:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
@@ -161,9 +169,15 @@ class HttpConnection(asyncio.Protocol):
         request.match_info = found.match_info
         self._request, self._found = request, found
         length = request.content_length
-        if length is not None and length > found.max_body:
+        if found.head_check is not None and (refusal := found.head_check(request)) is not None:
+            request.refusal = refusal  # answered from its head: its body is never read
+            self._done = True
+            self._dispatch(request, found, keep_alive=False)
+        elif length is not None and length > found.max_body:
             self._too_large()
-        elif headers.get("expect", "").lower() == "100-continue" and not self.handling:
+        elif headers.get("expect", "").lower() == "100-continue" and not (
+            self.handling or self.queue
+        ):
             self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, chunk: bytes) -> None:
@@ -191,6 +205,10 @@ class HttpConnection(asyncio.Protocol):
     # -- answers -----------------------------------------------------------------------------
     def _dispatch(self, request: Request, found: Found, keep_alive: bool) -> None:
         self.started = None
+        if len(self.queue) >= MAX_PIPELINED:
+            raise _RefusedError(429, f"more than {MAX_PIPELINED} requests sent ahead of answers")
+        if keep_alive and self.parser.get_http_version() == "1.0":
+            request.keep_alive_10 = True  # HTTP/1.0 keeps a connection only when told so
         self.queue.append((request, found, keep_alive))
         if self.transport is not None:
             self.transport.pause_reading()  # one request at a time
@@ -214,7 +232,14 @@ class HttpConnection(asyncio.Protocol):
                     self.handling = False
                 self.last_active = self.server.now()
                 close = not keep_alive or self._eof or self.server.stopping
-                self._write(request, answer, close)
+                try:
+                    self._write(request, answer, close)
+                except Exception:  # an answer that cannot be written (a bad header)
+                    log.exception("answer to path=%s could not be written", request.path)
+                    if not isinstance(answer, StreamResponse):
+                        fault = Response(status=500, text="500: Internal Server Error")
+                        self._write(request, fault, close=True)
+                    close = True
                 if close:
                     self._close()
                     return
@@ -233,6 +258,8 @@ class HttpConnection(asyncio.Protocol):
         fields = answer.headers
         if "Content-Length" not in fields:
             fields["Content-Length"] = str(len(answer.body))
+        if request.keep_alive_10 and not close:
+            fields["Connection"] = "keep-alive"
         body = b"" if request.method == "HEAD" else answer.body
         self.send(head(answer.status, fields.items(), close=close) + body)
 

@@ -46,6 +46,8 @@ class Request:
         self.headers = headers
         self.body = b""
         self.too_large = False  # the body passed its route's limit: not read, answered 413
+        self.refusal: Response | None = None  # its route refused it from its head alone
+        self.keep_alive_10 = False  # HTTP/1.0 asking to keep the connection
         self.match_info: dict[str, str] = {}
         raw_path, _, self.query_string = target.partition("?")
         self.path = urllib.parse.unquote(raw_path)
@@ -156,7 +158,8 @@ def head(status: int, fields: Iterable[tuple[str, str]], *, close: bool) -> byte
     lines += [f"{name}: {value}" for name, value in fields]
     if close:
         lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    # UTF-8, as aiohttp wrote them: an operator's header text outside latin-1 still goes out.
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 def _phrase(status: int) -> str:

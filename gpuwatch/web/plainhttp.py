@@ -64,10 +64,11 @@ class Response:
 class _Reader:
     """Bytes from the socket, every read within what is left of the timeout."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, deadline: float, max_body: int) -> None:
         self._sock = sock
         self._deadline = deadline
-        self.buffer = b""
+        self.max_body = max_body
+        self.buffer = bytearray()  # grown in place: a large answer costs its size, not its square
         self.closed = False
 
     def more(self) -> None:
@@ -87,7 +88,8 @@ class _Reader:
             self.more()
             if self.closed:
                 raise ConnectionResetError("the daemon closed the connection mid-answer")
-        out, self.buffer = self.buffer[:at], self.buffer[at + len(mark) :]
+        out = bytes(self.buffer[:at])
+        del self.buffer[: at + len(mark)]
         return out
 
     def exactly(self, size: int) -> bytes:
@@ -95,15 +97,16 @@ class _Reader:
             self.more()
             if self.closed:
                 raise ConnectionResetError("the daemon closed the connection mid-answer")
-        out, self.buffer = self.buffer[:size], self.buffer[size:]
+        out = bytes(self.buffer[:size])
+        del self.buffer[:size]
         return out
 
     def to_close(self) -> bytes:
         while not self.closed:
-            if len(self.buffer) > MAX_BODY:
-                raise ValueError(f"the answer is over {MAX_BODY} bytes")
+            if len(self.buffer) > self.max_body:
+                raise ValueError(f"the answer is over {self.max_body} bytes")
             self.more()
-        return self.buffer
+        return bytes(self.buffer)
 
 
 def get(host: str, port: int, target: str, headers: dict[str, str], timeout: float) -> Response:
@@ -157,21 +160,24 @@ def request_bytes(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
 
 
-def exchange(sock: socket.socket, request: bytes, deadline: float) -> Response:
-    """Send a request on a connected socket and read its answer, by `deadline` in all."""
+def exchange(
+    sock: socket.socket, request: bytes, deadline: float, max_body: int = MAX_BODY
+) -> Response:
+    """Send a request on a connected socket and read its answer, by `deadline` in all, its
+    body up to `max_body` bytes (ValueError past it)."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("the daemon's answer took longer than the timeout")
     sock.settimeout(left)
     sock.sendall(request)
-    reader = _Reader(sock, deadline)
+    reader = _Reader(sock, deadline, max_body)
     reader.more()
     if reader.closed:
         raise HungUpError("Remote end closed connection without response")
     while len(reader.buffer) < 5 and not reader.closed:
         reader.more()
     if not reader.buffer.startswith(b"HTTP/"):  # SSH's banner, a TLS alert...
-        raise NotHttpError(f"it begins {reader.buffer[:40]!r}")
+        raise NotHttpError(f"it begins {bytes(reader.buffer[:40])!r}")
     while True:
         status, reason, fields = _head(reader)
         if not 100 <= status < 200:
@@ -224,8 +230,8 @@ def _body(reader: _Reader, fields: dict[str, str]) -> bytes:
                 raise NotHttpError(f"chunk size {size_text[:20]!r}")
             size = int(size_text, 16)
             total += size
-            if total > MAX_BODY:
-                raise ValueError(f"the answer is over {MAX_BODY} bytes")
+            if total > reader.max_body:
+                raise ValueError(f"the answer is over {reader.max_body} bytes")
             if size == 0:
                 return b"".join(parts)
             parts.append(reader.exactly(size))
@@ -233,7 +239,7 @@ def _body(reader: _Reader, fields: dict[str, str]) -> bytes:
                 raise NotHttpError("a chunk longer than its size")
     length = fields.get("content-length")
     if length is not None:
-        if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY:
+        if not (length.isascii() and length.isdigit()) or int(length) > reader.max_body:
             raise NotHttpError(f"Content-Length {length[:20]!r}")
         return reader.exactly(int(length))
     return reader.to_close()

@@ -37,5 +37,5 @@ async def test_a_silent_exporter_is_a_backend_down_with_its_reason(silent_server
 
 async def test_a_silent_receiver_is_said_to_give_no_answer(silent_server: str) -> None:
     with pytest.raises(Exception) as caught:  # what _deliver catches, whatever its class
-        await fetch("POST", silent_server, body=b"{}", timeout=0.3)
+        await fetch("POST", silent_server, body=b"{}", timeout=0.3, lane="notify")
     assert sender._why(caught.value, 0.3) == "no answer within 0.3s"

@@ -6,6 +6,7 @@ back. Every exchange is bounded in time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -34,9 +35,16 @@ async def sized(request: Request) -> Answer:
     return Response(text=str(len(request.body)))
 
 
+def token_check(request: Request) -> Response | None:
+    if request.headers.get("authorization") == "Bearer right":
+        return None
+    return Response(status=401, text="no token")
+
+
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[str]:
     app = App(client_max_size=LIMIT)
+    app.add_post("/guarded", sized, lambda: 64 * 1024 * 1024, token_check)
     app.add_get("/echo", echo)
     app.add_get("/jobs/{job}/report", echo)
     app.add_post("/echo", echo)
@@ -156,6 +164,48 @@ async def test_an_upgrade_is_answered_as_plain_http_and_then_closed(served: str)
         b"\x81\x05hello",  # what it would send on, in the protocol it asked for
     )
     assert statuses(data) == [200]
+
+
+async def test_a_refusal_from_the_head_never_reads_the_body(served: str) -> None:
+    """Without the token, a 64 MiB body announced is answered at once, none of it held."""
+    head = b"POST /guarded HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n"
+    data = await exchange(served, head, b"a" * 65536)
+    assert statuses(data) == [401] and data.endswith(b"no token")
+    right = head.replace(b"Host: x", b"Host: x\r\nAuthorization: Bearer right")
+    small = right.replace(b"67108864", b"3") + b"abc"
+    assert statuses(await exchange(served, small, b"")) == [200]
+
+
+async def test_a_flood_of_pipelined_requests_is_cut_off(served: str) -> None:
+    flood = b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n" * 5000
+    data = await exchange(served, flood)
+    found = statuses(data)
+    assert found[-1] == 429 and 1 <= found.count(200) <= 16, found[-3:]
+
+
+async def test_bare_line_ends_do_not_keep_a_connection_open(served: str) -> None:
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_unix_connection(served)
+    started = loop.time()
+    try:
+        while not reader.at_eof() and loop.time() - started < 8:
+            writer.write(b"\r\n")
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(reader.read(100), 0.3)
+    finally:
+        writer.close()
+    assert reader.at_eof() and loop.time() - started < 8
+
+
+async def test_http_1_0_keep_alive_is_said_back(served: str) -> None:
+    data = await exchange(
+        served,
+        b"GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /echo HTTP/1.0\r\n\r\n",
+    )
+    assert statuses(data) == [200, 200]
+    assert data.count(b"Connection: keep-alive\r\n") == 1
 
 
 async def test_stop_closes_what_is_open(tmp_path: Path) -> None:
