@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gpuwatch import metrics as m
 from gpuwatch.model import GpuInfo, GpuProcess, Labels, Sample
 from gpuwatch.nvml.fields import CLOCK_EVENT_REASONS, RECOVERY_ACTIONS
@@ -220,6 +218,10 @@ def _uuid(labels: dict[str, str]) -> str:
 
 def read_dcgm(text: str) -> DcgmReading:
     """Map one dcgm-exporter /metrics text. Raises DcgmFormatError on what is not the format."""
+    # Imported here, not with the module: a daemon on NVML never pays prometheus_client's
+    # 4.4 MiB for it.
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:

@@ -16,8 +16,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gpuwatch.model import HARDWARE_PREFIXES, Labels, Sample
 
 # Matched whole (fullmatch): with match() and "$", a name ending in a newline passed, and one
@@ -152,6 +150,10 @@ def text_shape(body: bytes) -> TextShape:
 
 def parse_text(body: bytes, job: str) -> list[Sample]:
     """Prometheus text format; every series gains (or has overridden) the label job."""
+    # Imported at the first text push: prometheus_client's package costs 4.4 MiB of resident
+    # set, and the job library pushes JSON.
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         text = body.decode("utf-8")
         # TYPE lines are dropped: the parser would rename a counter's samples to *_total, and
