@@ -14,18 +14,17 @@ What each local user (the kernel names it) may open and cost is pushgate.py's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from gpuwatch.clock import within
 from gpuwatch.push.http import Stamp
 from gpuwatch.push.jobs import JobInputs
 from gpuwatch.serve.connlimit import widen_backlog
 from gpuwatch.serve.pushconn import PushProtocol
 from gpuwatch.serve.pushgate import PushGate
 from gpuwatch.serve.pushtake import PushTaker
+from gpuwatch.web.server import wind_down
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +63,7 @@ class PushServer:
         for connection in list(self.connections):
             connection.evict()  # at once: a client that does not read never holds up a stop
         tasks = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for server in self._servers:
-            with contextlib.suppress(TimeoutError):
-                await within(server.wait_closed(), STOP_WAIT_S)
-        self._servers.clear()
+        await wind_down(self._servers, tasks, STOP_WAIT_S)
 
     def spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(work)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from gpuwatch.web.app import App
@@ -132,15 +132,24 @@ class HttpServer:
         for c in list(self.connections):
             c.force_close()
         tasks = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for server in self._servers:
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), self.shutdown_timeout)
-        self._servers.clear()
+        await wind_down(self._servers, tasks, self.shutdown_timeout)
         self._sweeper = None
+
+
+async def wind_down(
+    servers: list[asyncio.Server], tasks: Iterable[asyncio.Task[Any]], wait_s: float
+) -> None:
+    """The end of a server's stop, once its connections are closed: its tasks cancelled and
+    awaited, each listening server given wait_s to finish closing, the list emptied."""
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for server in servers:
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), wait_s)
+    servers.clear()
 
 
 Factory = Callable[[], HttpConnection]

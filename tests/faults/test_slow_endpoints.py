@@ -4,7 +4,6 @@ runs on (on 3.10 asyncio's TimeoutError is not the builtin one)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -13,15 +12,13 @@ from gpuwatch.exporters.dcgm_source import DcgmSource
 from gpuwatch.clock import SystemClock
 from gpuwatch.notify import sender
 from gpuwatch.web.fetch import fetch
+from tests.conftest import silent_listener
 
 
 @pytest.fixture
 def silent_server() -> Iterator[str]:
-    """Accepts connections and never says a byte."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+    with silent_listener("/metrics") as url:
+        yield url
 
 
 async def test_a_silent_exporter_is_a_backend_down_with_its_reason(silent_server: str) -> None:

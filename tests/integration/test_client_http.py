@@ -12,12 +12,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, ClassVar
 
 import pytest
 
 from gpuwatch.cli import main
+from tests.conftest import http_server
 
 NODE = {"data": {"verdict": "healthy", "reasons": [], "gpus": [{"index": 0, "status": "ok"}]}}
 
@@ -53,12 +54,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     Handler.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with http_server(Handler) as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,16 +5,16 @@ followed, a URL as an operator writes it (spaces, accents) is sent encoded."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import ClassVar
 
 import pytest
 
 from gpuwatch.web import fetch as fetch_module
 from gpuwatch.web.fetch import fetch
+from tests.conftest import http_server, silent_listener
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -45,23 +45,14 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     Handler.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(Handler) as url:
+        yield url
 
 
 @pytest.fixture
 def silent() -> Iterator[str]:
-    """Takes connections and never says a byte."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(64)
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    with silent_listener("/hook") as url:
+        yield url
 
 
 async def test_a_redirect_keeping_the_method_is_followed_with_the_body(server: str) -> None:
