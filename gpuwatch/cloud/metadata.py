@@ -220,6 +220,7 @@ class CloudNotices:
                 timeout=REQUEST_TIMEOUT_S,
                 lane="sources",
                 max_body=MAX_BODY_BYTES,
+                follow_redirects=False,
             )
         except ValueError as exc:  # not HTTP, or over the limit
             raise MetadataError(f"{path}: {exc}") from None

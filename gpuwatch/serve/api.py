@@ -188,6 +188,8 @@ class Api:
         """Server-sent events: `cycle` after every sample (data: its time), and every journal
         event as it happens (event: its kind, data: the event's JSON). A client that reads
         nothing for STREAM_WRITE_TIMEOUT_S is dropped: it holds a bounded queue meanwhile."""
+        if request.method == "HEAD":  # what a GET would begin with, and no stream
+            return Response(content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         streams = self.cap.streams
         if len(streams) >= MAX_STREAMS:
             return json_response(

@@ -49,6 +49,7 @@ class HttpConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._writing_paused = False
         self._eof = False  # the client has sent all it will send
+        self.close_after = False  # an answer said it ends at the close (HTTP/1.0's stream)
         # Answered without reading on (a body past its limit, a refusal, an upgrade): what
         # the client sends after is dropped, and the connection closes after the answers.
         self._done = False
@@ -165,6 +166,7 @@ class HttpConnection(asyncio.Protocol):
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         method = self.parser.get_method().decode("latin-1")
         request = Request(self, method, self._url.decode("latin-1"), headers)
+        request.version = self.parser.get_http_version()
         found = self.server.app.resolve(method, self._url.partition(b"?")[0].decode("latin-1"))
         request.match_info = found.match_info
         self._request, self._found = request, found
@@ -231,7 +233,7 @@ class HttpConnection(asyncio.Protocol):
                 finally:
                     self.handling = False
                 self.last_active = self.server.now()
-                close = not keep_alive or self._eof or self.server.stopping
+                close = not keep_alive or self._eof or self.close_after or self.server.stopping
                 try:
                     self._write(request, answer, close)
                 except Exception:  # an answer that cannot be written (a bad header)
@@ -243,7 +245,14 @@ class HttpConnection(asyncio.Protocol):
                 if close:
                     self._close()
                     return
-                await self.drained()
+                if self.queue:  # more to answer: a client that reads none of it is let go
+                    try:
+                        await asyncio.wait_for(self.drained(), self.server.idle_timeout)
+                    except asyncio.TimeoutError:
+                        self.force_close()
+                        return
+                else:
+                    await self.drained()  # then idle: the sweep closes it in time
         except ConnectionResetError:
             pass
         finally:
@@ -253,7 +262,8 @@ class HttpConnection(asyncio.Protocol):
 
     def _write(self, request: Request, answer: Answer, close: bool) -> None:
         if isinstance(answer, StreamResponse):
-            self.send(b"0\r\n\r\n")  # the stream's last chunk
+            if answer.chunked:
+                self.send(b"0\r\n\r\n")  # the stream's last chunk
             return
         fields = answer.headers
         if "Content-Length" not in fields:

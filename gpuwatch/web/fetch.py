@@ -68,6 +68,7 @@ async def fetch(
     body: bytes | None = None,
     tls: ssl.SSLContext | None = None,
     max_body: int = plainhttp.MAX_BODY,
+    follow_redirects: bool = True,
 ) -> Answer:
     """One request to an http:// or https:// URL (user:password@ in it is sent as basic
     auth); a 307 or 308 is followed (the method and body kept), up to MAX_REDIRECTS times.
@@ -89,7 +90,7 @@ async def fetch(
             done.cancel()  # what it settles later is dropped
             raise TimeoutError(f"no answer within {timeout:g}s") from None
         location = answer.headers.get("location")
-        if answer.status not in (307, 308) or not location:
+        if answer.status not in (307, 308) or not location or not follow_redirects:
             return answer
         url = urljoin(url, location)
     raise ValueError(f"more than {MAX_REDIRECTS} redirects")

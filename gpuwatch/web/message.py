@@ -48,6 +48,7 @@ class Request:
         self.too_large = False  # the body passed its route's limit: not read, answered 413
         self.refusal: Response | None = None  # its route refused it from its head alone
         self.keep_alive_10 = False  # HTTP/1.0 asking to keep the connection
+        self.version = "1.1"
         self.match_info: dict[str, str] = {}
         raw_path, _, self.query_string = target.partition("?")
         self.path = urllib.parse.unquote(raw_path)
@@ -129,19 +130,24 @@ class StreamResponse:
     def __init__(self, *, headers: Mapping[str, str] | None = None) -> None:
         self.status = 200
         self.headers: dict[str, str] = dict(headers or {})
+        self.chunked = True
         self._connection: HttpConnection | None = None
 
     async def prepare(self, request: Request) -> None:
+        """Send the head. HTTP/1.0 has no chunks: the stream runs to the connection's close."""
         self._connection = request.connection
-        fields = {**self.headers, "Transfer-Encoding": "chunked"}
-        request.connection.send(head(self.status, fields.items(), close=False))
+        self.chunked = request.version != "1.0"
+        fields = {**self.headers, **({"Transfer-Encoding": "chunked"} if self.chunked else {})}
+        request.connection.send(head(self.status, fields.items(), close=not self.chunked))
+        if not self.chunked:
+            request.connection.close_after = True
 
     async def write(self, data: bytes) -> None:
         connection = self._connection
         assert connection is not None, "prepare() first"
         if connection.closing:
             raise ConnectionResetError("the client went away")
-        connection.send(b"%x\r\n%s\r\n" % (len(data), data))
+        connection.send(b"%x\r\n%s\r\n" % (len(data), data) if self.chunked else data)
         await connection.drained()
 
 

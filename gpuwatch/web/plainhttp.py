@@ -151,13 +151,19 @@ def request_bytes(
     fields.update((k, v) for k, v in headers.items() if k not in fields)
     if body is not None:
         fields["Content-Length"] = str(len(body))
+    # A value may hold text beyond ASCII (a receiver's name in an idempotency key), written
+    # as UTF-8 as aiohttp wrote it; the target and the names may not. Nothing may hold a
+    # control character: that is what would split one request into two.
     for part in (target, *fields, *fields.values()):
-        if not part.isascii() or any(c < " " or c == "\x7f" for c in part):
+        if any(c < " " or c == "\x7f" for c in part):
+            raise UnsendableError(f"{part[:60]!r} cannot be sent in an HTTP request")
+    for part in (target, *fields):
+        if not part.isascii():
             raise UnsendableError(f"{part[:60]!r} cannot be sent in an HTTP request")
     if " " in target or not target.startswith("/"):
         raise UnsendableError(f"{target[:60]!r} is not a path to ask for")
     lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
 
 
 def exchange(

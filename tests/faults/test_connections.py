@@ -146,6 +146,15 @@ def test_event_streams_are_capped_and_a_reader_that_left_frees_its_place(tmp_pat
                 return b" 200 " in s.recv(200)
 
         wait_for(one_stream)
+
+        # A HEAD says what a GET would begin with, and streams nothing.
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(b"HEAD /api/v1/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n"), answer
+        assert b"text/event-stream" in answer and b"event:" not in answer
     finally:
         for s in streams:
             s.close()

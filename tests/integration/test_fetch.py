@@ -14,6 +14,7 @@ import pytest
 
 from gpuwatch.web import fetch as fetch_module
 from gpuwatch.web.fetch import fetch
+from gpuwatch.web.plainhttp import UnsendableError
 from tests.conftest import http_server, silent_listener
 
 
@@ -65,6 +66,16 @@ async def test_a_url_as_written_is_sent_encoded(server: str) -> None:
     answer = await fetch("GET", f"{server}/höok?to=Zoë A", timeout=5, lane="sources")
     assert (answer.status, answer.body) == (200, b"ok")
     assert Handler.seen == [("GET", "/h%C3%B6ok?to=Zo%C3%AB%20A", b"")]
+
+
+async def test_a_header_value_beyond_ascii_is_sent_as_utf8(server: str) -> None:
+    """A receiver's name, in the idempotency key, may be any text; a line break may not."""
+    headers = {"Idempotency-Key": "équipe/abc"}
+    answer = await fetch("POST", f"{server}/hook", body=b"{}", headers=headers, timeout=5,
+                         lane="notify")  # fmt: skip
+    assert answer.status == 200
+    with pytest.raises(UnsendableError):
+        await fetch("POST", f"{server}/hook", headers={"X": "a\r\nB: c"}, timeout=5, lane="notify")
 
 
 async def test_receivers_that_never_answer_hold_up_only_their_own_lane(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.web.app import App
-from gpuwatch.web.message import Answer, Request, Response, json_response
+from gpuwatch.web.message import Answer, Request, Response, StreamResponse, json_response
 from gpuwatch.web.server import HttpServer
 
 LIMIT = 1024
@@ -41,9 +41,23 @@ def token_check(request: Request) -> Response | None:
     return Response(status=401, text="no token")
 
 
+async def big(request: Request) -> Answer:
+    return Response(body=b"x" * (4 << 20))
+
+
+async def ticks(request: Request) -> Answer:
+    response = StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for i in range(3):
+        await response.write(b"data: %d\n\n" % i)
+    return response
+
+
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[str]:
     app = App(client_max_size=LIMIT)
+    app.add_get("/big", big)
+    app.add_get("/ticks", ticks)
     app.add_post("/guarded", sized, lambda: 64 * 1024 * 1024, token_check)
     app.add_get("/echo", echo)
     app.add_get("/jobs/{job}/report", echo)
@@ -206,6 +220,33 @@ async def test_http_1_0_keep_alive_is_said_back(served: str) -> None:
     )
     assert statuses(data) == [200, 200]
     assert data.count(b"Connection: keep-alive\r\n") == 1
+
+
+async def test_a_client_that_pipelines_and_never_reads_is_let_go(served: str) -> None:
+    """Three 4 MiB answers asked for at once and none read: the connection is closed after
+    the idle timeout, not held (with its answers) for as long as the client stays."""
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_unix_connection(served)
+    writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+    started = loop.time()
+    await asyncio.sleep(5)  # nothing read meanwhile
+    got = 0
+    with contextlib.suppress(ConnectionError):
+        while chunk := await asyncio.wait_for(reader.read(1 << 20), 10):
+            got += len(chunk)
+    writer.close()
+    assert got < 3 * (4 << 20), got  # cut off before the third answer was whole
+    assert loop.time() - started < 15
+
+
+async def test_a_stream_is_chunked_for_http_1_1_and_runs_to_the_close_for_1_0(
+    served: str,
+) -> None:
+    data = await exchange(served, b"GET /ticks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in data and data.endswith(b"0\r\n\r\n")
+    data = await exchange(served, b"GET /ticks HTTP/1.0\r\n\r\n")
+    assert b"Transfer-Encoding" not in data and b"Connection: close" in data
+    assert data.endswith(b"\r\n\r\ndata: 0\n\ndata: 1\n\ndata: 2\n\n")
 
 
 async def test_stop_closes_what_is_open(tmp_path: Path) -> None:
