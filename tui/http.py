@@ -17,9 +17,9 @@ from functools import lru_cache
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from gpuwatch.clients.tls import basic_auth, host_and_port
 from gpuwatch.compat import timeout_at
 from gpuwatch.text.printable import printable_json
+from gpuwatch.web.plainhttp import basic_auth, host_and_port
 
 MAX_BODY = 16 * 1024 * 1024  # a node's JSON is a few KB; anything this big is not a daemon
 MAX_HEAD = 64 * 1024

@@ -4,7 +4,7 @@ URL's user:password@.
 
 One GET, not urllib.request: the commands run before every job and at every health-check
 interval, and urllib.request's import (its handlers, cookies, proxies, mimetypes) cost them
-about a fifth of their time. An http:// URL is asked on a socket (clients/plainhttp.py);
+about a fifth of their time. An http:// URL is asked on a socket (web/plainhttp.py);
 http.client and ssl, which cost another 20 ms to import, only for https. It keeps what urlopen
 did that a daemon's address can need (redirects, as a reverse proxy in front of the daemon
 sends; its errors, which the commands explain) and leaves out the rest: proxies from the
@@ -13,10 +13,9 @@ daemon is reached on the node's or the fleet's own network."""
 
 from __future__ import annotations
 
-import base64
 import urllib.error
 from typing import IO, TYPE_CHECKING, Any, Protocol, cast
-from urllib.parse import SplitResult, unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from gpuwatch import __version__
 from gpuwatch.web import plainhttp
@@ -60,20 +59,6 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=ca_file)
 
 
-def basic_auth(parts: SplitResult) -> str | None:
-    """The Authorization header for a URL's user:password@, or None without one."""
-    if parts.username is None:
-        return None
-    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-    return "Basic " + base64.b64encode(pair.encode()).decode()
-
-
-def host_and_port(parts: SplitResult) -> str:
-    """The URL's host[:port], without user:password@ (an IPv6 address in brackets)."""
-    host = parts.hostname or ""
-    return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-
-
 def open_url(url: str, ca_file: str | None, timeout: float) -> Answer:
     """The answer to a GET of `url`, to read and close, following redirects as urlopen does
     (at most MAX_REDIRECTS, a URL at most MAX_REPEATS times). urllib.error.HTTPError for an
@@ -107,7 +92,7 @@ def _get(url: str, ca_file: str | None, timeout: float) -> Answer:
     """One GET and its answer, on a connection of its own."""
     parts = urlsplit(url)
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT, "Connection": "close"}
-    authorization = basic_auth(parts)
+    authorization = plainhttp.basic_auth(parts)
     if authorization is not None:
         headers["Authorization"] = authorization
     target = urlunsplit(("", "", parts.path or "/", parts.query, ""))

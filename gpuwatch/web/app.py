@@ -95,7 +95,7 @@ class App:
         A path's segments are matched decoded (%2F within one stays in it)."""
         asked = "GET" if method == "HEAD" else method
         segments = [unquote(s) for s in raw_path.split("/")]
-        whole = "/".join(segments) if not any("/" in s for s in segments) else None
+        whole = _whole(segments)
         route = self._exact.get((asked, whole)) if whole is not None else None
         match_info: dict[str, str] | None = {}
         if route is None:
@@ -120,7 +120,7 @@ class App:
         return None, None
 
     def _allowed(self, segments: list[str]) -> set[str]:
-        path = "/".join(segments) if not any("/" in s for s in segments) else None
+        path = _whole(segments)
         allowed = {m for m, p in self._exact if p == path}
         allowed |= {r.method for r in self._patterns if r.match(segments) is not None}
         return allowed
@@ -135,6 +135,12 @@ class App:
         for middleware in reversed(self.middlewares):
             handler = _wrapped(middleware, handler)
         return await handler(request)
+
+
+def _whole(segments: list[str]) -> str | None:
+    """The decoded path an exact route is found by; None when a segment holds an encoded
+    slash, which no exact route's segments do."""
+    return "/".join(segments) if not any("/" in s for s in segments) else None
 
 
 def _wrapped(middleware: Middleware, handler: Handler) -> Handler:

@@ -209,8 +209,6 @@ class HttpConnection(asyncio.Protocol):
         self.started = None
         if len(self.queue) >= MAX_PIPELINED:
             raise _RefusedError(429, f"more than {MAX_PIPELINED} requests sent ahead of answers")
-        if keep_alive and self.parser.get_http_version() == "1.0":
-            request.keep_alive_10 = True  # HTTP/1.0 keeps a connection only when told so
         self.queue.append((request, found, keep_alive))
         if self.transport is not None:
             self.transport.pause_reading()  # one request at a time
@@ -268,7 +266,7 @@ class HttpConnection(asyncio.Protocol):
         fields = answer.headers
         if "Content-Length" not in fields:
             fields["Content-Length"] = str(len(answer.body))
-        if request.keep_alive_10 and not close:
+        if request.version == "1.0" and not close:  # it keeps a connection only when told so
             fields["Connection"] = "keep-alive"
         body = b"" if request.method == "HEAD" else answer.body
         self.send(head(answer.status, fields.items(), close=close) + body)

@@ -16,7 +16,6 @@ hangs in the thread. The threads are daemon threads: a stopping daemon never wai
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import socket
@@ -25,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import quote, unquote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from gpuwatch.web import plainhttp
 
@@ -128,24 +127,22 @@ class _Ask:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("not an http(s) URL")
-        host = parts.hostname
+        host, address = parts.hostname, plainhttp.ascii_host(parts)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         fields = dict(self.headers)
-        if parts.username is not None:
-            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            fields.setdefault("Authorization", "Basic " + base64.b64encode(pair).decode())
+        authorization = plainhttp.basic_auth(parts)
+        if authorization is not None:
+            fields.setdefault("Authorization", authorization)
         target = quote(parts.path or "/", safe=SAFE)
         if parts.query:
             target += "?" + quote(parts.query, safe=SAFE)
-        ascii_host = host if host.isascii() else host.encode("idna").decode("ascii")
-        shown = f"[{ascii_host}]" if ":" in ascii_host else ascii_host
-        host_header = shown + (f":{parts.port}" if parts.port else "")
+        host_header = plainhttp.host_and_port(parts)
         request = plainhttp.request_bytes(host_header, self.method, target, fields, self.body)
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("no time left to connect")
         try:
-            sock = socket.create_connection((ascii_host, port), left)
+            sock = socket.create_connection((address, port), left)
         except TimeoutError:
             raise
         except OSError as exc:
@@ -153,7 +150,7 @@ class _Ask:
         try:
             if parts.scheme == "https":
                 context = self.tls if self.tls is not None else _default_tls()
-                sock = context.wrap_socket(sock, server_hostname=ascii_host)
+                sock = context.wrap_socket(sock, server_hostname=address)
             answer = plainhttp.exchange(sock, request, self.deadline, self.max_body)
         finally:
             sock.close()

@@ -47,7 +47,6 @@ class Request:
         self.body = b""
         self.too_large = False  # the body passed its route's limit: not read, answered 413
         self.refusal: Response | None = None  # its route refused it from its head alone
-        self.keep_alive_10 = False  # HTTP/1.0 asking to keep the connection
         self.version = "1.1"
         self.match_info: dict[str, str] = {}
         raw_path, _, self.query_string = target.partition("?")

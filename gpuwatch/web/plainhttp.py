@@ -10,9 +10,11 @@ is all this reads, each step bounded, the whole exchange within the timeout.
 
 from __future__ import annotations
 
+import base64
 import socket
 import time
 from types import TracebackType
+from urllib.parse import SplitResult, unquote
 
 MAX_HEAD = 64 * 1024  # bytes of status line and headers
 MAX_BODY = 64 * 1024 * 1024  # a 64-GPU node's payload is a few hundred KB
@@ -191,6 +193,26 @@ def exchange(
     if status in (204, 304):  # no body, whatever the headers say
         return Response(status, reason, fields, b"")
     return Response(status, reason, fields, _body(reader, fields))
+
+
+def basic_auth(parts: SplitResult) -> str | None:
+    """The Authorization header for a URL's user:password@, or None without one."""
+    if parts.username is None:
+        return None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def ascii_host(parts: SplitResult) -> str:
+    """The URL's host as the network knows it: a name beyond ASCII in its IDNA form."""
+    host = parts.hostname or ""
+    return host if host.isascii() else host.encode("idna").decode("ascii")
+
+
+def host_and_port(parts: SplitResult) -> str:
+    """The URL's host[:port], without user:password@ (an IPv6 address in brackets)."""
+    host = ascii_host(parts)
+    return (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
 
 
 def _host_header(host: str, port: int) -> str:
