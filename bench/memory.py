@@ -82,7 +82,11 @@ def store_bytes(store: object) -> Counter[str]:
             size("labels", pair)
         size("run lists", series.runs)
         for run in series.runs:
-            if run.values is None:
+            if run.packed is not None:
+                size("varying runs (objects)", run)
+                size("packed runs (values)", run.packed)
+                by_name[series.name] += sys.getsizeof(run.packed)
+            elif run.values is None:
                 size("constant runs", run)
             else:
                 size("varying runs (objects)", run)

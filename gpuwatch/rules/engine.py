@@ -171,6 +171,8 @@ class RuleEngine:
                     needed[name] = max(needed.get(name, 0.0), reach + self.interval(group))
         unnamed = needed.get(None, 0.0)  # a selector without a name could read any series
         for store in (self.store, self.recorded):
+            store.read_back_by_name = {n: t for n, t in needed.items() if n is not None}
+            store.read_back_any = unnamed
             store.retention = max(self.configured_retention, unnamed)
             store.retention_by_name = {
                 n: t for n, t in needed.items() if n is not None and t > store.retention

@@ -1,5 +1,6 @@
 """A series' values over time: one timeline of timestamps per source, and per series its
-runs, each a constant or a packed array of doubles (gpuwatch.store.tsdb says why)."""
+runs, each a constant, an array of doubles, or (once rules no longer read it) those doubles
+packed (gpuwatch.store.tsdb says why)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from gpuwatch.model import Labels
+from gpuwatch.store.packing import pack, unpack
 from gpuwatch.store.series import CounterStats, count_drops, is_stale_marker
 
 RUN_CAPACITY = 512  # samples in one varying run
+RUN_SPAN_S = 600.0  # and seconds: a series read every 5 s still closes runs to be packed
 CONST_RUN_MIN = 16  # a constant run this long is kept as is when the value changes
 DEFAULT_LOOKBACK_S = 300.0  # Prometheus's default lookback delta
 
@@ -50,13 +53,15 @@ class Timeline:
 
 
 class _Run:
-    __slots__ = ("const", "count", "drops", "stale", "start", "values")
+    __slots__ = ("const", "count", "drops", "packed", "stale", "start", "until", "values")
 
-    def __init__(self, start: int, value: float, stale: bool = False) -> None:
+    def __init__(self, start: int, time: float, value: float, stale: bool = False) -> None:
         self.start = start
+        self.until = time + RUN_SPAN_S  # a varying run takes no samples from then on
         self.count = 1
         self.const = value
         self.values: array[float] | None = None
+        self.packed: bytes | None = None  # the values, packed (then `values` is None)
         self.drops = False  # a value below its predecessor inside the run (a counter reset)
         self.stale = stale  # a stale marker: always a run of its own
 
@@ -64,8 +69,24 @@ class _Run:
     def end(self) -> int:
         return self.start + self.count
 
+    def array(self) -> array[float] | None:
+        """The values, None for a constant run. Safe while the store's sweep packs this run on
+        another thread: `pack` sets `packed` before it drops `values`."""
+        values = self.values
+        if values is not None:
+            return values
+        packed = self.packed
+        return None if packed is None else unpack(packed)
+
     def value(self, index: int) -> float:
-        return self.const if self.values is None else self.values[index - self.start]
+        values = self.array()
+        return self.const if values is None else values[index - self.start]
+
+    def pack(self) -> None:
+        """Pack a closed run's values (no-op for a constant run or one that would not shrink)."""
+        if self.values is not None and (packed := pack(self.values)) is not None:
+            self.packed = packed
+            self.values = None
 
 
 class Series:
@@ -112,18 +133,18 @@ class Series:
         runs = self.runs
         run = runs[-1] if runs else None
         if stale or run is None or run.stale or run.start + run.count != index:
-            runs.append(_Run(index, value, stale))
+            runs.append(_Run(index, time, value, stale))
             return
         if run.values is None:
             if value == run.const or _same(value, run.const):
                 run.count += 1  # a constant run costs nothing per sample: no cap
                 return
             if run.count >= CONST_RUN_MIN:
-                self.runs.append(_Run(index, value))
+                self.runs.append(_Run(index, time, value))
                 return
             run.values = array("d", [run.const]) * run.count
-        elif run.count >= RUN_CAPACITY:
-            self.runs.append(_Run(index, value))
+        elif run.count >= RUN_CAPACITY or time >= run.until:
+            self.runs.append(_Run(index, time, value))
             return
         if value < run.values[-1]:
             run.drops = True
@@ -136,6 +157,14 @@ class Series:
             k += 1
         if k:
             del self.runs[:k]
+
+    def unpacked_before(self, index: int) -> Iterator[_Run]:
+        """The plain varying runs that end before `index`, but the newest (still written)."""
+        for run in self.runs[:-1]:
+            if run.end > index:
+                break
+            if run.values is not None:
+                yield run
 
     def _parts(self, lo: int, hi: int) -> Iterator[tuple[_Run, int, int]]:
         """(run, first index, end index) of each non-stale run overlapping [lo, hi), clipped."""
@@ -172,7 +201,8 @@ class Series:
         if hi - lo < 2:
             return None
         last_run = self.runs[-1]
-        flat = last_run.values is None and not last_run.stale  # most error counters
+        # Most error counters: one constant run covering the window.
+        flat = last_run.values is None and last_run.packed is None and not last_run.stale
         if flat and last_run.start <= lo and last_run.start + last_run.count >= hi:
             c = last_run.const
             return hi - lo, times[lo - base], c, times[hi - 1 - base], c, 0.0
@@ -181,7 +211,7 @@ class Series:
         drops = 0.0
         for run, a, b in self._parts(lo, hi):
             s = run.start
-            values = run.values
+            values = run.array()
             head = run.const if values is None else values[a - s]
             if n == 0:
                 first_t, first_v = times[a - base], head
@@ -257,10 +287,11 @@ class RunWindow:
     def values(self) -> list[float]:
         out: list[float] = []
         for run, a, b in self._parts:
-            if run.values is None:
+            values = run.array()
+            if values is None:
                 out.extend([run.const] * (b - a))
             else:
-                out.extend(run.values[a - run.start : b - run.start])
+                out.extend(values[a - run.start : b - run.start])
         return out
 
     def drops(self) -> tuple[int, float]:
@@ -270,8 +301,9 @@ class RunWindow:
             first = run.value(a)
             if previous is not None and first < previous:
                 count, total = count + 1, total + previous
-            if run.drops and run.values is not None:
-                n, s = count_drops(run.values[a - run.start : b - run.start])
+            values = run.array() if run.drops else None
+            if values is not None:
+                n, s = count_drops(values[a - run.start : b - run.start])
                 count, total = count + n, total + s
             previous = run.value(b - 1)
         return count, total

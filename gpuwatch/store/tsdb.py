@@ -4,7 +4,9 @@ Each source's batches share one timeline of timestamps, so a series stores only 
 Values are kept in runs: a run holds consecutive batch indices of one series, as a single
 number while it stays constant (most error counters, limits and link states) and as a packed
 array of doubles once it varies. Varying runs are capped, so retention frees memory run by run;
-a constant run holds no per-sample data and grows as long as its value holds.
+a constant run holds no per-sample data and grows as long as its value holds. A varying run
+older than anything the rules read back is packed (gpuwatch.store.packing), a fifth of its size
+on NVML's data: the hour of history is mostly packed, and rule evaluation reads only plain runs.
 
 A series missing from its source's next batch gets a stale marker at that batch's time, as
 Prometheus does: it stops appearing in instant lookups from then on, and history shows a gap.
@@ -14,27 +16,38 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from gpuwatch.model import Labels, Sample
-from gpuwatch.store.runs import DEFAULT_LOOKBACK_S, Series, Timeline
+from gpuwatch.store.runs import DEFAULT_LOOKBACK_S, Series, Timeline, _Run
 from gpuwatch.store.series import STALE_NAN
 
 TRIM_EVERY_S = 60.0  # data time between retention sweeps (a sweep visits every series)
+PACK_AFTER_S = 300.0  # runs older than this, and than the rules read back, are packed
+PACK_PER_INGEST = 4  # runs packed after each batch, at most: about a millisecond
 
 SeriesKey = tuple[str, Labels]
 
 
 class Store:
-    def __init__(self, retention: float) -> None:
+    def __init__(self, retention: float, pack_after: float = PACK_AFTER_S) -> None:
         self.retention = retention
+        self.pack_after = pack_after
         # Names kept longer than `retention`, because rules read them back further.
         self.retention_by_name: dict[str, float] = {}
+        # How far back the rules read each name, and any name (a selector without one): runs
+        # within that reach stay plain, so that evaluating a rule never unpacks one.
+        self.read_back_by_name: dict[str, float] = {}
+        self.read_back_any = 0.0
         self._timelines: dict[str, Timeline] = {}
         self._series: dict[SeriesKey, Series] = {}
         self._by_name: dict[str, dict[SeriesKey, Series]] = {}
         self._current: dict[str, list[Series]] = {}  # by source: its last batch's series
         self._next_trim = -math.inf
+        # Runs the last sweep found to pack, packed a few per batch so that no one batch (and
+        # no scrape waiting behind it on the event loop) pays for a whole sweep's.
+        self._to_pack: deque[_Run] = deque()
         self.generation = 0  # bumps on every ingest; lets readers cache per cycle
         self.layout = 0  # bumps when a series is created or dropped; lets selections cache
 
@@ -82,20 +95,32 @@ class Store:
         if time >= self._next_trim:
             self._next_trim = time + TRIM_EVERY_S
             self._trim(time)
+        for _ in range(min(PACK_PER_INGEST, len(self._to_pack))):
+            self._to_pack.popleft().pack()
 
     def _trim(self, now: float) -> None:
         longest = max(self.retention, *self.retention_by_name.values(), 0.0)
         for timeline in self._timelines.values():
             timeline.trim(now - longest)  # timestamps are shared: kept for the longest
-        first: dict[tuple[int, float], int] = {}  # (timeline, retention) -> first index kept
+        first: dict[tuple[int, float], int] = {}  # (timeline, age) -> first index not older
+
+        def since(tl: Timeline, age: float) -> int:
+            index = first.get((id(tl), age))
+            if index is None:
+                index = first[(id(tl), age)] = tl.first + bisect_left(tl.times, now - age)
+            return index
+
+        plain = max(self.pack_after, self.read_back_any)
+        pack = self._to_pack.extend if not self._to_pack else None  # not twice while queued
         dropped = 0
         for key, series in list(self._series.items()):
-            keep = max(self.retention, self.retention_by_name.get(series.name, 0.0))
-            tl = series.timeline
-            index = first.get((id(tl), keep))
-            if index is None:
-                index = first[(id(tl), keep)] = tl.first + bisect_left(tl.times, now - keep)
-            series.trim(index)
+            name = series.name
+            series.trim(
+                since(series.timeline, max(self.retention, self.retention_by_name.get(name, 0.0)))
+            )
+            if pack is not None:
+                hot = max(plain, self.read_back_by_name.get(name, 0.0))
+                pack(series.unpacked_before(since(series.timeline, hot)))
             if not series.runs:
                 self.layout += 1
                 del self._series[key]

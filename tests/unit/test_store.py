@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 from gpuwatch.model import Sample
-from gpuwatch.store.runs import RUN_CAPACITY
-from gpuwatch.store.tsdb import Store
+from gpuwatch.store.runs import RUN_CAPACITY, RUN_SPAN_S
+from gpuwatch.store.tsdb import PACK_PER_INGEST, Store
 
 GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
 GPU1 = (("gpu", "1"), ("uuid", "GPU-b"))
@@ -124,6 +126,64 @@ def test_a_constant_series_is_one_run_and_varying_ones_pack_values() -> None:
     (limit,) = store.select("limit")
     (temp,) = store.select("temp")
     assert len(limit.runs) == 1 and limit.runs[0].values is None
-    assert len(temp.runs) == math.ceil(1000 / RUN_CAPACITY)
-    assert all(run.values is not None for run in temp.runs)
+    assert len(temp.runs) == math.ceil(1000 / min(RUN_CAPACITY, RUN_SPAN_S))  # one a second
+    assert all(run.values is not None or run.packed is not None for run in temp.runs)
     assert [v for _, v in temp.samples(994.5, 999)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def _same(a: object, b: object) -> bool:
+    return repr(a) == repr(b)  # NaNs compare equal by their text
+
+
+def test_packed_history_reads_as_it_was_written() -> None:
+    """Runs older than anything the rules read are packed: every read over them, or across
+    packed and plain runs, answers as a store that never packs."""
+    packed, plain = Store(retention=3600), Store(retention=3600, pack_after=math.inf)
+    rng = random.Random(3)
+    for t in range(3000):
+        batch = [
+            Sample("bytes", GPU0, float(t * 25_000_123 if t < 1500 else (t - 1500) * 7)),
+            Sample("temp", GPU0, float(40 + t // 300)),
+            Sample("lossy", GPU0, math.nan if t % 97 == 0 else t * 0.01),
+            Sample("noise", GPU0, rng.random()),
+        ]
+        if not 700 <= t < 760:  # a minute without power: a stale marker and a gap
+            batch.append(Sample("power", GPU0, rng.randrange(60_000, 700_000) * 0.001))
+        for store in (packed, plain):
+            store.ingest("nvml", float(t), batch)
+    assert sum(run.packed is not None for s in packed.select(None) for run in s.runs) >= 15
+    windows = [(-1, 3000), (100, 400), (500, 1700), (1400, 1600), (2000, 2999), (2990, 2999)]
+    for name in ("bytes", "temp", "lossy", "noise", "power"):
+        (a,) = packed.select(name)
+        (b,) = plain.select(name)
+        for start, end in windows:
+            assert _same(a.samples(start, end), b.samples(start, end)), (name, start, end)
+            assert _same(a.counter_stats(start, end), b.counter_stats(start, end)), name
+            wa, wb = a.window(start, end), b.window(start, end)
+            assert _same((wa.first(), wa.last(), wa.drops()), (wb.first(), wb.last(), wb.drops()))
+        for t in (10.5, 699.0, 730.0, 1500.0, 2999.0):
+            assert _same(a.point_at(t), b.point_at(t)), (name, t)
+
+
+def test_what_the_rules_read_back_stays_plain() -> None:
+    store = Store(retention=3600)
+    store.read_back_by_name = {"power": 2000.0}
+    for t in range(3000):
+        _feed(store, float(t), power=t * 0.5, temp=t * 0.25)
+    (power,) = store.select("power")
+    (temp,) = store.select("temp")
+    [newest_packed] = [r.end for r in power.runs if r.packed is not None][-1:]
+    assert store._timelines["nvml"].time(newest_packed - 1) < 2999 - 2000
+    assert any(run.packed is not None for run in temp.runs[-4:])
+
+
+def test_a_sweep_packs_its_runs_a_few_a_batch() -> None:
+    store = Store(retention=3600)
+    packed_after: list[int] = []
+    for t in range(1500):
+        gpus = [Sample("temp", (("gpu", str(g)),), t * 0.5 + g) for g in range(40)]
+        store.ingest("nvml", float(t), gpus)
+        packed_after.append(sum(r.packed is not None for s in store.select("temp") for r in s.runs))
+    steps = [b - a for a, b in itertools.pairwise(packed_after)]
+    assert max(steps) == PACK_PER_INGEST  # a sweep found more than one batch packs
+    assert packed_after[-1] == 40 * 2  # each GPU's two runs that ended over 5 minutes ago
