@@ -9,10 +9,8 @@ import asyncio
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +102,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # Imported by the demo only, as the simulator is: the daemon need not hold them.
+    import shutil
+    import tempfile
+
     from gpuwatch.sim.launch import simulated_library
 
     try:
@@ -194,6 +196,8 @@ def _end_on_hangup(*directories: str) -> None:
     program in a terminal does, removing what it made. A plain signal handler, not the
     loop's: the loop may be stuck handing frames to a terminal that no longer takes them,
     and a demo left so would hold its port for good, answering nothing."""
+
+    import shutil
 
     def hangup(signum: int, _frame: object) -> None:
         for directory in directories:

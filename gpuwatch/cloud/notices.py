@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from gpuwatch.text.timefmt import parse_rfc3339
@@ -93,6 +92,9 @@ def azure_notices(body: bytes, vm_name: str, now: float) -> list[Notice]:
         not_before = event.get("NotBefore") or ""
         at = now
         if not_before:
+            # Imported here, on Azure with an event: the email package costs 1.5 MiB.
+            from email.utils import parsedate_to_datetime
+
             try:
                 at = parsedate_to_datetime(str(not_before)).timestamp()
             except (TypeError, ValueError, OverflowError):

@@ -14,7 +14,6 @@ never logged: it often carries the credential.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import math
@@ -57,6 +56,9 @@ def retry_after(headers: dict[str, str], body: bytes, now_wall: float) -> float 
         try:
             seconds = float(value)
         except ValueError:
+            # Imported here: receivers send seconds, and the module costs the daemon 1.5 MiB.
+            import email.utils
+
             try:
                 seconds = email.utils.parsedate_to_datetime(value).timestamp() - now_wall
             except (TypeError, ValueError, OverflowError):

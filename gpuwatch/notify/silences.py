@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +76,8 @@ class Silences:
                 f"a silence lasts at most {MAX_SILENCE_S / 86400:.0f} days; for longer,"
                 " change the route or the rule"
             )
+        import uuid  # here: silences are rare, and the daemon need not hold the module
+
         silence = Silence(str(uuid.uuid4()), matchers, starts_at, ends_at, by, comment)
         self._db.execute(
             "INSERT INTO silences VALUES (?,?,?,?,?,?)",

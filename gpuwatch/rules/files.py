@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import glob
-import importlib.resources
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +54,13 @@ class GroupDef:
 
 
 def shipped_packs() -> list[str]:
-    packs = importlib.resources.files("gpuwatch.packs")
-    return sorted(str(p) for p in packs.iterdir() if p.name.endswith(".yaml"))
+    # The package's folder, not importlib.resources (which brings tempfile and random, half a
+    # MiB the daemon would hold): gpuwatch is installed as files, never run from a zip.
+    spec = importlib.util.find_spec("gpuwatch.packs")
+    places = spec.submodule_search_locations if spec is not None else None
+    if not places:
+        return []
+    return sorted(str(p) for p in Path(places[0]).iterdir() if p.name.endswith(".yaml"))
 
 
 def expand_paths(patterns: list[str], base: Path | None = None) -> list[str]:

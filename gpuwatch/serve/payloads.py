@@ -3,7 +3,6 @@ the verdict with its causes, the firing alerts' names, and history downsampled f
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict
 from typing import Any
 
@@ -136,6 +135,14 @@ LANDING_LINKS = (
     "/api/v1/history?metric=gpuwatch_gpu_temperature_celsius&range=10m",
 )
 VERDICT_COLOURS = {"healthy": "#1a7f37", "degraded": "#9a6700", "unhealthy": "#cf222e"}
+# html.escape's table (quote=True), without the html package's 0.5 MiB of entity tables.
+_HTML_ESCAPES = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"}
+)
+
+
+def _escape(text: str) -> str:
+    return text.translate(_HTML_ESCAPES)
 
 
 def landing_page(node: dict[str, Any]) -> str:
@@ -143,15 +150,15 @@ def landing_page(node: dict[str, Any]) -> str:
     do, then where the rest is. Every value is escaped: labels and reasons come from outside."""
 
     def items(values: list[Any]) -> str:
-        return "".join(f"<li>{html.escape(str(v))}</li>" for v in values)
+        return "".join(f"<li>{_escape(str(v))}</li>" for v in values)
 
-    name, verdict = html.escape(str(node["node"])), str(node["verdict"])
+    name, verdict = _escape(str(node["node"])), str(node["verdict"])
     colour = VERDICT_COLOURS.get(verdict, "#57606a")
     parts = [
-        f"<!doctype html><html><head><title>gpuwatch on {name}: {html.escape(verdict)}</title>"
+        f"<!doctype html><html><head><title>gpuwatch on {name}: {_escape(verdict)}</title>"
         '<meta charset="utf-8"></head><body style="font-family: sans-serif">',
-        f"<h1>gpuwatch {html.escape(str(node['version']))} on {name}</h1>",
-        f'<p style="font-size: 1.5em; color: {colour}"><b>{html.escape(verdict.upper())}</b></p>',
+        f"<h1>gpuwatch {_escape(str(node['version']))} on {name}</h1>",
+        f'<p style="font-size: 1.5em; color: {colour}"><b>{_escape(verdict.upper())}</b></p>',
     ]
     for title, values in (
         ("Why", node["reasons"]),
@@ -160,7 +167,7 @@ def landing_page(node: dict[str, Any]) -> str:
     ):
         if values:
             parts.append(f"<h2>{title}</h2><ul>{items(values)}</ul>")
-    links = "".join(f'<li><a href="{p}">{html.escape(p)}</a></li>' for p in LANDING_LINKS)
+    links = "".join(f'<li><a href="{p}">{_escape(p)}</a></li>' for p in LANDING_LINKS)
     parts.append(f"<h2>Endpoints</h2><ul>{links}</ul></body></html>")
     return "".join(parts)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +91,8 @@ def config_warnings(config: Config, rules: RuleEngine) -> list[str]:
         out.append(f"rules.files {rules.patterns} match no file: no rules are evaluated")
     slurm = config.actions.slurm
     if slurm.enabled:
+        import shutil  # here: a node without Slurm actions need not hold it
+
         for key, program in (("scontrol", slurm.scontrol), ("sinfo", slurm.sinfo)):
             if shutil.which(program) is None:
                 out.append(
