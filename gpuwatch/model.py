@@ -194,7 +194,7 @@ class GpuProcess:
     gpu_memory_bytes: float | None
     job_kind: str = ""  # slurm, kubernetes, docker, containerd, or "" when unknown
     job_id: str = ""
-    # When the process started (psutil's create_time): a pid alone may be another's by now.
+    # When the process started (gpuwatch.host.procfs.start_time): a pid alone may be another's.
     started: float | None = None
 
     @property

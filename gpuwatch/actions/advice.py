@@ -16,9 +16,8 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-import psutil
-
 from gpuwatch.health.view import NodeView
+from gpuwatch.host import procfs
 from gpuwatch.model import Event
 from gpuwatch.push.jobs import CheckpointAdvice, JobInputs
 from gpuwatch.text.timefmt import rfc3339
@@ -71,10 +70,10 @@ class CheckpointAdvisor:
             if not process.job_id or process.started is None:
                 continue
             try:
-                if psutil.Process(process.pid).create_time() != process.started:
+                if procfs.start_time(process.pid) != process.started:
                     continue
                 self._kill(process.pid, self._signal or 0)
-            except (psutil.Error, OSError) as exc:
+            except OSError as exc:
                 log.warning("checkpoint signal to pid %d: %s", process.pid, exc)
                 continue
             done.append(process.pid)

@@ -1,7 +1,7 @@
 """Which processes use a GPU, whose they are, and which job they belong to.
 
-NVML gives the pids and their GPU memory; psutil gives each pid's name and user (NVML's pids are
-checked against psutil: a pid that does not exist is dropped, as binding and driver mismatches
+NVML gives the pids and their GPU memory; /proc gives each pid's name and user (NVML's pids are
+checked against /proc: a pid that does not exist is dropped, as binding and driver mismatches
 scramble them); the job comes from the process's cgroup (Slurm job, Kubernetes pod, Docker or
 containerd container) or, failing that, from its environment where it is readable (SLURM_JOB_ID).
 """
@@ -13,8 +13,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import psutil
-
+from gpuwatch.host import procfs
 from gpuwatch.model import GpuProcess, jobs_text
 
 CGROUP_JOBS = (
@@ -66,14 +65,12 @@ class ProcessLookup:
     def describe(self, pid: int, gpu_memory: float | None) -> GpuProcess | None:
         now = time.monotonic()
         checked = self._checked.get(pid)
-        p = None
         if checked is not None and now - checked[0] < self.recheck:
             key = checked[1]
         else:
             try:
-                p = psutil.Process(pid)
-                key = (pid, p.create_time())
-            except (psutil.Error, OSError):
+                key = (pid, procfs.start_time(pid, self.proc))
+            except OSError:
                 key = None  # gone, or a pid NVML got wrong: not looked for again at once
             self._checked[pid] = (now, key)
         if key is None:
@@ -81,8 +78,8 @@ class ProcessLookup:
         cached = self._cache.get(key)
         if cached is None:
             try:
-                cached = self._look(p if p is not None else psutil.Process(pid))
-            except (psutil.Error, OSError):
+                cached = self._look(pid)
+            except OSError:
                 return None
             if len(self._cache) > CACHE_LIMIT:
                 self._cache.clear()
@@ -91,19 +88,19 @@ class ProcessLookup:
         name, user, kind, job_id = cached
         return GpuProcess(pid, name, user, gpu_memory, kind, job_id, key[1])
 
-    def _look(self, p: psutil.Process) -> tuple[str, str, str, str]:
+    def _look(self, pid: int) -> tuple[str, str, str, str]:
         try:
-            name, user = p.name(), p.username()
-        except (psutil.Error, OSError):
+            name, user = procfs.name(pid, self.proc), procfs.username(pid, self.proc)
+        except OSError:
             name, user = "?", "?"
         try:
-            kind, job_id = job_from_cgroup((self.proc / str(p.pid) / "cgroup").read_text())
+            kind, job_id = job_from_cgroup((self.proc / str(pid) / "cgroup").read_text())
         except OSError:
             kind, job_id = "", ""
         if not job_id:
             try:
-                env = p.environ()
-            except (psutil.Error, OSError):
+                env = procfs.environ(pid, self.proc)
+            except OSError:
                 env = {}
             if env.get("SLURM_JOB_ID"):
                 kind, job_id = "slurm", env["SLURM_JOB_ID"]
