@@ -94,9 +94,9 @@ def grouping(modifier: pp.AggModifier | None) -> Callable[[Labels], Labels]:
         return lambda metric: ()
     names = frozenset(modifier.labels)
     if modifier.type == pp.AggModifierType.By:
-        return lambda metric: tuple((k, v) for k, v in metric if k in names)
+        return lambda metric: tuple(pair for pair in metric if pair[0] in names)
     dropped = names | {NAME}
-    return lambda metric: tuple((k, v) for k, v in metric if k not in dropped)
+    return lambda metric: tuple(pair for pair in metric if pair[0] not in dropped)
 
 
 def _min(values: list[float]) -> float:

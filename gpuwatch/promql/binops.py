@@ -131,11 +131,11 @@ def _vector_scalar(op: str, vector: Vector, scalar: float, swap: bool, return_bo
 def _signature(metric: Labels, modifier: pp.BinModifier | None) -> tuple[tuple[str, str], ...]:
     matching = modifier.matching if modifier is not None else None
     if matching is None:
-        return tuple((k, v) for k, v in metric if k != NAME)
+        return tuple(pair for pair in metric if pair[0] != NAME)
     names = set(matching.labels)
     if matching.type == pp.LabelModifierType.Include:
-        return tuple((k, v) for k, v in metric if k in names)
-    return tuple((k, v) for k, v in metric if k not in names and k != NAME)
+        return tuple(pair for pair in metric if pair[0] in names)
+    return tuple(pair for pair in metric if pair[0] not in names and pair[0] != NAME)
 
 
 def _set_op(op: str, lhs: Vector, rhs: Vector, modifier: pp.BinModifier | None) -> Vector:

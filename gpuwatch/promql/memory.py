@@ -126,7 +126,7 @@ class MemoryStorage:
         found = self._series.get(metric)
         if found is None:
             name = dict(metric).get(NAME, "")
-            rest = tuple((k, v) for k, v in metric if k != NAME)
+            rest = tuple(pair for pair in metric if pair[0] != NAME)
             found = self._series[metric] = MemorySeries(name, rest)
             self.layout += 1
         return found

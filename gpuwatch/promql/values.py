@@ -52,7 +52,7 @@ def drop_name(metric: Labels) -> Labels:
     if metric and metric[0][0] == NAME:  # sorted: only upper-case names come before it
         return metric[1:]
     if any(k == NAME for k, _ in metric):
-        return tuple((k, v) for k, v in metric if k != NAME)
+        return tuple(pair for pair in metric if pair[0] != NAME)
     return metric
 
 
@@ -65,7 +65,7 @@ def label_value(metric: Labels, name: str) -> str:
 
 def with_label(metric: Labels, name: str, value: str) -> Labels:
     """`metric` with `name` set to `value`, or removed when `value` is empty."""
-    rest = [(k, v) for k, v in metric if k != name]
+    rest = [pair for pair in metric if pair[0] != name]
     if value:
         rest.append((name, value))
         rest.sort()
