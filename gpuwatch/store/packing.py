@@ -20,6 +20,7 @@ from itertools import accumulate, pairwise
 
 LEVEL = 4  # zlib's default (6) saves under 1% more on these integers, at twice the time
 MAX_DIGITS = 6  # 10^-6: microseconds, millionths; beyond that a value is not decimal data
+PROBE = 16  # values a scaling is tried on before the whole run is
 _LIMIT = 2**53  # integers a double holds exactly
 
 _RAW = 0  # zlib over the doubles
@@ -60,12 +61,16 @@ def _pack_scaled(values: array[float]) -> bytes | None:
     first = values[0]
     if not math.isfinite(first):
         return None
+    probe = values[:PROBE]
     for digits in range(MAX_DIGITS + 1):
-        head = round(first * 10**digits)
-        # The first value names the candidate scalings; the whole run confirms one. Both may
+        if abs(first) * 10**digits >= _LIMIT:
+            return None  # more digits only make it larger
+        # The first values name the candidate scalings; the whole run confirms one. Both may
         # hold for some values (0.5 is 500 / 1000 and 500 * 0.001): each is tried.
-        for kind, scaled in ((_DIVIDED, head / 10**digits), (_MULTIPLIED, head * 10.0**-digits)):
-            ints = _integers(values, digits, kind) if scaled == first else None
+        for kind in (_DIVIDED, _MULTIPLIED):
+            if _integers(probe, digits, kind) is None:
+                continue
+            ints = _integers(values, digits, kind)
             if ints is not None:
                 steps = array("q", [ints[0]])
                 steps.extend([b - a for a, b in pairwise(ints)])

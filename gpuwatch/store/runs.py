@@ -4,6 +4,7 @@ packed (gpuwatch.store.tsdb says why)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 from array import array
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from gpuwatch.model import Labels
 from gpuwatch.store.packing import pack, unpack
 from gpuwatch.store.series import CounterStats, count_drops, is_stale_marker
+
+log = logging.getLogger(__name__)
 
 RUN_CAPACITY = 512  # samples in one varying run
 RUN_SPAN_S = 600.0  # and seconds: a series read every 5 s still closes runs to be packed
@@ -53,7 +56,7 @@ class Timeline:
 
 
 class _Run:
-    __slots__ = ("const", "count", "drops", "packed", "stale", "start", "until", "values")
+    __slots__ = ("const", "count", "drops", "packed", "stale", "start", "tried", "until", "values")
 
     def __init__(self, start: int, time: float, value: float, stale: bool = False) -> None:
         self.start = start
@@ -62,6 +65,7 @@ class _Run:
         self.const = value
         self.values: array[float] | None = None
         self.packed: bytes | None = None  # the values, packed (then `values` is None)
+        self.tried = False  # packing was tried: a run it would not shrink is not tried again
         self.drops = False  # a value below its predecessor inside the run (a counter reset)
         self.stale = stale  # a stale marker: always a run of its own
 
@@ -84,7 +88,16 @@ class _Run:
 
     def pack(self) -> None:
         """Pack a closed run's values (no-op for a constant run or one that would not shrink)."""
-        if self.values is not None and (packed := pack(self.values)) is not None:
+        values = self.values
+        if values is None or self.tried:
+            return
+        self.tried = True
+        try:
+            packed = pack(values)
+        except Exception:  # a bug in packing costs this run its packing, never an ingest
+            log.exception("packing a run of %d values failed; it stays as it is", len(values))
+            return
+        if packed is not None:
             self.packed = packed
             self.values = None
 
@@ -163,7 +176,7 @@ class Series:
         for run in self.runs[:-1]:
             if run.end > index:
                 break
-            if run.values is not None:
+            if run.values is not None and not run.tried:
                 yield run
 
     def _parts(self, lo: int, hi: int) -> Iterator[tuple[_Run, int, int]]:

@@ -18,6 +18,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from time import perf_counter
 
 from gpuwatch.model import Labels, Sample
 from gpuwatch.store.runs import DEFAULT_LOOKBACK_S, Series, Timeline, _Run
@@ -25,7 +26,8 @@ from gpuwatch.store.series import STALE_NAN
 
 TRIM_EVERY_S = 60.0  # data time between retention sweeps (a sweep visits every series)
 PACK_AFTER_S = 300.0  # runs older than this, and than the rules read back, are packed
-PACK_PER_INGEST = 4  # runs packed after each batch, at most: about a millisecond
+PACK_PER_INGEST = 4  # runs packed after each batch, at most
+PACK_BUDGET_S = 0.001  # and no more once this much time has gone to packing
 
 SeriesKey = tuple[str, Labels]
 
@@ -45,9 +47,10 @@ class Store:
         self._by_name: dict[str, dict[SeriesKey, Series]] = {}
         self._current: dict[str, list[Series]] = {}  # by source: its last batch's series
         self._next_trim = -math.inf
-        # Runs the last sweep found to pack, packed a few per batch so that no one batch (and
-        # no scrape waiting behind it on the event loop) pays for a whole sweep's.
-        self._to_pack: deque[_Run] = deque()
+        # Runs the last sweep found to pack, with their series, packed a few per batch so
+        # that no one batch (and no scrape waiting behind it on the event loop) pays for a
+        # whole sweep's.
+        self._to_pack: deque[tuple[Series, _Run]] = deque()
         self.generation = 0  # bumps on every ingest; lets readers cache per cycle
         self.layout = 0  # bumps when a series is created or dropped; lets selections cache
 
@@ -95,8 +98,19 @@ class Store:
         if time >= self._next_trim:
             self._next_trim = time + TRIM_EVERY_S
             self._trim(time)
-        for _ in range(min(PACK_PER_INGEST, len(self._to_pack))):
-            self._to_pack.popleft().pack()
+        if self._to_pack:
+            self._pack_some()
+
+    def _pack_some(self) -> None:
+        queue = self._to_pack
+        deadline = perf_counter() + PACK_BUDGET_S
+        for _ in range(PACK_PER_INGEST):
+            if not queue:
+                return
+            _, run = queue.popleft()
+            run.pack()
+            if perf_counter() > deadline:
+                return
 
     def _trim(self, now: float) -> None:
         longest = max(self.retention, *self.retention_by_name.values(), 0.0)
@@ -120,7 +134,7 @@ class Store:
             )
             if pack is not None:
                 hot = max(plain, self.read_back_by_name.get(name, 0.0))
-                pack(series.unpacked_before(since(series.timeline, hot)))
+                pack((series, run) for run in series.unpacked_before(since(series.timeline, hot)))
             if not series.runs:
                 self.layout += 1
                 del self._series[key]
@@ -129,6 +143,10 @@ class Store:
                 if not family:
                     del self._by_name[series.name]
                 dropped += 1
+        if pack is None:  # what this sweep trimmed away is neither packed nor kept for it
+            self._to_pack = deque(
+                (s, run) for s, run in self._to_pack if s.runs and run.start >= s.runs[0].start
+            )
         if dropped:  # a source's last batch must not lead its next one to a series dropped
             self._current = {
                 source: [s for s in batch if s.runs] for source, batch in self._current.items()

@@ -74,3 +74,10 @@ def test_what_does_not_shrink_is_left_plain() -> None:
     noise = array("d", struct.unpack(f"<{N}d", rng.randbytes(N * 8)))
     noise = array("d", [v if math.isfinite(v) else 0.5 for v in noise])
     assert pack(noise) is None
+
+
+def test_values_too_large_for_integers_pack_as_doubles_or_not_at_all() -> None:
+    for values in ([1e303, 2e303] * 256, [1.0] * 300 + [1e303] * 212, [3e15 + i for i in range(N)]):
+        run = array("d", values)
+        packed = pack(run)
+        assert packed is None or unpack(packed).tobytes() == run.tobytes()

@@ -3,8 +3,15 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import struct
+from array import array
+from collections import deque
+
+import pytest
 
 from gpuwatch.model import Sample
+from gpuwatch.store import packing
+from gpuwatch.store import runs as runs_module
 from gpuwatch.store.runs import RUN_CAPACITY, RUN_SPAN_S
 from gpuwatch.store.tsdb import PACK_PER_INGEST, Store
 
@@ -187,3 +194,44 @@ def test_a_sweep_packs_its_runs_a_few_a_batch() -> None:
     steps = [b - a for a, b in itertools.pairwise(packed_after)]
     assert max(steps) == PACK_PER_INGEST  # a sweep found more than one batch packs
     assert packed_after[-1] == 40 * 2  # each GPU's two runs that ended over 5 minutes ago
+
+
+def test_a_run_is_packed_once_and_a_run_gone_is_not_kept_for_packing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that packing would not shrink (a job's random doubles) is not tried at every
+    sweep; runs that retention dropped before their turn are let go, not packed."""
+    tried: list[array[float]] = []  # held, so that no two share an id
+
+    def counting(values: array[float]) -> bytes | None:
+        tried.append(values)
+        return packing.pack(values)
+
+    monkeypatch.setattr(runs_module, "pack", counting)
+    store = Store(retention=900)
+    rng = random.Random(5)
+    for t in range(3000):
+        noise = struct.unpack("<30d", rng.randbytes(240))  # nothing zlib can shrink
+        jobs = [
+            Sample("loss", (("rank", str(r)),), v) for r, v in enumerate(noise) if not math.isnan(v)
+        ]
+        store.ingest("push", float(t), jobs if t < 1500 else [])
+        _feed(store, float(t), temp=t * 0.5)
+    assert len(tried) == len({id(values) for values in tried}) > 30  # each run once
+    assert store.select("loss") == []  # gone with retention
+    assert store._to_pack == deque()  # nothing held for them
+
+
+def test_a_run_that_cannot_be_packed_stays_and_ingest_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(values: array[float]) -> bytes | None:
+        raise OverflowError("a bug in packing")
+
+    monkeypatch.setattr(runs_module, "pack", broken)
+    store = Store(retention=3600)
+    for t in range(1500):
+        _feed(store, float(t), temp=t * 0.5)
+    (temp,) = store.select("temp")
+    assert [v for _, v in temp.samples(-1, 1)] == [0.0, 0.5]
+    assert all(run.packed is None for run in temp.runs)
