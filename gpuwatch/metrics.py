@@ -384,6 +384,7 @@ def installed_version(distribution: str) -> str | None:
             found = [
                 *folder.glob(f"{distribution}-*.dist-info/METADATA"),
                 *folder.glob(f"{distribution}-*.egg-info/PKG-INFO"),
+                *(p for p in folder.glob(f"{distribution}-*.egg-info") if p.is_file()),
             ]
         except OSError:
             continue

@@ -59,13 +59,16 @@ def start_time(pid: int, proc: Path = PROC) -> float:
 
 
 def cmdline(pid: int, proc: Path = PROC) -> list[str]:
+    """The command line's words, split as psutil splits them: on NULs, or on spaces where a
+    process rewrote its title (setproctitle) into one string, NUL-ended or not."""
     raw = (proc / str(pid) / "cmdline").read_bytes().decode("utf-8", "surrogateescape")
     if not raw:
         return []
-    if raw.endswith("\0"):
-        return raw[:-1].split("\0")
-    # A process that rewrote its title (setproctitle) may leave spaces for separators.
-    return raw.split("\0") if "\0" in raw else raw.split(" ")
+    sep = "\0" if raw.endswith("\0") else " "
+    words = raw.removesuffix(sep).split(sep)
+    if sep == "\0" and len(words) == 1 and " " in words[0]:
+        words = words[0].split(" ")
+    return words
 
 
 def name(pid: int, proc: Path = PROC) -> str:
@@ -101,10 +104,16 @@ def username(pid: int, proc: Path = PROC) -> str:
 
 
 def environ(pid: int, proc: Path = PROC) -> dict[str, str]:
-    """The process's environment as it started (readable by its user and root only)."""
+    """The process's environment as it started (readable by its user and root only), read
+    as psutil reads it: up to the first empty entry, and not an entry without its NUL (a
+    process that rewrote its title over the area leaves old text there, a stale SLURM_JOB_ID
+    among it)."""
     raw = (proc / str(pid) / "environ").read_bytes().decode("utf-8", "surrogateescape")
     out: dict[str, str] = {}
-    for entry in raw.split("\0"):
+    entries = raw.split("\0")[:-1]  # the last is what follows the last NUL
+    for entry in entries:
+        if not entry:
+            break
         key, sep, value = entry.partition("=")
         if sep and key:
             out[key] = value

@@ -64,3 +64,33 @@ def test_crafted_proc_files_are_oserrors_not_crashes(tmp_path: Path) -> None:
         with pytest.raises(OSError):
             procfs.username(pid, tmp_path)
     assert procfs.name(8, tmp_path) == "short"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "environ"),
+    [
+        (b"ray_long_worker_name --epochs 3\0", b"A=1\0"),  # a title with spaces, NUL-ended
+        (b"ray_long_worker_name: busy  ", b"A=1\0"),  # setproctitle without a NUL
+        (b"ray_long_worker_name\0--x\0", b"A=1\0\0SLURM_JOB_ID=42\0"),  # stale after a gap
+        (b"ray_long_worker_name\0", b"A=1\0SLURM_JOB_ID=42"),  # the last entry unended
+        (b"", b"=no key\0B=\0C==x\0"),
+    ],
+)
+def test_crafted_titles_and_environments_read_as_psutil_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cmdline: bytes, environ: bytes
+) -> None:
+    """This process's /proc files copied, its command line and environment replaced: psutil,
+    pointed at the copy, is the reference."""
+    pid = os.getpid()
+    (tmp_path / "stat").write_bytes(Path("/proc/stat").read_bytes())
+    mine = tmp_path / str(pid)
+    mine.mkdir()
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    (mine / "stat").write_bytes(b"%d (ray_long_worker%s" % (pid, stat[stat.rfind(b")") :]))
+    (mine / "status").write_bytes(Path(f"/proc/{pid}/status").read_bytes())
+    (mine / "cmdline").write_bytes(cmdline)
+    (mine / "environ").write_bytes(environ)
+    monkeypatch.setattr(psutil, "PROCFS_PATH", str(tmp_path))
+    theirs = psutil.Process(pid)
+    assert procfs.name(pid, tmp_path) == theirs.name()
+    assert procfs.environ(pid, tmp_path) == theirs.environ()
