@@ -61,10 +61,11 @@ def main(counts: list[int]) -> None:
         samples = asyncio.run(one_batch(gpus))
         start = 1_700_000_000.0
         store = Store(retention=HISTORY_S)
-        for i in range(HISTORY_S):
-            ingest(store, samples, start, i)
+        # Loaded first, as a daemon does: the store keeps plain what the rules read back.
         engine = RuleEngine(store, None, 1.0, None)
         engine.load()
+        for i in range(HISTORY_S):
+            ingest(store, samples, start, i)
         cycles, everything = [], []
         for r in range(ROUNDS + 5):
             ingest(store, samples, start, HISTORY_S + r)
