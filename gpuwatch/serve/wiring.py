@@ -19,7 +19,6 @@ from gpuwatch.config import Config
 from gpuwatch.daemon import CycleOutput, Daemon, EventLog
 from gpuwatch.health.acks import AckStore
 from gpuwatch.health.view import NodeView
-from gpuwatch.heap import HeapTrim, malloc_trim
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.merge import EventMerger
@@ -159,13 +158,7 @@ def wire(
     keeper = StateKeeper(state_dir, journal, notifier, lock)
     jobs = JobInputs(config.push.limits, config.push.textfile_dir)
     advisor = _advisor(config, jobs, rules, events.publish)
-    outputs: list[CycleOutput] = [
-        keeper,
-        VerdictFile(state_dir),
-        reports,
-        advisor,
-        HeapTrim(malloc_trim()),
-    ]
+    outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports, advisor]
     if config.actions.slurm.enabled:
         drainer = SlurmDrainer(
             config.actions.slurm,

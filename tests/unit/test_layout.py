@@ -21,8 +21,8 @@ MAX_TOP_MODULES = 12
 LAYERS: tuple[tuple[str, ...], ...] = (
     # Foundations, and what gpuwatch knows of XIDs, which every source that reports one uses.
     ("gpuwatch", "gpuwatch.compat", "gpuwatch.text", "gpuwatch.clock", "gpuwatch.model",
-     "gpuwatch.metrics", "gpuwatch.logs", "gpuwatch.gctune", "gpuwatch.heap", "gpuwatch.source",
-     "gpuwatch.xid", "gpuwatch.web"),
+     "gpuwatch.metrics", "gpuwatch.logs", "gpuwatch.gctune", "gpuwatch.source", "gpuwatch.xid",
+     "gpuwatch.web"),
     ("gpuwatch.state",),
     ("gpuwatch.host", "gpuwatch.nvml", "gpuwatch.kernel", "gpuwatch.push",
      "gpuwatch.cloud"),  # sources
