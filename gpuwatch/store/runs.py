@@ -311,12 +311,13 @@ class RunWindow:
         count, total = 0, 0.0
         previous: float | None = None
         for run, a, b in self._parts:
-            first = run.value(a)
+            values = run.array()  # once: a packed run is unpacked for each call
+            s = run.start
+            first = run.const if values is None else values[a - s]
             if previous is not None and first < previous:
                 count, total = count + 1, total + previous
-            values = run.array() if run.drops else None
-            if values is not None:
-                n, s = count_drops(values[a - run.start : b - run.start])
-                count, total = count + n, total + s
-            previous = run.value(b - 1)
+            if run.drops and values is not None:
+                n, dropped = count_drops(values[a - s : b - s])
+                count, total = count + n, total + dropped
+            previous = run.const if values is None else values[b - 1 - s]
         return count, total
