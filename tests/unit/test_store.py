@@ -196,6 +196,17 @@ def test_a_sweep_packs_its_runs_a_few_a_batch() -> None:
     assert packed_after[-1] == 40 * 2  # each GPU's two runs that ended over 5 minutes ago
 
 
+def test_what_waits_to_be_packed_can_be_packed_at_once() -> None:
+    store = Store(retention=3600)
+    for t in range(841):  # the sweep at 840 s finds the runs that closed 5 minutes before
+        gpus = [Sample("temp", (("gpu", str(g)),), t * 0.5 + g) for g in range(40)]
+        store.ingest("nvml", float(t), gpus)
+    packed = sum(r.packed is not None for s in store.select("temp") for r in s.runs)
+    assert packed == PACK_PER_INGEST  # the sweep's batch packed its few; the rest wait
+    store.pack_waiting()
+    assert sum(r.packed is not None for s in store.select("temp") for r in s.runs) == 40
+
+
 def test_a_run_is_packed_once_and_a_run_gone_is_not_kept_for_packing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
