@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from gpuwatch import __version__
 from gpuwatch.clients.address import DEFAULT_URL
@@ -12,8 +13,32 @@ DEMO_LISTEN = "127.0.0.1:10040"
 DEMO_SPEED = 10.0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its help as wide as the terminal found without shutil: argparse
+    imports shutil (and the bz2, lzma and fnmatch modules it brings) to ask, for every
+    argument added, in every command and in the daemon, which never prints help."""
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        return argparse.HelpFormatter(prog=self.prog, width=_columns() - 2)
+
+
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size reads it: $COLUMNS, else standard
+    output's terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpuwatch", description="GPU health daemon for fleets.")
+    p = _Parser(prog="gpuwatch", description="GPU health daemon for fleets.")
     p.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

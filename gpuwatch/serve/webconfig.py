@@ -24,8 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import bcrypt
-
 from gpuwatch.text.yamlfile import Checker, PathKey, YamlDoc, boolean, load, one_of
 from gpuwatch.web.app import Handler
 from gpuwatch.web.message import Answer, Request, Response
@@ -276,6 +274,8 @@ class WebGuard:
         if given is None:
             return False
         login, password = given
+        import bcrypt  # here, not at the top: a listener without users (most) never loads it
+
         key = (login, hashlib.sha256(password).digest())
         for known, cache in self._verdicts.items():
             if key in cache:  # a refused pair seen before costs nothing: not counted

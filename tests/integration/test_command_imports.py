@@ -77,3 +77,15 @@ def test_the_daemons_command_loads_the_simulator_only_for_a_simulated_node() -> 
     probe = "import json, sys, gpuwatch.cli.serving; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert [m for m in json.loads(done.stdout) if m.startswith("gpuwatch.sim")] == []
+
+
+def test_the_daemon_loads_neither_bcrypt_without_users_nor_shutil_to_parse_arguments() -> None:
+    """bcrypt waits for a listener with users; argparse's way to the terminal's width
+    (shutil, with the bz2 and lzma modules it brings) is not taken to parse `run`."""
+    probe = (
+        "import json, sys, gpuwatch.cli.serving;"
+        "from gpuwatch.clients.parser import build_parser; build_parser().parse_args(['run']);"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert {"bcrypt", "shutil", "bz2", "lzma"} & set(json.loads(done.stdout)) == set()
