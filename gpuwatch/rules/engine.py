@@ -174,10 +174,8 @@ class RuleEngine:
             store.read_back_by_name = {n: t for n, t in needed.items() if n is not None}
             store.read_back_any = unnamed
             store.retention = max(self.configured_retention, unnamed)
-            store.retention_by_name = {
-                n: t for n, t in needed.items() if n is not None and t > store.retention
-            }
-        longer = self.store.retention_by_name
+        retention = self.store.retention
+        longer = {n: t for n, t in self.store.read_back_by_name.items() if t > retention}
         if self.store.retention > self.configured_retention:
             log.info(
                 "store.retention %s is shorter than the rules read back; keeping %s",

@@ -37,10 +37,9 @@ class Store:
     def __init__(self, retention: float, pack_after: float = PACK_AFTER_S) -> None:
         self.retention = retention
         self.pack_after = pack_after
-        # Names kept longer than `retention`, because rules read them back further.
-        self.retention_by_name: dict[str, float] = {}
-        # How far back the rules read each name, and any name (a selector without one): runs
-        # within that reach stay plain, so that evaluating a rule never unpacks one.
+        # How far back the rules read each name, and any name (a selector without one): a
+        # name is kept that long when it is longer than `retention`, and runs within that
+        # reach stay plain, so that evaluating a rule never unpacks one.
         self.read_back_by_name: dict[str, float] = {}
         self.read_back_any = 0.0
         self._timelines: dict[str, Timeline] = {}
@@ -121,7 +120,7 @@ class Store:
             self._to_pack.popleft()[1].pack()
 
     def _trim(self, now: float) -> None:
-        longest = max(self.retention, *self.retention_by_name.values(), 0.0)
+        longest = max(self.retention, *self.read_back_by_name.values(), 0.0)
         for timeline in self._timelines.values():
             timeline.trim(now - longest)  # timestamps are shared: kept for the longest
         first: dict[tuple[int, float], int] = {}  # (timeline, age) -> first index not older
@@ -138,7 +137,7 @@ class Store:
         for key, series in list(self._series.items()):
             name = series.name
             series.trim(
-                since(series.timeline, max(self.retention, self.retention_by_name.get(name, 0.0)))
+                since(series.timeline, max(self.retention, self.read_back_by_name.get(name, 0.0)))
             )
             if pack is not None:
                 hot = max(plain, self.read_back_by_name.get(name, 0.0))

@@ -160,8 +160,8 @@ def test_the_store_keeps_what_the_rules_read_back_and_an_xid_alert_does_not_flap
     engine = RuleEngine(store, [str(rules)], 15.0, None)
     engine.load()
     assert store.retention == 600
-    assert store.retention_by_name == {"xid_total": 600 + 300 + 15}  # offset, lookback, interval
-    assert store.read_back_by_name == store.retention_by_name  # kept unpacked as far
+    # Kept, and unpacked, that far: offset, lookback, interval.
+    assert store.read_back_by_name == {"xid_total": 600 + 300 + 15}
     transitions = []
     # 40 minutes, a cycle every 14.7 s (so no sample sits exactly at a trim's cutoff, as on a
     # real node); the XID counter appears at minute 1.

@@ -116,7 +116,7 @@ def test_retention_drops_old_samples_and_dead_series() -> None:
 
 def test_names_the_rules_read_back_further_are_kept_longer_than_the_rest() -> None:
     store = Store(retention=100)
-    store.retention_by_name = {"xid": 1000}
+    store.read_back_by_name = {"xid": 1000}
     for t in range(3000):
         _feed(store, float(t), temp=float(t % 7), xid=float(t // 3))
     (temp,) = store.select("temp")
