@@ -66,7 +66,7 @@ def store_bytes(store: object) -> Counter[str]:
 
     assert isinstance(store, Store)
     out: Counter[str] = Counter()
-    by_name: Counter[str] = Counter()  # the varying values, by metric
+    by_name: Counter[str] = Counter()  # the varying values, packed or plain, by metric
     seen: set[int] = set()
 
     def size(kind: str, obj: object) -> None:
@@ -97,7 +97,7 @@ def store_bytes(store: object) -> Counter[str]:
     index = sum(sys.getsizeof(d) for d in store._by_name.values())
     out["index by name"] = index + sys.getsizeof(store._series)
     for name, held in by_name.most_common(8):
-        out[f"  of which {name}"] = held
+        out[f"  values of {name}"] = held
     return out
 
 
@@ -142,7 +142,8 @@ def history_part(gpus: int, seconds: int) -> None:
                 "samples": samples,
                 "rss_before_kib": before,
                 "grown_kib": after - before,
-                "by_kind": by_kind.most_common(),
+                # Kinds first, then the names whose values (packed or plain) take most.
+                "by_kind": sorted(by_kind.items(), key=lambda kv: (kv[0][0] == " ", -kv[1])),
             }
         )
     )
