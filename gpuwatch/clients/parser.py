@@ -19,7 +19,8 @@ class _Parser(argparse.ArgumentParser):
     argument added, in every command and in the daemon, which never prints help."""
 
     def _get_formatter(self) -> argparse.HelpFormatter:
-        return argparse.HelpFormatter(prog=self.prog, width=_columns() - 2)
+        # Every argparse formatter takes `width`; typeshed's protocol names only `prog`.
+        return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
 
 
 def _columns() -> int:
