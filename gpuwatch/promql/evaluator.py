@@ -24,7 +24,7 @@ from gpuwatch.promql.values import (
     Vector,
     VSample,
 )
-from gpuwatch.store.series import CounterStats, ListWindow, Window, on_ms
+from gpuwatch.store.series import CounterStats, LastTwo, ListWindow, Window, on_ms
 from gpuwatch.text.regex import RegexError, compile_regex
 
 DEFAULT_LOOKBACK_S = 300.0
@@ -46,6 +46,7 @@ class SeriesView(Protocol):
     def metric(self) -> Labels: ...
     def window(self, start: float, end: float) -> Window: ...
     def counter_stats(self, start: float, end: float) -> CounterStats | None: ...
+    def last_two(self, start: float, end: float) -> LastTwo | None: ...
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None: ...
 
 

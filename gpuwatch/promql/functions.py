@@ -32,7 +32,7 @@ from gpuwatch.promql.values import (
     VSample,
     drop_name,
 )
-from gpuwatch.store.series import CounterStats, Window, counter_stats, on_ms
+from gpuwatch.store.series import CounterStats, LastTwo, Window, counter_stats, last_two, on_ms
 
 if TYPE_CHECKING:
     from gpuwatch.promql.evaluator import Evaluator
@@ -70,12 +70,11 @@ def _extrapolated(
     return result * factor
 
 
-def _instant_rate(w: Window, counter: bool, rate: bool) -> float | None:
+def _instant_rate(points: LastTwo | None, counter: bool, rate: bool) -> float | None:
     """irate/idelta: from the last two samples."""
-    if len(w) < 2:
+    if points is None:
         return None
-    times, values = w.times(), w.values()
-    prev_t, last_t, prev_v, last_v = times[-2], times[-1], values[-2], values[-1]
+    prev_t, prev_v, last_t, last_v = points
     result = last_v if counter and last_v < prev_v else last_v - prev_v
     if not rate:
         return result
@@ -260,6 +259,12 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
             result = _extrapolated(series.counter_stats(start, end), start, end, counter, rate)
             if result is not None:
                 out.append(VSample(drop_name(series.metric()), result, t))
+    elif name in ("irate", "idelta"):  # the last two samples, no window either
+        rate = name == "irate"
+        for series in selection.select(ev.querier):
+            result = _instant_rate(series.last_two(start, end), rate, rate)
+            if result is not None:
+                out.append(VSample(drop_name(series.metric()), result, t))
     else:  # straight from each series' window, no range vector between
         pairs = ((s.metric(), s.window(start, end)) for s in selection.select(ev.querier))
         out = _over_windows(name, pairs, start, end, t)
@@ -283,7 +288,7 @@ def _over_windows(
         elif name in ("rate", "increase", "delta"):
             value = _extrapolated(counter_stats(w), start, end, name != "delta", name == "rate")
         elif name in ("irate", "idelta"):
-            value = _instant_rate(w, name == "irate", name == "irate")
+            value = _instant_rate(last_two(w), name == "irate", name == "irate")
         else:  # deriv
             value = linear_regression(w, w.first()[0])[0] if len(w) > 1 else None
         if value is not None:

@@ -13,9 +13,11 @@ from gpuwatch.promql.values import NAME, Labels
 from gpuwatch.store.series import (
     STALE_NAN,
     CounterStats,
+    LastTwo,
     ListWindow,
     counter_stats,
     is_stale_marker,
+    last_two,
     on_ms,
 )
 
@@ -84,6 +86,15 @@ class MemorySeries:
             total += values[i - 1]
         times = self.times
         return hi - lo, times[lo], values[lo], times[hi - 1], values[hi - 1], total
+
+    def last_two(self, start: float, end: float) -> LastTwo | None:
+        lo, hi, clean = self._span(start, end)
+        if not clean:
+            return last_two(self.window(start, end))
+        if hi - lo < 2:
+            return None
+        times, values = self.times, self.values
+        return times[hi - 2], values[hi - 2], times[hi - 1], values[hi - 1]
 
     def point_at(self, t: float, lookback: float) -> tuple[float, float] | None:
         times = self.times

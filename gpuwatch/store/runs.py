@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from gpuwatch.model import Labels
 from gpuwatch.store.packing import pack, unpack
-from gpuwatch.store.series import CounterStats, count_drops, is_stale_marker
+from gpuwatch.store.series import CounterStats, LastTwo, count_drops, is_stale_marker
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +238,34 @@ class Series:
         if n < 2:
             return None
         return n, first_t, first_v, last_t, last_v, drops
+
+    def last_two(self, start: float, end: float) -> LastTwo | None:
+        """The last two samples with start < time <= end, stale markers out, read from the
+        runs they lie in, newest first: irate over thousands of per-link counters builds no
+        window."""
+        tl = self.timeline
+        times, base = tl.times, tl.first
+        lo = base + bisect_right(times, start)
+        hi = base + bisect_right(times, end)
+        if hi - lo < 2:
+            return None
+        found: list[tuple[int, float]] = []  # (index, value), the newest first
+        for run in reversed(self.runs):
+            s = run.start
+            if s >= hi:
+                continue
+            if s + run.count <= lo:
+                break
+            if run.stale:
+                continue
+            b = min(s + run.count, hi)
+            values = run.array()
+            for index in range(b - 1, max(lo, s, b - 2 + len(found)) - 1, -1):
+                found.append((index, run.const if values is None else values[index - s]))
+            if len(found) == 2:
+                (last, last_v), (before, before_v) = found
+                return times[before - base], before_v, times[last - base], last_v
+        return None
 
     def samples(self, start: float, end: float) -> list[tuple[float, float]]:
         """(time, value) pairs with start < time <= end, without stale markers."""

@@ -22,6 +22,9 @@ def is_stale_marker(value: float) -> bool:
 
 # (samples, first time, first value, last time, last value, sum of the values before each drop)
 CounterStats = tuple[int, float, float, float, float, float]
+# A window's last two samples, (time, value) of the one before the last and of the last:
+# what irate and idelta read.
+LastTwo = tuple[float, float, float, float]
 
 
 def on_ms(t: float) -> float:
@@ -42,6 +45,14 @@ def counter_stats(window: Window) -> CounterStats | None:
         return None
     (first_t, first_v), (last_t, last_v) = window.first(), window.last()
     return len(window), first_t, first_v, last_t, last_v, window.drops()[1]
+
+
+def last_two(window: Window) -> LastTwo | None:
+    """A window's last two samples; None with fewer than two."""
+    if len(window) < 2:
+        return None
+    times, values = window.times(), window.values()
+    return times[-2], values[-2], times[-1], values[-1]
 
 
 class Window(Protocol):

@@ -13,6 +13,7 @@ from gpuwatch.model import Sample
 from gpuwatch.store import packing
 from gpuwatch.store import runs as runs_module
 from gpuwatch.store.runs import RUN_CAPACITY, RUN_SPAN_S
+from gpuwatch.store.series import last_two
 from gpuwatch.store.tsdb import PACK_PER_INGEST, Store
 
 GPU0 = (("gpu", "0"), ("uuid", "GPU-a"))
@@ -170,6 +171,29 @@ def test_packed_history_reads_as_it_was_written() -> None:
             assert _same((wa.first(), wa.last(), wa.drops()), (wb.first(), wb.last(), wb.drops()))
         for t in (10.5, 699.0, 730.0, 1500.0, 2999.0):
             assert _same(a.point_at(t), b.point_at(t)), (name, t)
+
+
+def test_the_last_two_samples_are_a_windows_last_two() -> None:
+    """irate's read, straight from the runs: across constant, varying and packed runs, stale
+    markers, batches a series was missing from, and windows holding fewer than two."""
+    stores = Store(retention=3600), Store(retention=3600, pack_after=math.inf)
+    rng = random.Random(5)
+    for t in range(2400):
+        batch = [Sample("steady", GPU0, float(t // 700))]  # constant runs
+        if rng.random() < 0.9:  # missing from a tenth of the batches: stale markers
+            batch.append(Sample("bytes", GPU0, float(t * 1000 + rng.randrange(100))))
+        for store in stores:
+            store.ingest("nvml", float(t), batch)
+    assert any(r.packed is not None for s in stores[0].select(None) for r in s.runs)
+    ends = [rng.uniform(-5, 2405) for _ in range(300)] + [0.0, 1.0, 699.0, 700.0, 2399.0]
+    for store in stores:
+        for name in ("steady", "bytes"):
+            (series,) = store.select(name)
+            for end in ends:
+                for length in (0.5, 1.0, 2.0, 3.0, 60.0):
+                    start = end - length
+                    got = series.last_two(start, end)
+                    assert _same(got, last_two(series.window(start, end))), (name, start, end)
 
 
 def test_what_the_rules_read_back_stays_plain() -> None:
