@@ -44,6 +44,11 @@ class Timeline:
     def time(self, index: int) -> float:
         return self.times[index - self.first]
 
+    def span(self, start: float, end: float) -> tuple[int, int]:
+        """The indices [lo, hi) of the times in (start, end]."""
+        times, first = self.times, self.first
+        return first + bisect_right(times, start), first + bisect_right(times, end)
+
     def index_after(self, t: float) -> int:
         """The first index whose time is > t."""
         return self.first + bisect_right(self.times, t)
@@ -199,8 +204,7 @@ class Series:
     def window(self, start: float, end: float) -> RunWindow:
         """The samples with start < time <= end (left-open, as Prometheus 3), stale markers out."""
         tl = self.timeline
-        lo = tl.first + bisect_right(tl.times, start)
-        hi = tl.first + bisect_right(tl.times, end)
+        lo, hi = tl.span(start, end)
         parts = list(self._parts(lo, hi))
         length = sum(b - a for _, a, b in parts)
         return RunWindow(tl, parts, length)
@@ -209,8 +213,7 @@ class Series:
         """series.counter_stats of (start, end], in one pass without building a window."""
         tl = self.timeline
         times, base = tl.times, tl.first
-        lo = base + bisect_right(times, start)
-        hi = base + bisect_right(times, end)
+        lo, hi = tl.span(start, end)
         if hi - lo < 2:
             return None
         last_run = self.runs[-1]
@@ -245,8 +248,7 @@ class Series:
         window."""
         tl = self.timeline
         times, base = tl.times, tl.first
-        lo = base + bisect_right(times, start)
-        hi = base + bisect_right(times, end)
+        lo, hi = tl.span(start, end)
         if hi - lo < 2:
             return None
         found: list[tuple[int, float]] = []  # (index, value), the newest first
