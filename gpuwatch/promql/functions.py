@@ -35,7 +35,7 @@ from gpuwatch.promql.values import (
 from gpuwatch.store.series import CounterStats, LastTwo, Window, counter_stats, last_two, on_ms
 
 if TYPE_CHECKING:
-    from gpuwatch.promql.evaluator import Evaluator
+    from gpuwatch.promql.evaluator import Evaluator, SeriesView
 
 
 def _extrapolated(
@@ -251,18 +251,23 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
     selection = ev.selection(arg.vector_selector)
     end = selection.time(t, ev.query_time)
     start = on_ms(end - arg.range.total_seconds())
-    out: Vector = []
+    # The hot paths of the shipped packs read what they need of each series, no window.
+    read: Callable[[SeriesView], float | None] | None = None
     if name in ("rate", "increase", "delta"):
-        # The hot path of the shipped packs: one pass per series, no window object.
         counter, rate = name != "delta", name == "rate"
+
+        def read(s: SeriesView) -> float | None:
+            return _extrapolated(s.counter_stats(start, end), start, end, counter, rate)
+    elif name in ("irate", "idelta"):  # the last two samples
+        instant = name == "irate"
+
+        def read(s: SeriesView) -> float | None:
+            return _instant_rate(s.last_two(start, end), instant, instant)
+
+    out: Vector = []
+    if read is not None:
         for series in selection.select(ev.querier):
-            result = _extrapolated(series.counter_stats(start, end), start, end, counter, rate)
-            if result is not None:
-                out.append(VSample(drop_name(series.metric()), result, t))
-    elif name in ("irate", "idelta"):  # the last two samples, no window either
-        rate = name == "irate"
-        for series in selection.select(ev.querier):
-            result = _instant_rate(series.last_two(start, end), rate, rate)
+            result = read(series)
             if result is not None:
                 out.append(VSample(drop_name(series.metric()), result, t))
     else:  # straight from each series' window, no range vector between
