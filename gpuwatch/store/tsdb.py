@@ -135,12 +135,10 @@ class Store:
         pack = self._to_pack.extend if not self._to_pack else None  # not twice while queued
         dropped = 0
         for key, series in list(self._series.items()):
-            name = series.name
-            series.trim(
-                since(series.timeline, max(self.retention, self.read_back_by_name.get(name, 0.0)))
-            )
+            reach = self.read_back_by_name.get(series.name, 0.0)
+            series.trim(since(series.timeline, max(self.retention, reach)))
             if pack is not None:
-                hot = max(plain, self.read_back_by_name.get(name, 0.0))
+                hot = max(plain, reach)
                 pack((series, run) for run in series.unpacked_before(since(series.timeline, hot)))
             if not series.runs:
                 self.layout += 1
