@@ -20,6 +20,7 @@ import gzip
 import math
 from array import array
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from gpuwatch.clock import Clock
@@ -190,10 +191,18 @@ class _Rendered:
 
 
 class MetricsRenderer:
-    def __init__(self, store: Store, clock: Clock, describe: Describe = CATALOGUE.get) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        describe: Describe = CATALOGUE.get,
+        serving: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
+        """`serving()` is held while a page is written: work that can wait steps aside."""
         self._store = store
         self._clock = clock
         self._describe = describe
+        self._serving = serving
         self._lock = asyncio.Lock()
         self._cache: dict[bool, _Rendered] = {}
         self._writers = {False: TextRenderer(describe), True: TextRenderer(describe, True)}
@@ -221,11 +230,13 @@ class MetricsRenderer:
             generation = self._store.generation
             cached = self._cache.get(openmetrics)
             if cached is None or cached.generation != generation:
-                families = self.snapshot()
-                body = await asyncio.to_thread(self.render_snapshot, families, openmetrics)
+                with self._serving():
+                    families = self.snapshot()
+                    body = await asyncio.to_thread(self.render_snapshot, families, openmetrics)
                 cached = self._cache[openmetrics] = _Rendered(generation, body)
             if not gzipped:
                 return cached.body
             if cached.gzipped is None:
-                cached.gzipped = await asyncio.to_thread(gzip.compress, cached.body, 1)
+                with self._serving():
+                    cached.gzipped = await asyncio.to_thread(gzip.compress, cached.body, 1)
             return cached.gzipped

@@ -6,7 +6,7 @@ lookback is (t - 5m, t], and a stale marker ends a series at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import promql_parser as pp
@@ -34,6 +34,9 @@ MAX_SUBQUERY_STEPS = 11_000  # Prometheus's cap on the points of one range query
 # `max_over_time(max_over_time(x[3h:1s])[3h:1s])` would otherwise run for minutes.
 MAX_SUBQUERY_EVALUATIONS = 100_000
 MEMO_LIMIT = 100_000  # label sets an aggregation remembers in one evaluation, at most
+# Series a selection reads between two calls of the evaluator's `pace`: about a millisecond of
+# `rate` at a time.
+PACE_EVERY = 256
 
 
 class SeriesView(Protocol):
@@ -198,8 +201,12 @@ class Evaluator:
         querier: Querier,
         lookback: float = DEFAULT_LOOKBACK_S,
         subquery_step: float = DEFAULT_SUBQUERY_STEP_S,
+        pace: Callable[[], object] | None = None,
     ) -> None:
+        """`pace` is called every PACE_EVERY series a selection reads: the rules engine
+        steps aside there for a client waiting on the daemon."""
         self.querier = querier
+        self.pace = pace
         self.lookback = lookback
         # A subquery without a step (`x[1h:]`) steps at the global evaluation interval, as
         # Prometheus's does: the rules' default interval, a test file's evaluation_interval.
@@ -267,11 +274,18 @@ class Evaluator:
             raise EvalError("expected a scalar")
         return value.value
 
+    def paced(self, series: list[SeriesView]) -> Iterable[SeriesView]:
+        """The series, `pace` called before each PACE_EVERY of them."""
+        pace = self.pace
+        if pace is None or len(series) <= PACE_EVERY:
+            return series
+        return _paced(series, pace)
+
     def vector_selector(self, selector: pp.VectorSelector, t: float) -> Vector:
         sel = self.selection(selector)
         at = sel.time(t, self.query_time)
         out: Vector = []
-        for series in sel.select(self.querier):
+        for series in self.paced(sel.select(self.querier)):
             point = series.point_at(at, self.lookback)
             if point is not None:
                 out.append(VSample(series.metric(), point[1], point[0]))
@@ -282,7 +296,7 @@ class Evaluator:
         end = sel.time(t, self.query_time)
         start = on_ms(end - expr.range.total_seconds())
         out: Matrix = []
-        for series in sel.select(self.querier):
+        for series in self.paced(sel.select(self.querier)):
             window = series.window(start, end)
             if len(window):
                 out.append(RangeSeries(series.metric(), window))
@@ -350,3 +364,9 @@ class Evaluator:
             (RangeSeries(metric, ListWindow(*tv)) for metric, tv in points.items()),
             key=lambda s: s.metric,
         )
+
+
+def _paced(series: list[SeriesView], pace: Callable[[], object]) -> Iterator[SeriesView]:
+    for start in range(0, len(series), PACE_EVERY):
+        pace()
+        yield from series[start : start + PACE_EVERY]

@@ -266,12 +266,13 @@ def _range_function(ev: Evaluator, name: str, arg: pp.Expr, t: float) -> Vector:
 
     out: Vector = []
     if read is not None:
-        for series in selection.select(ev.querier):
+        for series in ev.paced(selection.select(ev.querier)):
             result = read(series)
             if result is not None:
                 out.append(VSample(drop_name(series.metric()), result, t))
     else:  # straight from each series' window, no range vector between
-        pairs = ((s.metric(), s.window(start, end)) for s in selection.select(ev.querier))
+        selected = ev.paced(selection.select(ev.querier))
+        pairs = ((s.metric(), s.window(start, end)) for s in selected)
         out = _over_windows(name, pairs, start, end, t)
     if not selection.one_name:
         out.sort(key=lambda sample: sample.metric)

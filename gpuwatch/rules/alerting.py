@@ -22,6 +22,7 @@ from gpuwatch.rules.provenance import rule_provenance
 from gpuwatch.rules.template import QueryFn, TemplateData
 from gpuwatch.rules.template.functions import FuncError
 from gpuwatch.text.units import ascii_int
+from gpuwatch.web.foreground import StepAside, never
 
 log = logging.getLogger(__name__)
 
@@ -296,14 +297,24 @@ class RuleGroup:
         return group
 
     def evaluate(
-        self, ev: Evaluator, t: float, sink: Sink, blind: bool = False
+        self,
+        ev: Evaluator,
+        t: float,
+        sink: Sink,
+        blind: bool = False,
+        aside: StepAside | None = None,
     ) -> list[Transition]:
         """Evaluate every rule in order at `t`; a failing rule is marked and the rest go on.
-        `blind`: the GPU backend is down (AlertingRule.evaluate)."""
+        `blind`: the GPU backend is down (AlertingRule.evaluate). `aside`, called before each
+        rule (and by the evaluator as it reads), waits while a client is served; the group's
+        and the rules' durations leave that wait out."""
         transitions: list[Transition] = []
         started = time.perf_counter()
+        aside = aside if aside is not None else StepAside(never, 0.0)
+        waited_before = aside.waited
         for rule in self.rules:
-            rule_started = time.perf_counter()
+            aside()
+            rule_started, rule_waited = time.perf_counter(), aside.waited
             try:
                 if isinstance(rule, AlertingRule):
                     transitions += rule.evaluate(ev, t, self.definition.limit, sink, blind)
@@ -319,7 +330,9 @@ class RuleGroup:
             else:
                 rule.status.health, rule.status.last_error = "ok", ""
             rule.status.last_evaluation = t
-            rule.status.evaluation_seconds = time.perf_counter() - rule_started
+            own = time.perf_counter() - rule_started - (aside.waited - rule_waited)
+            rule.status.evaluation_seconds = max(0.0, own)
         self.last_evaluation = t
-        self.evaluation_seconds = time.perf_counter() - started
+        own = time.perf_counter() - started - (aside.waited - waited_before)
+        self.evaluation_seconds = max(0.0, own)
         return transitions

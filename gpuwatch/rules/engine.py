@@ -29,12 +29,16 @@ from gpuwatch.store.runs import DEFAULT_LOOKBACK_S
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.units import format_duration
 from gpuwatch.text.yamlfile import FileError
+from gpuwatch.web.foreground import StepAside, StepAsideFn, never
 
 log = logging.getLogger(__name__)
 
 SELF_SOURCE = "rules:self"
 Write = tuple[str, float, list[Sample]]  # (source, time, samples) for the shared store
 EARLY_TOLERANCE = 0.05  # a group due within this fraction of its interval is evaluated now
+# How long one evaluation may wait, in all, for /metrics pages being written: a few pages' worth
+# at 64 GPUs, and nothing a client asking without end can stretch.
+STEP_ASIDE_S = 0.1
 
 
 class _Querier:
@@ -64,13 +68,20 @@ class RuleEngine:
         external_url: str = "",
         *,
         allow_empty_globs: bool = False,
+        step_aside: StepAsideFn = never,
     ) -> None:
+        """`step_aside` waits while a client is served (the /metrics page being written);
+        each evaluation calls it between rules and every few hundred series a selection
+        reads, for at most STEP_ASIDE_S in all."""
         self.store = store
+        self.aside = StepAside(step_aside, STEP_ASIDE_S)
         self.external_url = external_url  # what templates' externalURL and pathPrefix answer
         self.configured_retention = store.retention
         # Recording-rule results live apart so that /metrics exports only what was sampled.
         self.recorded = Store(store.retention)
-        self.evaluator = Evaluator(_Querier((store, self.recorded)), subquery_step=default_interval)
+        self.evaluator = Evaluator(
+            _Querier((store, self.recorded)), subquery_step=default_interval, pace=self.aside
+        )
         self.patterns = list(files) if files is not None else None
         self.allow_empty_globs = allow_empty_globs
         self.default_interval = default_interval
@@ -234,12 +245,13 @@ class RuleEngine:
             else:
                 self.recorded.ingest(source, t, samples)
 
+        self.aside.renew()
         for group in self.groups:
             last = group.last_evaluation
             due = last is None or now - last >= self.interval(group) * (1 - EARLY_TOLERANCE)
             if not (everything or due):
                 continue
-            transitions += group.evaluate(self.evaluator, now, sink, blind)
+            transitions += group.evaluate(self.evaluator, now, sink, blind, self.aside)
             failed = sum(1 for r in group.rules if r.status.health == "err")
             if failed:
                 key = group.definition.key

@@ -81,7 +81,9 @@ def _error(message: str, status: int, error_type: str) -> Response:
 class Api:
     def __init__(self, options: ReaderOptions, cap: ConnectionCap | None = None) -> None:
         self.options = options
-        self.renderer = MetricsRenderer(options.store, options.clock, self._describe)
+        self.renderer = MetricsRenderer(
+            options.store, options.clock, self._describe, options.serving
+        )
         self.cap = cap if cap is not None else ConnectionCap()
 
     def _describe(self, name: str) -> MetricDef | None:

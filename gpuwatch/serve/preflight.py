@@ -21,6 +21,7 @@ from gpuwatch.state.paths import PUSH_SOCKET_NAME, socket_path
 from gpuwatch.state.reach import blocked_at
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.yamlfile import FileError
+from gpuwatch.web.foreground import StepAsideFn, never
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,15 @@ def load_guard(config: Config) -> WebGuard | None:
         raise StartupError(f"web config:\n{exc}") from exc
 
 
-def load_rules(config: Config, state_dir: Path | None, store: Store, own_url: str) -> RuleEngine:
-    """The rule files loaded and built; with a state directory, their alerts restored."""
+def load_rules(
+    config: Config,
+    state_dir: Path | None,
+    store: Store,
+    own_url: str,
+    step_aside: StepAsideFn = never,
+) -> RuleEngine:
+    """The rule files loaded and built; with a state directory, their alerts restored.
+    `step_aside`: what the evaluation waits on while a client is served."""
     engine = RuleEngine(
         store,
         config.rules.files,
@@ -53,6 +61,7 @@ def load_rules(config: Config, state_dir: Path | None, store: Store, own_url: st
         # where an alert's reader can look, as the notifier links to it
         config.notify.external_url or own_url,
         allow_empty_globs=config.rules.allow_empty_globs,
+        step_aside=step_aside,
     )
     try:
         engine.load()

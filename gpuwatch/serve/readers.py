@@ -5,6 +5,7 @@ web handler reads. The readers never hold the Daemon itself."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,9 +59,15 @@ class ReaderOptions:
     cycle_listeners: list[Callable[[float], None]]  # told of each cycle, per event stream
     jobs: JobInputs  # pushes are written here, the one thing a reader adds to
     reports: JobReports | None = None
+    # Held while /metrics is written, so that the rules' evaluation steps aside meanwhile.
+    serving: Callable[[], AbstractContextManager[None]] = nullcontext
 
 
-def reader_options(daemon: Daemon, reports: JobReports | None = None) -> ReaderOptions:
+def reader_options(
+    daemon: Daemon,
+    reports: JobReports | None = None,
+    serving: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> ReaderOptions:
     """The readers' views of a built daemon, and nothing more of it."""
     return ReaderOptions(
         node=daemon,
@@ -72,4 +79,5 @@ def reader_options(daemon: Daemon, reports: JobReports | None = None) -> ReaderO
         cycle_listeners=daemon.cycle_listeners,
         jobs=daemon.jobs,
         reports=reports,
+        serving=serving,
     )

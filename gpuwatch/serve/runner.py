@@ -16,7 +16,7 @@ from typing import Any
 from gpuwatch.clock import Clock, within
 from gpuwatch.config import Config
 from gpuwatch.daemon import Daemon
-from gpuwatch.gctune import tune_gc
+from gpuwatch.gctune import tune_gc, tune_switching
 from gpuwatch.model import Event
 from gpuwatch.nvml.errors import NvmlModule
 from gpuwatch.push.attribution import Attribution
@@ -199,6 +199,7 @@ async def serve(
     systemd = SystemdNotifier()
     running = await start(config, nvml, clock, reread)
     tune_gc()
+    tune_switching()
     systemd.ready(_status(running))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

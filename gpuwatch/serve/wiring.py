@@ -40,6 +40,7 @@ from gpuwatch.state.journal import Journal
 from gpuwatch.state.lock import StateDirLock
 from gpuwatch.state.statedir import DIR_MODE, StateProblems, ensure_dir
 from gpuwatch.store.tsdb import Store
+from gpuwatch.web.foreground import Foreground
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,9 @@ def wire(
     except NoSourceError as exc:
         raise StartupError(str(exc)) from None
     store = Store(config.store.retention)
-    rules = load_rules(config, state_dir, store, f"{scheme}://{config.node_name}:{port}")
+    foreground = Foreground()  # /metrics pages, which the rules' evaluation steps aside for
+    own_url = f"{scheme}://{config.node_name}:{port}"
+    rules = load_rules(config, state_dir, store, own_url, foreground.step_aside)
     for warning in config_warnings(config, rules):
         log.warning("%s", warning)
     boot = current_boot_id() if boot_id is None else boot_id
@@ -196,7 +199,7 @@ def wire(
         guard=guard,
         reread=reread,
     )
-    readers = reader_options(daemon, reports)
+    readers = reader_options(daemon, reports, foreground.serving)
     return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers)
 
 

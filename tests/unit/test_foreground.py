@@ -1,0 +1,168 @@
+"""Rule evaluation steps aside for a /metrics page being written: where it asks to, how long it
+may wait in all, and that reading in steps changes no answer. The waiting itself, on real
+threads, is tests/integration/test_foreground.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import promql_parser as pp
+from gpuwatch.exporters.prometheus import MetricsRenderer
+
+from gpuwatch import metrics as m
+from gpuwatch.clock import ManualClock
+from gpuwatch.model import Sample
+from gpuwatch.promql.evaluator import PACE_EVERY, Evaluator
+from gpuwatch.promql.memory import MemoryStorage
+from gpuwatch.promql.values import RangeSeries, Scalar, VSample
+from gpuwatch.rules.engine import STEP_ASIDE_S, RuleEngine
+from gpuwatch.store.tsdb import Store
+from gpuwatch.web.foreground import Foreground, StepAside
+
+T0 = 1_700_000_000.0
+
+
+class Claims:
+    """A step_aside that takes no time but says it waited: the next of `claims` each time (the
+    last again once they run out), at most what it was allowed unless `beyond`; it records
+    what it was allowed each time."""
+
+    def __init__(self, *claims: float, beyond: bool = False) -> None:
+        self.claims = list(claims)
+        self.beyond = beyond
+        self.allowed: list[float] = []
+
+    def __call__(self, at_most: float) -> float:
+        claim = self.claims[min(len(self.allowed), len(self.claims) - 1)]
+        self.allowed.append(at_most)
+        return claim if self.beyond else min(claim, at_most)
+
+
+def test_nothing_served_is_no_wait() -> None:
+    foreground = Foreground()
+    assert not foreground.busy
+    assert foreground.step_aside(10.0) == 0.0
+    with foreground.serving():
+        assert foreground.busy
+        with foreground.serving():  # two pages at once
+            assert foreground.busy
+        assert foreground.busy  # one is still being written
+        assert foreground.step_aside(0.0) == 0.0  # no time left to wait
+    assert not foreground.busy
+
+
+def test_an_evaluation_waits_at_most_its_share_in_all() -> None:
+    claims = Claims(0.375)
+    aside = StepAside(claims, 1.0)
+    assert [aside() for _ in range(5)] == [0.375, 0.375, 0.25, 0.0, 0.0]
+    assert claims.allowed == [1.0, 0.625, 0.25]  # not asked once the share is spent
+    assert aside.waited == 1.0
+    aside.renew()
+    assert (aside.left, aside.waited) == (1.0, 0.0)
+    assert aside() == 0.375
+
+
+def _storage(series: int) -> MemoryStorage:
+    store = MemoryStorage()
+    for i in range(series):
+        one = store.series((("__name__", "x"), ("gpu", str(i))))
+        for step in range(7):
+            one.add(T0 + 10 * step, float(i * step))
+    return store
+
+
+def _plain(value: object) -> object:
+    """A range vector's windows as lists, which compare; any other value as it is."""
+    if isinstance(value, list) and value and isinstance(value[0], RangeSeries):
+        return [(r.metric, list(r.window.times()), list(r.window.values())) for r in value]
+    return value
+
+
+def test_a_selection_is_read_in_steps_with_the_same_answers() -> None:
+    store = _storage(3 * PACE_EVERY + 1)
+    paces: list[None] = []
+    paced = Evaluator(store, pace=lambda: paces.append(None))
+    plain = Evaluator(store)
+    t = T0 + 60
+    for expr in ("x", "rate(x[1m])", "irate(x[1m])", "max_over_time(x[1m])", "x[1m]"):
+        before = len(paces)
+        got, want = paced.eval(pp.parse(expr), t), plain.eval(pp.parse(expr), t)
+        assert _plain(got) == _plain(want), expr
+        assert len(paces) - before == 4, expr  # before each PACE_EVERY series of 769
+    small = _storage(PACE_EVERY)
+    unpaced: list[None] = []
+    result = Evaluator(small, pace=lambda: unpaced.append(None)).eval(pp.parse("sum(x)"), t)
+    assert isinstance(result, list) and isinstance(result[0], VSample)
+    assert unpaced == []  # a selection of one step is read at once
+    assert not isinstance(result, Scalar)
+
+
+RULES = """\
+groups:
+  - name: many
+    rules:
+      - record: x:sum
+        expr: sum(x)
+      - record: x:rate
+        expr: sum(rate(x[1m]))
+      - alert: Many
+        expr: count(x) > 1
+"""
+
+
+def test_rules_step_aside_between_rules_and_within_a_selection(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    store = Store(3600)
+    claims = Claims(0.0)
+    engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
+    engine.load()
+    for step in range(7):
+        samples = [Sample("x", (("gpu", str(i)),), float(i * step)) for i in range(600)]
+        store.ingest("nvml", T0 + 10 * step, samples)
+    engine.evaluate(T0 + 60)
+    # Three rules, each read 600 series (three steps of PACE_EVERY): 3 + 3 * 3 asks.
+    assert len(claims.allowed) == 3 + 3 * 3
+    assert claims.allowed[0] == STEP_ASIDE_S
+    (recorded,) = engine.recorded.select("x:sum")
+    assert recorded.last_value == sum(6.0 * i for i in range(600))
+
+
+def test_time_spent_aside_is_not_the_rules_own(tmp_path: Path) -> None:
+    """The first ask (before the first rule) claims nothing, the second (within the first
+    rule's selection) claims far more than any evaluation takes: the group's and that rule's
+    durations leave the claim out, and report no time of their own."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    store = Store(3600)
+    claims = Claims(0.0, 1000.0, 0.0, beyond=True)
+    engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
+    engine.load()
+    store.ingest("nvml", T0, [Sample("x", (("gpu", str(i)),), 1.0) for i in range(600)])
+    engine.evaluate(T0)
+    group = engine.groups[0]
+    assert group.evaluation_seconds == 0.0
+    assert group.rules[0].status.evaluation_seconds == 0.0
+    assert 0.0 < group.rules[1].status.evaluation_seconds < 1000.0
+
+
+async def test_a_page_is_written_while_serving_and_a_cached_one_is_not() -> None:
+    entered: list[str] = []
+
+    @contextmanager
+    def serving() -> Iterator[None]:
+        entered.append("page")
+        yield
+
+    clock = ManualClock(T0)
+    store = Store(3600)
+    store.ingest("nvml", clock.now(), [Sample(m.TEMPERATURE, (("gpu", "0"),), 61.0)])
+    renderer = MetricsRenderer(store, clock, serving=serving)
+    await renderer.render(openmetrics=False, gzipped=False)
+    assert entered == ["page"]
+    await renderer.render(openmetrics=False, gzipped=False)  # the same cycle: cached
+    assert entered == ["page"]
+    await renderer.render(openmetrics=False, gzipped=True)  # compressed once
+    assert entered == ["page", "page"]
