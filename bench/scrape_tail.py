@@ -9,7 +9,7 @@ written, no rule running: "alone"), and at an offset of 4 ms before to 16 ms aft
 evaluation starts ("at the rules"). It prints the median and the largest of each.
 
 The first scrape after the daemon starts writes every line of the page for the first time
-(30-50 ms at 64 GPUs, once in a daemon's life); it is taken before the rounds and not counted.
+(34-52 ms at 64 GPUs, once in a daemon's life); it is taken before the rounds and not counted.
 
 Run it with another version's interpreter (a virtualenv with that version installed) to
 compare versions: the daemon is started with the interpreter that runs this file, as
@@ -17,6 +17,7 @@ compare versions: the daemon is started with the interpreter that runs this file
 first.
 
 Usage: python bench/scrape_tail.py [--gpus 64] [--rounds 12]
+       cd /tmp && /path/to/other/venv/bin/python /path/to/checkout/bench/scrape_tail.py
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ import gzip
 import math
 from array import array
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from gpuwatch.clock import Clock
 from gpuwatch.metrics import CATALOGUE, MetricDef, MetricType
 from gpuwatch.model import Labels
 from gpuwatch.store.tsdb import Store
+from gpuwatch.web.foreground import Serving
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -196,7 +197,7 @@ class MetricsRenderer:
         store: Store,
         clock: Clock,
         describe: Describe = CATALOGUE.get,
-        serving: Callable[[], AbstractContextManager[None]] = nullcontext,
+        serving: Serving = nullcontext,
     ) -> None:
         """`serving()` is held while a page is written: work that can wait steps aside."""
         self._store = store

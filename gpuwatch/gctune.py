@@ -18,9 +18,9 @@ import sys
 YOUNG_THRESHOLD = 50_000
 # The event loop gives up the interpreter at every wait for a socket and takes it back after;
 # while a worker thread runs Python (the rules' evaluation, a /metrics page, NVML's bindings)
-# each taking back waited Python's default 5 ms, and a request wakes the loop several times: a
-# scrape that met the rules waited 20-25 ms before its handler ran. A millisecond costs a few
-# more switches between busy threads, and only while two are busy.
+# each taking back waits up to Python's default 5 ms, and a request wakes the loop several
+# times: a scrape that met the rules waited 20-25 ms before its handler ran. A millisecond
+# costs a few more switches between busy threads, and only while two are busy.
 SWITCH_INTERVAL_S = 0.001
 
 

@@ -203,10 +203,11 @@ class Evaluator:
         subquery_step: float = DEFAULT_SUBQUERY_STEP_S,
         pace: Callable[[], object] | None = None,
     ) -> None:
-        """`pace` is called every PACE_EVERY series a selection reads: the rules engine
-        steps aside there for a client waiting on the daemon."""
+        """`pace` is called each time selections have read PACE_EVERY more series: the
+        rules engine steps aside there for a client waiting on the daemon."""
         self.querier = querier
         self.pace = pace
+        self._unpaced = 0  # series read since `pace` was last called
         self.lookback = lookback
         # A subquery without a step (`x[1h:]`) steps at the global evaluation interval, as
         # Prometheus's does: the rules' default interval, a test file's evaluation_interval.
@@ -275,11 +276,29 @@ class Evaluator:
         return value.value
 
     def paced(self, series: list[SeriesView]) -> Iterable[SeriesView]:
-        """The series, `pace` called before each PACE_EVERY of them."""
+        """The series, `pace` called each time PACE_EVERY more have been read, counted
+        across selections: a rule that reads 64 GPUs' series in each of its selections asks
+        as often as one that reads every NVLink link at once."""
         pace = self.pace
-        if pace is None or len(series) <= PACE_EVERY:
+        if pace is None:
             return series
-        return _paced(series, pace)
+        due = PACE_EVERY - self._unpaced  # series to read before the next call
+        if len(series) < due:
+            self._unpaced += len(series)
+            return series
+        return self._paced(series, pace, due)
+
+    def _paced(
+        self, series: list[SeriesView], pace: Callable[[], object], due: int
+    ) -> Iterator[SeriesView]:
+        yield from series[:due]
+        for start in range(due, len(series), PACE_EVERY):
+            pace()
+            step = series[start : start + PACE_EVERY]
+            self._unpaced = len(step)
+            yield from step
+        if due == len(series):  # read to the count exactly: the next read calls first
+            self._unpaced = PACE_EVERY
 
     def vector_selector(self, selector: pp.VectorSelector, t: float) -> Vector:
         sel = self.selection(selector)
@@ -364,9 +383,3 @@ class Evaluator:
             (RangeSeries(metric, ListWindow(*tv)) for metric, tv in points.items()),
             key=lambda s: s.metric,
         )
-
-
-def _paced(series: list[SeriesView], pace: Callable[[], object]) -> Iterator[SeriesView]:
-    for start in range(0, len(series), PACE_EVERY):
-        pace()
-        yield from series[start : start + PACE_EVERY]

@@ -37,8 +37,10 @@ SELF_SOURCE = "rules:self"
 Write = tuple[str, float, list[Sample]]  # (source, time, samples) for the shared store
 EARLY_TOLERANCE = 0.05  # a group due within this fraction of its interval is evaluated now
 # How long one evaluation may wait, in all, for /metrics pages being written: a few pages' worth
-# at 64 GPUs, and nothing a client asking without end can stretch.
-STEP_ASIDE_S = 0.1
+# at 64 GPUs (8-14 ms each), and nothing a client asking without end can stretch. The sampling
+# cycle awaits the evaluation before the verdict and the alerts, so this is also the most a
+# scraper can delay them: a twentieth of the default 1 s cycle.
+STEP_ASIDE_S = 0.05
 
 
 class _Querier:
@@ -213,8 +215,10 @@ class RuleEngine:
         self, now: float, everything: bool = False, blind: bool = False
     ) -> list[Transition]:
         """Evaluate the groups that are due (all of them when `everything`); `blind`: the
-        GPU backend is down, and GPUs' firing alerts hold (AlertingRule.evaluate)."""
-        transitions, writes = self.compute(now, everything, blind)
+        GPU backend is down, and GPUs' firing alerts hold (AlertingRule.evaluate). Here, on
+        the caller's thread, nothing steps aside: on the event loop, waiting for a page that
+        the loop itself writes would only stall it."""
+        transitions, writes = self.compute(now, everything, blind, step_aside=False)
         self.commit(now, transitions, writes)
         return transitions
 
@@ -233,9 +237,10 @@ class RuleEngine:
         return transitions
 
     def compute(
-        self, now: float, everything: bool, blind: bool = False
+        self, now: float, everything: bool, blind: bool = False, step_aside: bool = True
     ) -> tuple[list[Transition], list[Write]]:
-        """Run the due groups; the alert series to write to the shared store are returned."""
+        """Run the due groups; the alert series to write to the shared store are returned.
+        `step_aside`: wait, for STEP_ASIDE_S at most, while a /metrics page is written."""
         transitions: list[Transition] = []
         writes: list[Write] = []
 
@@ -245,7 +250,7 @@ class RuleEngine:
             else:
                 self.recorded.ingest(source, t, samples)
 
-        self.aside.renew()
+        self.aside.renew(None if step_aside else 0.0)
         for group in self.groups:
             last = group.last_evaluation
             due = last is None or now - last >= self.interval(group) * (1 - EARLY_TOLERANCE)

@@ -5,7 +5,7 @@ web handler reads. The readers never hold the Daemon itself."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +20,7 @@ from gpuwatch.reports.reporter import JobReports
 from gpuwatch.rules.engine import RuleEngine
 from gpuwatch.state.journal import Journal
 from gpuwatch.store.tsdb import Store
+from gpuwatch.web.foreground import Serving
 
 
 class NodeState(Protocol):
@@ -60,13 +61,13 @@ class ReaderOptions:
     jobs: JobInputs  # pushes are written here, the one thing a reader adds to
     reports: JobReports | None = None
     # Held while /metrics is written, so that the rules' evaluation steps aside meanwhile.
-    serving: Callable[[], AbstractContextManager[None]] = nullcontext
+    serving: Serving = nullcontext
 
 
 def reader_options(
     daemon: Daemon,
     reports: JobReports | None = None,
-    serving: Callable[[], AbstractContextManager[None]] = nullcontext,
+    serving: Serving = nullcontext,
 ) -> ReaderOptions:
     """The readers' views of a built daemon, and nothing more of it."""
     return ReaderOptions(

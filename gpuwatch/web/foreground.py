@@ -1,21 +1,23 @@
 """Work a waiting client needs goes before work that can wait.
 
-The /metrics page and the rules' evaluation are each written in a worker thread, and Python
+The /metrics page is written, and the rules are evaluated, each in a worker thread, and Python
 runs one thread at a time: a scrape that met an evaluation shared the interpreter with it and
 took two to four times as long (at 64 GPUs, 30-47 ms against 12). The page's writer says it is
-serving while it writes; the rules step aside between two rules while it does, each
-evaluation for at most a bound of its own, so a client that asks without end holds no
-evaluation back by more than that."""
+serving while it writes; the rules step aside while it does, between two rules and every few
+hundred series they read, each evaluation for at most a bound of its own, so a client that
+asks without end holds no evaluation (and the cycle that awaits it) back by more than that."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 # Wait while a client is served, for at most the seconds given; the seconds waited.
 StepAsideFn = Callable[[float], float]
+# Held while a client waits on the work inside (Foreground.serving, or nullcontext).
+Serving = Callable[[], AbstractContextManager[None]]
 
 
 class Foreground:
@@ -63,8 +65,10 @@ class StepAside:
         self.left = at_most
         self.waited = 0.0
 
-    def renew(self) -> None:
-        self.left, self.waited = self._at_most, 0.0
+    def renew(self, at_most: float | None = None) -> None:
+        """A new evaluation's share: the one given at construction, unless `at_most` says."""
+        self.left = self._at_most if at_most is None else at_most
+        self.waited = 0.0
 
     def __call__(self) -> float:
         if self.left <= 0:

@@ -4,19 +4,22 @@ threads, is tests/integration/test_foreground.py's."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import promql_parser as pp
+import pytest
 from gpuwatch.exporters.prometheus import MetricsRenderer
 
 from gpuwatch import metrics as m
 from gpuwatch.clock import ManualClock
+from gpuwatch.metrics import MetricDef
 from gpuwatch.model import Sample
 from gpuwatch.promql.evaluator import PACE_EVERY, Evaluator
 from gpuwatch.promql.memory import MemoryStorage
-from gpuwatch.promql.values import RangeSeries, Scalar, VSample
+from gpuwatch.promql.values import RangeSeries
 from gpuwatch.rules.engine import STEP_ASIDE_S, RuleEngine
 from gpuwatch.store.tsdb import Store
 from gpuwatch.web.foreground import Foreground, StepAside
@@ -80,23 +83,43 @@ def _plain(value: object) -> object:
     return value
 
 
-def test_a_selection_is_read_in_steps_with_the_same_answers() -> None:
+def test_pace_is_called_each_time_a_step_of_series_has_been_read() -> None:
+    """Counted across selections, and before the series after the step's last is read."""
+    read: list[object] = []
+    asks: list[int] = []
+    ev = Evaluator(MemoryStorage(), pace=lambda: asks.append(len(read)))
+    # 600 read (two asks within), then to 768 exactly, then one more: that one asks first.
+    for size in (600, 100, 68, 1, 255, 1):
+        read.extend(ev.paced(list(range(size))))  # type: ignore[arg-type]
+    assert asks == [256, 512, 768, 1024]
+    assert len(read) == 1025  # every series, once, in order
+    assert read[:600] == list(range(600))
+
+
+def test_small_selections_ask_as_often_as_one_large_one() -> None:
+    paces: list[None] = []
+    ev = Evaluator(_storage(64), pace=lambda: paces.append(None))
+    for _ in range(9):  # 576 series read, 64 at a time
+        ev.eval(pp.parse("x"), T0 + 60)
+    assert len(paces) == 2
+
+
+def test_reading_in_steps_changes_no_answer() -> None:
     store = _storage(3 * PACE_EVERY + 1)
     paces: list[None] = []
     paced = Evaluator(store, pace=lambda: paces.append(None))
     plain = Evaluator(store)
     t = T0 + 60
-    for expr in ("x", "rate(x[1m])", "irate(x[1m])", "max_over_time(x[1m])", "x[1m]"):
-        before = len(paces)
+    exprs = ("x", "rate(x[1m])", "irate(x[1m])", "max_over_time(x[1m])", "x[1m]", "sum(x)")
+    for expr in exprs:
         got, want = paced.eval(pp.parse(expr), t), plain.eval(pp.parse(expr), t)
         assert _plain(got) == _plain(want), expr
-        assert len(paces) - before == 4, expr  # before each PACE_EVERY series of 769
-    small = _storage(PACE_EVERY)
-    unpaced: list[None] = []
-    result = Evaluator(small, pace=lambda: unpaced.append(None)).eval(pp.parse("sum(x)"), t)
-    assert isinstance(result, list) and isinstance(result[0], VSample)
-    assert unpaced == []  # a selection of one step is read at once
-    assert not isinstance(result, Scalar)
+    assert len(paces) == len(exprs) * (3 * PACE_EVERY + 1) // PACE_EVERY
+
+
+def _evaluate(engine: RuleEngine, t: float) -> None:
+    """As the daemon's cycle has it evaluated (off the event loop), on this thread."""
+    engine.commit(t, *engine.compute(t, everything=False))
 
 
 RULES = """\
@@ -122,12 +145,25 @@ def test_rules_step_aside_between_rules_and_within_a_selection(tmp_path: Path) -
     for step in range(7):
         samples = [Sample("x", (("gpu", str(i)),), float(i * step)) for i in range(600)]
         store.ingest("nvml", T0 + 10 * step, samples)
-    engine.evaluate(T0 + 60)
-    # Three rules, each read 600 series (three steps of PACE_EVERY): 3 + 3 * 3 asks.
-    assert len(claims.allowed) == 3 + 3 * 3
+    _evaluate(engine, T0 + 60)
+    # Three rules, each reading 600 series: one ask before each, and one each PACE_EVERY
+    # series read (1800 // 256).
+    assert len(claims.allowed) == 3 + 7
     assert claims.allowed[0] == STEP_ASIDE_S
     (recorded,) = engine.recorded.select("x:sum")
     assert recorded.last_value == sum(6.0 * i for i in range(600))
+
+
+def test_an_evaluation_on_the_callers_thread_never_steps_aside(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    store = Store(3600)
+    claims = Claims(0.0)
+    engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
+    engine.load()
+    store.ingest("nvml", T0, [Sample("x", (("gpu", str(i)),), 1.0) for i in range(600)])
+    engine.evaluate(T0)  # what a caller on the event loop would use
+    assert claims.allowed == []
 
 
 def test_time_spent_aside_is_not_the_rules_own(tmp_path: Path) -> None:
@@ -141,7 +177,7 @@ def test_time_spent_aside_is_not_the_rules_own(tmp_path: Path) -> None:
     engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
     engine.load()
     store.ingest("nvml", T0, [Sample("x", (("gpu", str(i)),), 1.0) for i in range(600)])
-    engine.evaluate(T0)
+    _evaluate(engine, T0)
     group = engine.groups[0]
     assert group.evaluation_seconds == 0.0
     assert group.rules[0].status.evaluation_seconds == 0.0
@@ -166,3 +202,26 @@ async def test_a_page_is_written_while_serving_and_a_cached_one_is_not() -> None
     assert entered == ["page"]
     await renderer.render(openmetrics=False, gzipped=True)  # compressed once
     assert entered == ["page", "page"]
+
+
+async def test_a_page_cancelled_or_failed_while_written_is_served_no_longer() -> None:
+    foreground = Foreground()
+    clock = ManualClock(T0)
+    store = Store(3600)
+    store.ingest("nvml", clock.now(), [Sample(m.TEMPERATURE, (("gpu", "0"),), 61.0)])
+    renderer = MetricsRenderer(store, clock, serving=foreground.serving)
+    task = asyncio.create_task(renderer.render(openmetrics=False, gzipped=False))
+    await asyncio.sleep(0)  # the render runs to its worker thread's await
+    assert foreground.busy
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not foreground.busy
+
+    def broken(name: str) -> MetricDef | None:
+        raise RuntimeError(name)
+
+    failing = MetricsRenderer(store, clock, broken, foreground.serving)
+    with pytest.raises(RuntimeError):
+        await failing.render(openmetrics=False, gzipped=False)
+    assert not foreground.busy
