@@ -33,20 +33,12 @@ from datetime import datetime
 from pathlib import Path
 
 import daemon_cost
+import side_by_side
 import simulated_daemon
 
 INTERVAL_S = 15.0  # the shipped groups' most frequent interval past the cycle's own
 OFFSETS_S = (-0.004, 0.0, 0.004, 0.008, 0.012, 0.016)
 WARMUP_S = 20.0
-
-
-def _scenario(directory: Path, gpus: int) -> Path:
-    path = directory / f"scrape-tail-{gpus}.yaml"
-    path.write_text(
-        f"name: scrape-tail-{gpus}\n"
-        f"node: {{gpus: {gpus}, model: H100, workload: inference, seed: 3}}\nfaults: []\n"
-    )
-    return path
 
 
 def _last_evaluation(base: str) -> float:
@@ -66,7 +58,8 @@ def measure(gpus: int, rounds: int) -> tuple[list[float], list[float]]:
     """(alone, at the rules): scrape latencies in ms."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        proc, base, _ = simulated_daemon.start(directory, _scenario(directory, gpus))
+        scenario = side_by_side._scenario(directory, gpus)  # the node side_by_side runs
+        proc, base, _ = simulated_daemon.start(directory, scenario)
         try:
             time.sleep(WARMUP_S)
             daemon_cost._get(f"{base}/metrics")  # the page's first writing, not counted

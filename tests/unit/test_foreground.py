@@ -135,13 +135,18 @@ groups:
 """
 
 
-def test_rules_step_aside_between_rules_and_within_a_selection(tmp_path: Path) -> None:
+def _engine(tmp_path: Path, claims: Claims) -> tuple[RuleEngine, Store]:
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)
     store = Store(3600)
-    claims = Claims(0.0)
     engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
     engine.load()
+    return engine, store
+
+
+def test_rules_step_aside_between_rules_and_within_a_selection(tmp_path: Path) -> None:
+    claims = Claims(0.0)
+    engine, store = _engine(tmp_path, claims)
     for step in range(7):
         samples = [Sample("x", (("gpu", str(i)),), float(i * step)) for i in range(600)]
         store.ingest("nvml", T0 + 10 * step, samples)
@@ -155,12 +160,8 @@ def test_rules_step_aside_between_rules_and_within_a_selection(tmp_path: Path) -
 
 
 def test_an_evaluation_on_the_callers_thread_never_steps_aside(tmp_path: Path) -> None:
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    store = Store(3600)
     claims = Claims(0.0)
-    engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
-    engine.load()
+    engine, store = _engine(tmp_path, claims)
     store.ingest("nvml", T0, [Sample("x", (("gpu", str(i)),), 1.0) for i in range(600)])
     engine.evaluate(T0)  # what a caller on the event loop would use
     assert claims.allowed == []
@@ -170,12 +171,7 @@ def test_time_spent_aside_is_not_the_rules_own(tmp_path: Path) -> None:
     """The first ask (before the first rule) claims nothing, the second (within the first
     rule's selection) claims far more than any evaluation takes: the group's and that rule's
     durations leave the claim out, and report no time of their own."""
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    store = Store(3600)
-    claims = Claims(0.0, 1000.0, 0.0, beyond=True)
-    engine = RuleEngine(store, [str(rules)], 15.0, None, step_aside=claims)
-    engine.load()
+    engine, store = _engine(tmp_path, Claims(0.0, 1000.0, 0.0, beyond=True))
     store.ingest("nvml", T0, [Sample("x", (("gpu", str(i)),), 1.0) for i in range(600)])
     _evaluate(engine, T0)
     group = engine.groups[0]
