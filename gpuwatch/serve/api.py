@@ -245,7 +245,12 @@ class Api:
 
     async def alerts(self, request: Request) -> Response:
         engine = self.options.rules
-        return _success(alerts_payload(engine) if engine is not None else {"alerts": []})
+        if engine is None:
+            return _success({"alerts": []})
+        # Between evaluations: a worker thread changes the rules' state while it evaluates,
+        # and an alert shown firing has had its event published when the evaluation ends.
+        async with engine.evaluating:
+            return _success(alerts_payload(engine))
 
     async def events(self, request: Request) -> Response:
         q = request.query
@@ -267,7 +272,10 @@ class Api:
         kind = request.query.get("type", "")
         if kind not in ("", "alert", "record"):
             return _bad_request("parameter 'type' must be 'alert' or 'record'")
-        return _success(rules_payload(engine, kind) if engine is not None else {"groups": []})
+        if engine is None:
+            return _success({"groups": []})
+        async with engine.evaluating:  # as alerts(): between evaluations
+            return _success(rules_payload(engine, kind))
 
     async def history(self, request: Request) -> Response:
         q = request.query

@@ -118,7 +118,8 @@ def firing_alert_names(rules: RuleEngine | None) -> list[str]:
         {
             a.name
             for r in rules.alerting_rules()
-            for a in r.active.values()
+            # a copy taken at once: the rules' worker thread may be changing it
+            for a in list(r.active.values())
             if a.state == AlertState.FIRING
         }
     )
