@@ -34,8 +34,8 @@ MAX_SUBQUERY_STEPS = 11_000  # Prometheus's cap on the points of one range query
 # `max_over_time(max_over_time(x[3h:1s])[3h:1s])` would otherwise run for minutes.
 MAX_SUBQUERY_EVALUATIONS = 100_000
 MEMO_LIMIT = 100_000  # label sets an aggregation remembers in one evaluation, at most
-# Series a selection reads between two calls of the evaluator's `pace`: about a millisecond of
-# `rate` at a time.
+# Series read, across selections, between two calls of the evaluator's `pace`: about a
+# millisecond of `rate` at a time.
 PACE_EVERY = 256
 
 

@@ -73,8 +73,8 @@ class RuleEngine:
         step_aside: StepAsideFn = never,
     ) -> None:
         """`step_aside` waits while a client is served (the /metrics page being written);
-        each evaluation calls it between rules and every few hundred series a selection
-        reads, for at most STEP_ASIDE_S in all."""
+        each evaluation calls it between rules and every few hundred series its selections
+        read, for at most STEP_ASIDE_S in all."""
         self.store = store
         self.aside = StepAside(step_aside, STEP_ASIDE_S)
         self.external_url = external_url  # what templates' externalURL and pathPrefix answer
