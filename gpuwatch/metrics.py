@@ -61,6 +61,7 @@ NVLINK_SPEED = "gpuwatch_gpu_nvlink_speed_bytes_per_second"
 RECOVERY_ACTION = "gpuwatch_gpu_recovery_action"
 GPU_HEALTH = "gpuwatch_gpu_health"
 NODE_HEALTH = "gpuwatch_node_health"
+GPU_LIFE_FAULTS = "gpuwatch_gpu_life_faults_total"
 SAMPLE_DURATION = "gpuwatch_sample_duration_seconds"
 LAST_SAMPLE_TIMESTAMP = "gpuwatch_last_sample_timestamp_seconds"
 SAMPLES = "gpuwatch_samples_total"
@@ -164,6 +165,7 @@ _DEFS = [
     MetricDef(RECOVERY_ACTION, "gauge", "1 for the recovery action the driver asks for."),
     MetricDef(GPU_HEALTH, "gauge", "1 for the GPU's current health state."),
     MetricDef(NODE_HEALTH, "gauge", "1 for the node's current health state."),
+    MetricDef(GPU_LIFE_FAULTS, "counter", "Faults in the GPU's life record on this node."),
     MetricDef(SAMPLE_DURATION, "gauge", "Duration of the last sampling cycle."),
     MetricDef(LAST_SAMPLE_TIMESTAMP, "gauge", "When the last sampling cycle ended."),
     MetricDef(SAMPLES, "counter", "Sampling cycles completed."),
@@ -328,11 +330,7 @@ _DEFS = [
         "gauge",
         "1 while gpuwatch holds the node drained in the scheduler (in a dry run: would).",
     ),
-    MetricDef(
-        ACTIONS_HELD,
-        "gauge",
-        "1 while a drain is held by the circuit breaker: too much of the partition is out.",
-    ),
+    MetricDef(ACTIONS_HELD, "gauge", "1 while the circuit breaker holds a drain back."),
     MetricDef(ACTION_FAILURES, "counter", "Scheduler commands (scontrol, sinfo) that failed."),
 ]
 

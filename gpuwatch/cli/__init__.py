@@ -30,6 +30,7 @@ COMMANDS = {
     "ack": ("gpuwatch.clients.commands", "cmd_ack"),
     "silence": ("gpuwatch.clients.commands", "cmd_silence"),
     "rules": ("gpuwatch.clients.local", "cmd_rules"),
+    "gpu": ("gpuwatch.clients.life", "cmd_gpu"),
     "xid": ("gpuwatch.clients.local", "cmd_xid"),
     "sim": ("gpuwatch.clients.local", "cmd_sim_list"),
     "config": ("gpuwatch.clients.local", "cmd_config_check"),

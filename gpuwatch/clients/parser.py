@@ -181,6 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
     rules_test = rules_sub.add_parser("test", help="run promtool-format rule unit tests")
     rules_test.add_argument("files", nargs="+", metavar="FILE")
 
+    gpu = sub.add_parser("gpu", help="each GPU's life on this node, by serial; RMA evidence")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="SUBCOMMAND")
+    history = gpu_sub.add_parser(
+        "history", help="what a GPU went through here (without SERIAL: every GPU held)"
+    )
+    history.add_argument("serial", nargs="?", metavar="SERIAL", help="its serial or UUID")
+    history.add_argument("--json", action="store_true", help="print the record as JSON")
+    rma = gpu_sub.add_parser("rma", help="write the evidence an RMA needs to a new folder")
+    rma.add_argument("serial", metavar="SERIAL", help="its serial or UUID")
+    rma.add_argument("-o", "--output", default=".", help="where to create the folder (default .)")
+    for action in gpu_sub.choices.values():
+        action.add_argument("--state-dir", help="the daemon's (default /var/lib/gpuwatch)")
+
     xid = sub.add_parser("xid", help="what an XID means and what to do about it")
     xid.add_argument("code", nargs="?", type=int, help="the XID number (all of them without one)")
 

@@ -22,6 +22,9 @@ from gpuwatch.health.view import NodeView
 from gpuwatch.host.boot import current_boot_id
 from gpuwatch.kernel.gpus import GpuDirectory
 from gpuwatch.kernel.merge import EventMerger
+from gpuwatch.life.book import FILE_NAME as LIFE_FILE
+from gpuwatch.life.book import LifeBook
+from gpuwatch.life.recorder import LifeRecorder
 from gpuwatch.model import Event
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.nvml.errors import NvmlModule
@@ -100,11 +103,14 @@ class Wired:
     reports: JobReports
     keeper: StateKeeper
     readers: ReaderOptions  # what the HTTP API and the control socket are handed
+    life: LifeBook
 
     async def close(self) -> None:
-        """Stop the notifier's senders and close what wiring opened: the outbox, the journal."""
+        """Stop the notifier's senders and close what wiring opened: the outbox, the journal,
+        the life record."""
         await self.notifier.stop()
         self.journal.close()
+        self.life.close()
 
 
 def wire(
@@ -155,13 +161,20 @@ def wire(
     except sqlite3.Error as exc:
         journal.close()
         raise StartupError(f"notification outbox in {state_dir}: {exc}") from exc
+    try:
+        book = LifeBook(state_dir / LIFE_FILE, problems)
+    except sqlite3.Error as exc:
+        journal.close()
+        notifier.db.close()
+        raise StartupError(f"GPU life record in {state_dir}: {exc}") from exc
+    life = LifeRecorder(book, config.node_name, boot)
     gpus = GpuDirectory()
     watchers = make_watchers(config, clock, merger.publish, gpus, journal)
     reports = JobReports(state_dir, clock, events.publish)
     keeper = StateKeeper(state_dir, journal, notifier, lock)
     jobs = JobInputs(config.push.limits, config.push.textfile_dir)
     advisor = _advisor(config, jobs, rules, events.publish)
-    outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports, advisor]
+    outputs: list[CycleOutput] = [keeper, VerdictFile(state_dir), reports, advisor, life]
     if config.actions.slurm.enabled:
         drainer = SlurmDrainer(
             config.actions.slurm,
@@ -180,7 +193,7 @@ def wire(
         events,
         watchers=watchers,
         outputs=outputs,
-        event_listeners=[reports.on_event],
+        event_listeners=[reports.on_event, life.on_event],
         gpus=gpus,
         store=store,
         jobs=jobs,
@@ -189,7 +202,7 @@ def wire(
         acks=AckStore(state_dir),
         notifier=notifier,
         problems=problems,
-        collectors=(notifier, problems),
+        collectors=(notifier, problems, life),
     )
     reloader = Reloader(
         lambda: daemon.config,
@@ -200,7 +213,7 @@ def wire(
         reread=reread,
     )
     readers = reader_options(daemon, reports, foreground.serving)
-    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers)
+    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers, book)
 
 
 def _advisor(

@@ -51,7 +51,7 @@ def kernel_lines(node: SimNode, boot: float, salt: int) -> list[Line]:
     ]
     for gpu in range(scenario.gpus):
         at = bus_id(gpu)[4:-2].lower()  # 0000:18:00
-        uuid = uuid_of(scenario.seed, gpu, salt=salt)
+        uuid = uuid_of(scenario.seed, scenario.board(gpu), salt=salt)
         lines.append(Line(boot + 6.0, f"NVRM: GPU at PCI:{at}: {uuid}", 6))
     v2 = int(scenario.driver.name[1:]) >= 575  # how NVLink5 XIDs encode their unit
     for event in node.events:

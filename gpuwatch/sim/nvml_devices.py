@@ -28,10 +28,11 @@ class DeviceCalls(LibraryCore):
     def nvmlDeviceGetUUID(self, handle: int, out: int, length: int) -> int:
         dev = self._device(handle)
         seed, salt = self.scenario.seed, self._salt
+        board = self.scenario.board(dev.gpu.index)
         if dev.instance is None:
-            text = uuid_of(seed, dev.gpu.index, salt=salt)
+            text = uuid_of(seed, board, salt=salt)
         else:
-            text = uuid_of(seed, 1000 + dev.gpu.index * 16 + dev.instance.index, "MIG", salt)
+            text = uuid_of(seed, 1000 + board * 16 + dev.instance.index, "MIG", salt)
         put_text(out, length, text)
         return c.SUCCESS
 
@@ -45,7 +46,7 @@ class DeviceCalls(LibraryCore):
 
     def nvmlDeviceGetSerial(self, handle: int, out: int, length: int) -> int:
         gpu = self._whole_gpu(handle)
-        board = (self._salt % 10**9 or self.scenario.seed) * 1000 + gpu.index
+        board = (self._salt % 10**9 or self.scenario.seed) * 1000 + self.scenario.board(gpu.index)
         put_text(out, length, f"{1650000000000 + board}")
         return c.SUCCESS
 

@@ -47,6 +47,15 @@ class Scenario:
     virtualization: str = "none"  # "vgpu_guest": a VM with a vGPU, as GRID guests see it
     ib_ports: int = 0  # InfiniBand ports, one a NIC (gpuwatch.sim.host)
     nvswitches: int = 0
+    # The board in each slot, by number; empty: each slot holds its own. A board's UUID and
+    # serial are its own wherever it sits (NVML: the serial "matches the serial number
+    # physically printed on each board", the UUID is "immutable"); its PCI address is the
+    # slot's. So a board moved to another slot keeps its identity at a new address and index.
+    boards: tuple[int, ...] = ()
+
+    def board(self, gpu: int) -> int:
+        """The number of the board in slot `gpu`, which its UUID and serial derive from."""
+        return self.boards[gpu] if gpu < len(self.boards) else gpu
 
     @property
     def model(self) -> GpuModel:
@@ -60,6 +69,7 @@ class Scenario:
             models=(self.models + (self.models[-1],) * gpus)[:gpus],
             faults=tuple(f for f in self.faults if f.gpu < gpus),
             mig={g: p for g, p in self.mig.items() if g < gpus},
+            boards=self.boards[:gpus] if len(self.boards) >= gpus else (),
         )
 
 
@@ -88,6 +98,7 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
             "virtualization",
             "ib_ports",
             "nvswitches",
+            "boards",
         ),
     )
     ib_ports = c.value(node, ("node",), "ib_ports", whole_number(0, 64), 0)
@@ -121,6 +132,7 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
             )
         )
 
+    boards = _boards(c, node.get("boards"), gpus, doc)
     faults: list[Fault] = []
     raw_faults = top.get("faults") or []
     if not isinstance(raw_faults, list):
@@ -152,7 +164,27 @@ def from_doc(doc: YamlDoc, default_name: str) -> Scenario:
         virtualization=virtualization,
         ib_ports=ib_ports,
         nvswitches=nvswitches,
+        boards=boards,
     )
+
+
+def _boards(c: Checker, raw: object, gpus: int, doc: YamlDoc) -> tuple[int, ...]:
+    """`boards`: a list of the board numbers 0 to gpus-1, each once, one a slot."""
+    if raw is None:
+        return ()
+    if (
+        not isinstance(raw, list)
+        or any(isinstance(b, bool) or not isinstance(b, int) for b in raw)
+        or sorted(raw) != list(range(gpus))
+    ):
+        c.problems.append(
+            doc.problem(
+                ("node", "boards"),
+                f"must list the board in each of the {gpus} slots: each of 0 to {gpus - 1} once",
+            )
+        )
+        return ()
+    return tuple(raw)
 
 
 MIG_SLICES = (1, 2, 3, 4, 7)  # the compute slices a GPU instance profile can have

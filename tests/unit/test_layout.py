@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpuwatch.promql",),
     ("gpuwatch.rules",),
     ("gpuwatch.health",),
-    ("gpuwatch.notify", "gpuwatch.actions", "gpuwatch.reports"),  # what follows a verdict
+    ("gpuwatch.notify", "gpuwatch.actions", "gpuwatch.reports",
+     "gpuwatch.life"),  # what follows a verdict
     ("gpuwatch.config",),  # every room's section, read as one file
     ("gpuwatch.daemon",),
     ("gpuwatch.serve",),

@@ -1,0 +1,82 @@
+"""The evidence an RMA asks for, written as a folder: `summary.txt` (what NVIDIA's RMA form
+wants: the board, its counts, its faults with times and the driver's text, and how to add
+nvidia-bug-report.sh's output) and `history.json` (the whole life record, for tools)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from gpuwatch import __version__
+from gpuwatch.life.book import Entry, GpuLife
+from gpuwatch.life.history import describe, entry_lines, history_json, when
+
+# The kinds of entry that are faults of the board, as the summary lists them; installs, moves,
+# upgrades, drains and acknowledgements stay in history.json.
+FAULT_KINDS = frozenset(
+    {
+        "xid",
+        "ecc",
+        "row_remap",
+        "retired_pages",
+        "reset",
+        "recovery_action",
+        "gpu_lost",
+        "gpu_unresponsive",
+        "gpu_failing",
+        "gpu_missing",
+        "gpu_init_failed",
+    }
+)
+SUMMARY = "summary.txt"
+HISTORY = "history.json"
+BUG_REPORT = """\
+Before sending: add NVIDIA's own report
+  NVIDIA's RMA process asks for the output of nvidia-bug-report.sh, the script the driver
+  installs in /usr/bin. Run it on this node as root, as soon after the fault as you can and
+  with the GPU still installed, from this folder, so its file lands beside this summary:
+
+      cd {folder} && sudo nvidia-bug-report.sh
+
+  It writes nvidia-bug-report.log.gz here. If it hangs or the report is incomplete, power-cycle
+  the node, keep the file it wrote, and run it once more (NVIDIA asks for both). Then send the
+  folder as one file:
+
+      tar czf {folder}.tar.gz -C {parent} {name}
+"""
+
+
+def bundle_name(serial: str, now: float) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", serial)[:64]
+    return f"gpuwatch-rma-{safe}-{when(now).replace(' ', 'T').replace(':', '')}Z"
+
+
+def summary_text(life: GpuLife, entries: list[Entry], folder: Path, now: float) -> str:
+    faults = [e for e in entries if e.kind in FAULT_KINDS]
+    lines = [
+        f"RMA evidence for GPU serial {life.serial}, written by gpuwatch {__version__} at "
+        f"{when(now)} UTC",
+        "",
+        *describe(life),
+        "",
+        f"Faults this node recorded ({len(faults)}; times in UTC, the driver's text where the "
+        "kernel log had it)",
+        *(entry_lines(faults) if faults else ["  none"]),
+        "",
+        f"The whole record (installs, moves, driver upgrades, drains, acknowledgements): {HISTORY}",
+        "",
+        BUG_REPORT.format(folder=folder, parent=folder.parent, name=folder.name),
+    ]
+    return "\n".join(lines)
+
+
+def write_bundle(life: GpuLife, entries: list[Entry], out: Path, now: float) -> Path:
+    """The bundle's folder, created under `out` (which must exist); private to its owner, as
+    the record names the jobs that ran on the GPU."""
+    folder = (out / bundle_name(life.serial, now)).absolute()
+    folder.mkdir(mode=0o700)
+    (folder / SUMMARY).write_text(summary_text(life, entries, folder, now), encoding="utf-8")
+    payload = history_json(life, entries)
+    (folder / HISTORY).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return folder
