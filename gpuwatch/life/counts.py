@@ -78,11 +78,7 @@ def count_changes(now: float, known: dict[str, Any], reading: Counts) -> list[Ne
     held: dict[str, float] = known.setdefault("counted_at", {})
     faults: dict[str, int] = known.setdefault("faults", {})
     found: list[NewEntry] = []
-    volatile_before = [counts.get(k) for k in VOLATILE]
-    volatile_now = [reading.get(k) for k in VOLATILE]
-    if all(v is not None for v in volatile_before + volatile_now) and sum(
-        v or 0.0 for v in volatile_now
-    ) < sum(v or 0.0 for v in volatile_before):
+    if any(k in reading and k in counts and reading[k] < counts[k] for k in VOLATILE):
         message = "volatile ECC counts went back to 0: the GPU was reset (or its driver reloaded)"
         found.append(NewEntry(now, "reset", "", message))
     counts.update({k: reading[k] for k in VOLATILE if k in reading})

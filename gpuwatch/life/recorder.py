@@ -79,8 +79,8 @@ class LifeRecorder:
             return
         entries, self._unwritten = self._unwritten, []
         changed = {key for key, _ in entries}
-        counts = counts_of(_counted_samples(batch))
         self._present = []
+        counts = counts_of(_counted_samples(batch))
         for state in batch.gpus:
             key = life_key(state.info)
             if not key:  # a GPU not yet opened: nothing says which board it is
@@ -91,11 +91,19 @@ class LifeRecorder:
             entries += [(key, e) for e in found]
             if found or now - self._written.get(key, 0.0) >= REFRESH_S:
                 changed.add(key)
+        # The events before the counts: an XID comes before the count this cycle read.
         while self._held:
             event = self._held.popleft()
             for key, entry in self._from_event(event, view):
                 entries.append((key, entry))
                 changed.add(key)
+        for state in batch.gpus:
+            reading = counts.get(state.info.uuid, {}) if state.status == GpuStatus.OK else {}
+            key = life_key(state.info)
+            if reading and key in self.lives:
+                found = count_changes(now, self.lives[key].known, reading)
+                entries += [(key, e) for e in found]
+                changed.update([key] if found else [])
         if not changed:
             return
         if self.book.write([self.lives[k] for k in changed], entries, self.boot_id):
@@ -119,6 +127,8 @@ class LifeRecorder:
     def _seen(
         self, now: float, info: GpuInfo, key: str, driver: str, reading: Counts
     ) -> list[NewEntry]:
+        """The entries for what a GPU's identity says: new here, a new slot, driver, VBIOS or
+        boot. `reading` is what its counts were when it was first seen."""
         here = {
             "uuid": info.uuid,
             "model": info.model,
@@ -148,7 +158,6 @@ class LifeRecorder:
             counts: dict[str, float] = known.setdefault("counts", {})
             for volatile in VOLATILE:  # they start again at a boot: that is no reset
                 counts.pop(volatile, None)
-        found += count_changes(now, known, reading)
         return found
 
     def _identity_changes(

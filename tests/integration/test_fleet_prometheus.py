@@ -23,6 +23,7 @@ from tests.prometheus_server import launch_prometheus, needs_prometheus
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "gpuwatch.json"
 RECORDING = ROOT / "rules" / "fleet" / "recording.yaml"
+BOARDS = ROOT / "rules" / "fleet" / "boards.yaml"
 EXAMPLE = ROOT / "docs" / "prometheus" / "prometheus.yml"
 
 
@@ -40,8 +41,8 @@ def dashboard_queries(instance: str = ".*") -> list[str]:
 
 
 def recording_rules() -> dict[str, str]:
-    groups = yaml.safe_load(RECORDING.read_text())["groups"]
-    return {r["record"]: r["expr"] for g in groups for r in g["rules"]}
+    groups = [g for f in (RECORDING, BOARDS) for g in yaml.safe_load(f.read_text())["groups"]]
+    return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
 
 
 def metric_names(node: Any) -> set[str]:
@@ -85,7 +86,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Any:
     started = [start_node(base / name, name) for name in ("gpu-node-01", "gpu-node-02")]
     try:
         for process in started:
-            wait_for(lambda p=process: "gpuwatch_gpu_xid_errors_total{" in p.metrics(), timeout=30)
+            # The XID counted, and counted in the GPU's life record (a cycle later).
+            wait_for(lambda p=process: "gpuwatch_gpu_life_faults_total{" in p.metrics(), timeout=30)
         yield started
     finally:
         assert [stop_daemon(p) for p in started] == [0, 0]
@@ -96,14 +98,14 @@ def daemon(nodes: list[DaemonProcess]) -> DaemonProcess:
     return nodes[0]
 
 
-def fleet_config(directory: Path, nodes: list[DaemonProcess], recording: Path) -> Path:
+def fleet_config(directory: Path, nodes: list[DaemonProcess], *recording: Path) -> Path:
     """The example config as shipped, with these nodes as its targets, absolute rule paths,
     and every interval at 1 s so that a test sees rates and recordings within seconds."""
     config = yaml.safe_load(EXAMPLE.read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [
         str((EXAMPLE.parent / f).resolve()) for f in config["rule_files"] if "fleet" not in f
-    ] + [str(recording)]
+    ] + [str(r) for r in recording]
     [job] = config["scrape_configs"]
     job["scrape_interval"] = "1s"
     job["static_configs"] = [{"targets": [n.url.removeprefix("http://") for n in nodes]}]
@@ -143,9 +145,10 @@ def test_a_real_prometheus_over_two_nodes_runs_every_query_and_keeps_each_node(
     # Two hosts' GPUs are distinct GPUs, whatever the scenario they play.
     assert gpu_uuids(nodes[0]) and not gpu_uuids(nodes[0]) & gpu_uuids(nodes[1])
     # The recording rules as shipped, evaluated every second instead of 30 for the test.
-    fast = tmp_path / "recording.yaml"
-    fast.write_text(RECORDING.read_text().replace("interval: 30s", "interval: 1s"))
-    prom = launch_prometheus(tmp_path, fleet_config(tmp_path, nodes, fast))
+    fast = [tmp_path / "recording.yaml", tmp_path / "boards.yaml"]
+    fast[0].write_text(RECORDING.read_text().replace("interval: 30s", "interval: 1s"))
+    fast[1].write_text(BOARDS.read_text().replace("interval: 1m", "interval: 1s"))
+    prom = launch_prometheus(tmp_path, fleet_config(tmp_path, nodes, *fast))
     instances = [n.url.removeprefix("http://") for n in nodes]
     try:
         # Until every query has data: rates need two scrapes, the recording rules an evaluation.
@@ -161,6 +164,10 @@ def test_a_real_prometheus_over_two_nodes_runs_every_query_and_keeps_each_node(
                 alerts = prom.query('ALERTS{alertstate="firing", gpu="1"}')
                 if {a["metric"].get("instance") for a in alerts} != set(instances):
                     empty.append("(a firing GPU 1 alert for each node)")
+                # Each node's GPU 1 has its XID in its life record, by its own serial.
+                boards = prom.query("serial_instance:gpuwatch_gpu_life_faults:sum")
+                if len({(b["metric"]["instance"], b["metric"]["serial"]) for b in boards}) != 2:
+                    empty.append("(a board with faults on each node)")
             except urllib.error.HTTPError:
                 raise  # a query Prometheus refuses
             except OSError:

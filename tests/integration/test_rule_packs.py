@@ -131,8 +131,12 @@ def test_every_alert_is_exercised_by_the_pack_tests(pack: str) -> None:
     assert fired == EXPECTED[pack]
 
 
+FLEET_TESTS = {"fleet/recording.yaml": "tests/fleet.test.yaml",
+               "fleet/boards.yaml": "tests/boards.test.yaml"}  # fmt: skip
+
+
 @needs_promtool
-@pytest.mark.parametrize("pack", sorted(EXPECTED))
+@pytest.mark.parametrize("pack", [*sorted(EXPECTED), *FLEET_TESTS])
 def test_promtool_and_gpuwatch_accept_the_pack(pack: str) -> None:
     for cmd in (
         ["promtool", "check", "rules"],
@@ -146,13 +150,9 @@ def test_promtool_and_gpuwatch_accept_the_pack(pack: str) -> None:
 
 
 @needs_promtool
-@pytest.mark.parametrize("pack", [*sorted(EXPECTED), "fleet/recording.yaml"])
+@pytest.mark.parametrize("pack", [*sorted(EXPECTED), *FLEET_TESTS])
 def test_the_pack_tests_pass_in_promtool_and_in_gpuwatch_alike(pack: str) -> None:
-    test_file = (
-        f"tests/{pack.replace('.yaml', '.test.yaml')}"
-        if pack in EXPECTED
-        else "tests/fleet.test.yaml"
-    )
+    test_file = FLEET_TESTS.get(pack, f"tests/{pack.replace('.yaml', '.test.yaml')}")
     results = [
         subprocess.run(
             [*cmd, test_file], cwd=PACKS, capture_output=True, text=True, timeout=120, check=False
