@@ -42,10 +42,14 @@ def _run(args: argparse.Namespace, db: sqlite3.Connection) -> int:
         else:
             print("\n".join(gpu_table(lives)) if lives else "no GPU recorded yet")
         return 0
-    life = find(db, args.serial)
-    if life is None:
+    found = find(db, args.serial)
+    if len(found) != 1:
         known = ", ".join(read_gpus(db)) or "none"
+        if found:  # a board with several GPUs: which one
+            uuids = ", ".join(str(g.known.get("uuid")) for g in found)
+            return fail(f"board {args.serial} holds {len(found)} GPUs: name one by UUID: {uuids}")
         return fail(f"no GPU with serial or UUID {args.serial!r}; known: {known}", EXIT_NOT_FOUND)
+    [life] = found
     entries = read_entries(db, life.serial)
     if args.gpu_command == "history":
         if args.json:

@@ -7,8 +7,9 @@ was installed. What bounds it instead:
 - A repeat of the same entry (the same XID code, the GPU lost again) within a window of the
   last one adds to that entry's count and moves its last time; it is not a new row. A job
   that makes its GPU raise an application XID every second adds one row a day.
-- Each GPU keeps at most MAX_ENTRIES rows; past that the oldest go (the count of those gone is
-  kept, and the GPU's lifetime fault counts are kept apart and never trimmed).
+- Each GPU keeps at most MAX_ENTRIES rows; past that the oldest go, those that are not faults
+  first (the count of those gone is kept, and the GPU's lifetime fault counts are kept apart
+  and never trimmed).
 
 Written with synchronous=FULL like the journal, so what was recorded survives a power cut.
 """
@@ -25,6 +26,22 @@ from gpuwatch.state.statedir import StateProblems, open_sqlite, reopen_if_unlink
 
 FILE_NAME = "life.db"
 MAX_ENTRIES = 2000  # rows kept per GPU
+# The kinds of entry that are the board's faults: what an RMA lists, and what a record past
+# its cap keeps longest (the rest, installs, moves, upgrades, drains, acknowledgements, go
+# first).
+FAULT_KINDS = (
+    "xid",
+    "ecc",
+    "row_remap",
+    "retired_pages",
+    "reset",
+    "recovery_action",
+    "gpu_lost",
+    "gpu_unresponsive",
+    "gpu_failing",
+    "gpu_missing",
+    "gpu_init_failed",
+)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gpus (
     serial TEXT PRIMARY KEY,
@@ -187,16 +204,19 @@ class LifeBook:
         over = rows - MAX_ENTRIES
         if over <= 0:
             return
+        faults = ",".join("?" * len(FAULT_KINDS))
         self._db.execute(
             "DELETE FROM entries WHERE id IN (SELECT id FROM entries WHERE serial = ?"
-            " ORDER BY id LIMIT ?)",
-            (life.serial, over),
+            f" ORDER BY kind IN ({faults}), id LIMIT ?)",
+            (life.serial, *FAULT_KINDS, over),
         )
         life.known["trimmed"] = int(life.known.get("trimmed", 0)) + over
 
 
 def read_gpus(db: sqlite3.Connection) -> dict[str, GpuLife]:
-    rows = db.execute("SELECT serial, first_seen, last_seen, known FROM gpus ORDER BY first_seen")
+    rows = db.execute(
+        "SELECT serial, first_seen, last_seen, known FROM gpus ORDER BY first_seen, serial"
+    )
     return {s: GpuLife(s, first, last, json.loads(known)) for s, first, last, known in rows}
 
 

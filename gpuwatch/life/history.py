@@ -18,12 +18,17 @@ def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 
 
-def find(db: sqlite3.Connection, wanted: str) -> GpuLife | None:
-    """The GPU whose serial, or UUID, is `wanted`."""
+def find(db: sqlite3.Connection, wanted: str) -> list[GpuLife]:
+    """The GPUs whose serial, or UUID, is `wanted`: more than one for the serial of a board
+    that holds several GPUs."""
     lives = read_gpus(db)
     if wanted in lives:
-        return lives[wanted]
-    return next((life for life in lives.values() if life.known.get("uuid") == wanted), None)
+        return [lives[wanted]]
+    return [
+        life
+        for key, life in lives.items()
+        if life.known.get("uuid") == wanted or key.partition(":")[0] == wanted
+    ]
 
 
 def gpu_table(lives: dict[str, GpuLife]) -> list[str]:

@@ -1,9 +1,10 @@
 """What each GPU goes through, recorded by serial number as it happens: the life record's
 writer, a cycle output and an event listener of the daemon.
 
-A GPU is known by its serial, which NVIDIA prints on the board and NVML reads back, so its
-record follows it through reboots, driver upgrades and moves between slots. A GPU whose driver
-reports no serial is known by its UUID, which is as permanent.
+A GPU is known by its serial, which NVML reads from the board's InfoROM and which "matches the
+serial number tag that is physically attached to the board" (NVML's reference), so its record
+follows it through reboots, driver upgrades and moves between slots. A GPU whose driver reports
+no serial is known by its UUID, which NVML calls immutable.
 
 Each cycle it compares what the batch says of each GPU with what the record last said: a new
 slot, driver or VBIOS, a new boot, and the counts that stay with the board (aggregate ECC
@@ -16,7 +17,7 @@ hardware, the driver, the kernel or the operator said is recorded; nothing a job
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -50,10 +51,14 @@ GPU_EVENTS = {
 }
 
 
-def life_key(info: GpuInfo) -> str:
-    """The key a GPU's record is kept under: its serial, or its UUID where it reports none."""
+def life_key(info: GpuInfo, shared: bool = False) -> str:
+    """The key a GPU's record is kept under: its serial, or its UUID where it reports none.
+    The GPUs of a board that holds several (a K80, an A16) share the board's serial: each is
+    kept under the serial and its own UUID."""
     serial = info.serial.strip()
-    return info.uuid if serial in NO_SERIAL else serial
+    if serial in NO_SERIAL:
+        return info.uuid
+    return f"{serial}:{info.uuid}" if shared else serial
 
 
 class LifeRecorder:
@@ -79,14 +84,17 @@ class LifeRecorder:
             return
         entries, self._unwritten = self._unwritten, []
         changed = {key for key, _ in entries}
-        self._present = []
         counts = counts_of(_counted_samples(batch))
+        serials = Counter(state.info.serial.strip() for state in batch.gpus)
+        readings: list[tuple[str, Counts]] = []  # each present GPU's key and counts
+        self._present = []
         for state in batch.gpus:
-            key = life_key(state.info)
+            key = life_key(state.info, serials[state.info.serial.strip()] > 1)
             if not key:  # a GPU not yet opened: nothing says which board it is
                 continue
             self._present.append((state.info, key))
             reading = counts.get(state.info.uuid, {}) if state.status == GpuStatus.OK else {}
+            readings.append((key, reading))
             found = self._seen(now, state.info, key, batch.backend.driver_version, reading)
             entries += [(key, e) for e in found]
             if found or now - self._written.get(key, 0.0) >= REFRESH_S:
@@ -97,13 +105,10 @@ class LifeRecorder:
             for key, entry in self._from_event(event, view):
                 entries.append((key, entry))
                 changed.add(key)
-        for state in batch.gpus:
-            reading = counts.get(state.info.uuid, {}) if state.status == GpuStatus.OK else {}
-            key = life_key(state.info)
-            if reading and key in self.lives:
-                found = count_changes(now, self.lives[key].known, reading)
-                entries += [(key, e) for e in found]
-                changed.update([key] if found else [])
+        for key, reading in readings:
+            found = count_changes(now, self.lives[key].known, reading) if reading else []
+            entries += [(key, e) for e in found]
+            changed.update([key] if found else [])
         if not changed:
             return
         if self.book.write([self.lives[k] for k in changed], entries, self.boot_id):
@@ -206,9 +211,8 @@ class LifeRecorder:
             entry = NewEntry(event.time, event.kind, action, event.message, data, REPEAT_S)
             fault = ""
         else:
-            window = 0.0 if event.kind == "acknowledged" else REPEAT_S
             key_of = str(data.get("cause", ""))
-            entry = NewEntry(event.time, event.kind, key_of, event.message, data, window)
+            entry = NewEntry(event.time, event.kind, key_of, event.message, data, REPEAT_S)
             fault = GPU_EVENTS[event.kind]
         if fault:
             faults = life.known.setdefault("faults", {})

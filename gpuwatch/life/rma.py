@@ -9,26 +9,9 @@ import re
 from pathlib import Path
 
 from gpuwatch import __version__
-from gpuwatch.life.book import Entry, GpuLife
+from gpuwatch.life.book import FAULT_KINDS, Entry, GpuLife
 from gpuwatch.life.history import describe, entry_lines, history_json, when
 
-# The kinds of entry that are faults of the board, as the summary lists them; installs, moves,
-# upgrades, drains and acknowledgements stay in history.json.
-FAULT_KINDS = frozenset(
-    {
-        "xid",
-        "ecc",
-        "row_remap",
-        "retired_pages",
-        "reset",
-        "recovery_action",
-        "gpu_lost",
-        "gpu_unresponsive",
-        "gpu_failing",
-        "gpu_missing",
-        "gpu_init_failed",
-    }
-)
 SUMMARY = "summary.txt"
 HISTORY = "history.json"
 BUG_REPORT = """\

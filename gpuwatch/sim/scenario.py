@@ -48,9 +48,9 @@ class Scenario:
     ib_ports: int = 0  # InfiniBand ports, one a NIC (gpuwatch.sim.host)
     nvswitches: int = 0
     # The board in each slot, by number; empty: each slot holds its own. A board's UUID and
-    # serial are its own wherever it sits (NVML: the serial "matches the serial number
-    # physically printed on each board", the UUID is "immutable"); its PCI address is the
-    # slot's. So a board moved to another slot keeps its identity at a new address and index.
+    # serial are its own wherever it sits (NVML's reference: the serial "matches the serial
+    # number tag that is physically attached to the board", the UUID is "immutable"); its PCI
+    # address is the slot's. So a moved board keeps its identity at a new address and index.
     boards: tuple[int, ...] = ()
 
     def board(self, gpu: int) -> int:

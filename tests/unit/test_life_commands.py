@@ -105,3 +105,22 @@ def test_rma_refuses_a_folder_it_cannot_write(
     missing = tmp_path / "no" / "such"
     assert main(["gpu", "rma", "--state-dir", str(state), SERIAL, "-o", str(missing)]) == 2
     assert "cannot write the RMA bundle under" in capsys.readouterr().err
+
+
+def test_a_board_with_several_gpus_is_asked_for_by_uuid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpuwatch.health.view import NodeView
+    from gpuwatch.model import BackendState, Batch, GpuInfo, GpuState, GpuStatus
+
+    rec = LifeRecorder(LifeBook(tmp_path / FILE_NAME), "n1", "boot-1")
+    other = GpuInfo(2, "GPU-other", "NVIDIA A16", "00000000:3A:00.0", SERIAL, "94.0", 0)
+    states = [GpuState(info(), GpuStatus.OK), GpuState(other, GpuStatus.OK)]
+    rec.after_cycle(T0, NodeView(Batch("nvml", T0, [], BackendState(True, "nvml"), states)))
+    rec.book.close()
+    assert main(["gpu", "history", "--state-dir", str(tmp_path), SERIAL]) == 2
+    assert capsys.readouterr().err == (
+        f"gpuwatch: board {SERIAL} holds 2 GPUs: name one by UUID: {UUID}, GPU-other\n"
+    )
+    assert main(["gpu", "history", "--state-dir", str(tmp_path), "GPU-other"]) == 0
+    assert capsys.readouterr().out.startswith(f"GPU serial {SERIAL}:GPU-other: NVIDIA A16")

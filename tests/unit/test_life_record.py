@@ -178,13 +178,16 @@ def test_a_record_past_its_cap_loses_its_oldest_entries_and_says_so(
     rec.after_cycle(T0, view(info()))
     for n in range(4):
         rec.on_event(Event(T0 + n * 1000, "gpu_lost", 1, UUID, f"lost {n}"))
+        ack = {"cause": "gpu-lost"}
+        rec.on_event(Event(T0 + n * 1000 + 1, "acknowledged", 1, UUID, f"ack {n}", ack))
     rec.after_cycle(T0 + 5000, view(info()))
+    # The faults are kept longest: the acknowledgements and the install go first.
     assert [e.message for e in read_entries(rec.book._db, SERIAL)] == [
         "lost 1",
         "lost 2",
         "lost 3",
     ]
-    assert rec.lives[SERIAL].known["trimmed"] == 2
+    assert rec.lives[SERIAL].known["trimmed"] == 6
     assert rec.lives[SERIAL].known["faults"] == {"lost": 4}
 
 
@@ -214,3 +217,15 @@ class _Refusing:
 
     def __exit__(self, *_args: object) -> None:
         return None
+
+
+def test_the_gpus_of_one_board_each_keep_a_record(tmp_path: Path) -> None:
+    """A board with several GPUs (a K80, an A16) reports one serial for all of them."""
+    rec = recorder(tmp_path)
+    other = GpuInfo(2, "GPU-other", "NVIDIA A16", "00000000:3A:00.0", SERIAL, "94.0", 0)
+    backend = BackendState(True, "nvml", driver_version="580.105.08")
+    states = [GpuState(info(), GpuStatus.OK), GpuState(other, GpuStatus.OK)]
+    for t in (T0, T0 + 1):
+        rec.after_cycle(t, NodeView(Batch("nvml", t, [], backend, states)))
+    assert sorted(rec.lives) == [f"{SERIAL}:{UUID}", f"{SERIAL}:GPU-other"]
+    assert kinds(rec, f"{SERIAL}:{UUID}") == ["installed"]  # no slot move between the two

@@ -386,3 +386,36 @@ def test_a_flap_goes_down_once_a_period_begun_and_recovers_nothing(
         assert read("link_error_recovery") == 0
     host.stop()
     assert seen == [0, 1, 2, 2, 2]
+
+
+def test_a_board_moved_to_another_slot_keeps_its_serial_and_uuid(tmp_path: Path) -> None:
+    def read(scenario: str) -> list[tuple[str, str, str]]:
+        path = tmp_path / "node.yaml"
+        path.write_text(scenario)
+        SimulatedNvml(load_scenario(str(path)), ManualClock()).install()
+        try:
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
+            found = [
+                (
+                    pynvml.nvmlDeviceGetSerial(h),
+                    pynvml.nvmlDeviceGetUUID(h),
+                    pynvml.nvmlDeviceGetPciInfo(h).busId,
+                )
+                for h in handles
+            ]
+            pynvml.nvmlShutdown()
+            return found
+        finally:
+            SimulatedNvml.uninstall()
+
+    before = read("node: {gpus: 3}\n")
+    after = read("node: {gpus: 3, boards: [2, 1, 0]}\n")
+    # The boards in slots 0 and 2 traded places: identities move, addresses stay.
+    assert [(s, u) for s, u, _ in after] == [(s, u) for s, u, _ in reversed(before)]
+    assert [a for _, _, a in after] == [a for _, _, a in before]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("node:\n  gpus: 3\n  boards: [0, 0, 1]\n")
+    with pytest.raises(FileError) as caught:
+        load_scenario(str(bad))
+    assert f"{bad}:3: node.boards: must list the board in each of the 3 slots" in str(caught.value)
