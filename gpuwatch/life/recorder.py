@@ -71,6 +71,9 @@ class LifeRecorder:
         self._held: deque[Event] = deque(maxlen=HELD_EVENTS)
         self._written: dict[str, float] = {}  # serial -> when its row was last written
         self._present: list[tuple[GpuInfo, str]] = []  # this cycle's GPUs and their keys
+        # The identity (the GpuInfo read when the GPU was opened) and driver each GPU was last
+        # compared with its record with: a GPU read as before needs no comparing.
+        self._checked: dict[str, tuple[GpuInfo, str]] = {}
         # Entries a write failed to record (a full disk): tried again with the next cycle's.
         self._unwritten: list[tuple[str, NewEntry]] = []
 
@@ -134,6 +137,10 @@ class LifeRecorder:
     ) -> list[NewEntry]:
         """The entries for what a GPU's identity says: new here, a new slot, driver, VBIOS or
         boot. `reading` is what its counts were when it was first seen."""
+        if self._checked.get(key) == (info, driver):  # as last cycle: the same identity read
+            self.lives[key].last_seen = now
+            return []
+        self._checked[key] = (info, driver)
         here = {
             "uuid": info.uuid,
             "model": info.model,
