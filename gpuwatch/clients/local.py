@@ -37,6 +37,10 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     if args.rules_command == "test":
         return run_test_files(args.files)
+    if args.rules_command == "backtest":
+        from gpuwatch.clients.backtest import cmd_backtest
+
+        return cmd_backtest(args)
     failed = False
     for path in args.files:
         print(f"Checking {path}")

@@ -180,6 +180,21 @@ def build_parser() -> argparse.ArgumentParser:
     rules_check.add_argument("files", nargs="+", metavar="FILE")
     rules_test = rules_sub.add_parser("test", help="run promtool-format rule unit tests")
     rules_test.add_argument("files", nargs="+", metavar="FILE")
+    backtest = rules_sub.add_parser(
+        "backtest", help="what rule files would have done over a span of Prometheus's history"
+    )
+    backtest.add_argument("files", nargs="+", metavar="FILE")
+    backtest.add_argument("--prometheus", required=True, metavar="URL", help="its base URL")
+    backtest.add_argument(
+        "--from", dest="start", required=True, help="a duration ago (7d), RFC 3339 or Unix time"
+    )
+    backtest.add_argument("--to", dest="end", default="0s", help="the same forms (default now)")
+    backtest.add_argument(
+        "--interval", default="1m", help="for groups without their own (default 1m)"
+    )
+    backtest.add_argument("--chunk", default="1h", help="history read at a time (default 1h)")
+    backtest.add_argument("--json", action="store_true", help="each interval as a JSON line")
+    _ca_argument(backtest)
 
     gpu = sub.add_parser("gpu", help="each GPU's life on this node, by serial; RMA evidence")
     gpu_sub = gpu.add_subparsers(dest="gpu_command", required=True, metavar="SUBCOMMAND")

@@ -54,6 +54,15 @@ class MemorySeries:
     def metric(self) -> Labels:
         return self._metric
 
+    def trim(self, before: float) -> None:
+        """Drop the samples at or before `before` (none a later window can read)."""
+        cut = bisect_right(self.times, before)
+        if not cut:
+            return
+        del self.times[:cut], self.values[:cut]
+        self.stale = [i - cut for i in self.stale if i >= cut]
+        self.drops = [i - cut for i in self.drops if i > cut]  # a drop needs the one before
+
     def _span(self, start: float, end: float) -> tuple[int, int, bool]:
         """The indices of (start, end] and whether a stale marker lies among them."""
         lo, hi = bisect_right(self.times, start), bisect_right(self.times, end)
@@ -141,6 +150,17 @@ class MemoryStorage:
             found = self._series[metric] = MemorySeries(name, rest)
             self.layout += 1
         return found
+
+    def trim(self, before: float) -> None:
+        """Drop every sample at or before `before`, and the series left with none."""
+        for metric, series in list(self._series.items()):
+            series.trim(before)
+            if not series.times:
+                del self._series[metric]
+                self._by_name.pop((series.name, series.labels), None)
+                for written in self._written.values():
+                    written.discard(series)
+                self.layout += 1
 
     def __iter__(self) -> Iterator[MemorySeries]:
         return iter(self._series.values())

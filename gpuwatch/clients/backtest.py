@@ -1,0 +1,153 @@
+"""`gpuwatch rules backtest FILE... --prometheus URL --from T --to T`: what rule files would have
+done over a span of the past, evaluated by gpuwatch's engine on the raw samples a Prometheus
+server recorded (its query API: a range selector at an instant returns the raw samples)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+from collections import defaultdict
+from urllib.parse import urlencode
+
+from gpuwatch.clients.exits import EXIT_UNREACHABLE, fail
+from gpuwatch.clients.tls import open_url, redact
+from gpuwatch.promql.values import Labels
+from gpuwatch.rules.backtest import Backtest, Fetched, FetchFn, Interval
+from gpuwatch.rules.files import load_rule_files
+from gpuwatch.text.printable import printable
+from gpuwatch.text.timefmt import parse_since, rfc3339
+from gpuwatch.text.units import parse_duration
+from gpuwatch.text.yamlfile import FileError
+
+MAX_ANSWER_BYTES = 256 * 2**20  # one selector's chunk; past it, a shorter --chunk
+TIMEOUT_S = 120.0  # Prometheus's own query timeout is 2 minutes
+
+
+class HistoryError(Exception):
+    pass
+
+
+def prometheus_history(base: str, ca_file: str | None, timeout: float = TIMEOUT_S) -> FetchFn:
+    """The raw samples of a selector in (start, end], from Prometheus's /api/v1/query."""
+
+    def fetch(selector: str, start: float, end: float) -> Fetched:
+        window = f"{max(1, round((end - start) * 1000))}ms"
+        query = urlencode({"query": f"{selector}[{window}]", "time": f"{end:.3f}"})
+        url = f"{base}/api/v1/query?{query}"
+        try:
+            with open_url(url, ca_file, timeout) as answer:
+                body = answer.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            said = _error_of(exc.read(65536) if exc.fp is not None else b"")
+            raise HistoryError(f"Prometheus refused {selector}[{window}]: {said or exc}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise HistoryError(
+                f"{selector}: one chunk's answer is over {MAX_ANSWER_BYTES >> 20} MiB; "
+                "read shorter chunks (--chunk)"
+            )
+        try:
+            data = json.loads(body)["data"]
+            if data["resultType"] != "matrix":
+                raise ValueError(f"a {data['resultType']}, not a matrix")
+            return [
+                (
+                    tuple(sorted((str(k), str(v)) for k, v in r["metric"].items())),
+                    [(float(t), float(v)) for t, v in r["values"]],
+                )
+                for r in data["result"]
+            ]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise HistoryError(f"{redact(base)}: not a Prometheus query answer: {exc}") from None
+
+    return fetch
+
+
+def _error_of(body: bytes) -> str:
+    try:
+        return str(json.loads(body).get("error", ""))[:500]
+    except (ValueError, AttributeError):
+        return ""
+
+
+def cmd_backtest(args: argparse.Namespace) -> int:
+    now = time.time()
+    try:
+        start, end = parse_since(args.start, now), parse_since(args.end, now)
+        interval = parse_duration(args.interval)
+        chunk = parse_duration(args.chunk)
+    except ValueError as exc:
+        return fail(str(exc))
+    if end <= start:
+        return fail(f"--to ({rfc3339(end)}) is not after --from ({rfc3339(start)})")
+    try:
+        groups = load_rule_files(args.files)
+    except FileError as exc:
+        return fail(str(exc))
+    base = args.prometheus.rstrip("/")
+    test = Backtest(
+        groups, prometheus_history(base, args.ca_file), default_interval=interval, chunk=chunk
+    )
+    try:
+        intervals = test.run(start, end)
+    except HistoryError as exc:
+        return fail(str(exc))
+    except (urllib.error.URLError, OSError) as exc:
+        return fail(f"Prometheus {redact(base)} unreachable: {exc}", EXIT_UNREACHABLE)
+    if args.json:
+        for i in intervals:
+            print(json.dumps(interval_json(i)))
+        return 0
+    sys.stdout.write(report(intervals, start, end, test.samples_read))
+    return 0
+
+
+def interval_json(i: Interval) -> dict[str, object]:
+    return {
+        "alertname": i.alertname,
+        "labels": dict(i.labels),
+        "state": i.state,
+        "start": rfc3339(i.start),
+        "end": rfc3339(i.end),
+    }
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def report(intervals: list[Interval], start: float, end: float, samples: int) -> str:
+    """The firing intervals, by alert and node (the `instance` label), as an operator reads
+    them before shipping a rule."""
+    firing = [i for i in intervals if i.state == "firing"]
+    lines = [
+        f"{when(start)} to {when(end)} UTC: {samples} samples read; "
+        f"{len(firing)} firing intervals of {len({i.alertname for i in firing})} alerts "
+        f"on {len({_node(i.labels) for i in firing})} nodes",
+    ]
+    by_alert: dict[str, list[Interval]] = defaultdict(list)
+    for i in firing:
+        by_alert[i.alertname].append(i)
+    for name in sorted(by_alert):
+        found = by_alert[name]
+        nodes = {_node(i.labels) for i in found}
+        lines += ["", f"{printable(name)}: {len(found)} intervals on {len(nodes)} nodes"]
+        for i in sorted(found, key=lambda i: (_node(i.labels), i.start)):
+            upto = when(i.end) if i.end is not None else "(still firing)"
+            took = _took((i.end if i.end is not None else end) - i.start)
+            rest = " ".join(
+                f'{k}="{printable(v)}"' for k, v in i.labels if k not in ("alertname", "instance")
+            )
+            lines.append(f"  {_node(i.labels):<24} {when(i.start)} -> {upto:<19} {took:>7}  {rest}")
+    return "\n".join(lines) + "\n"
+
+
+def _node(labels: Labels) -> str:
+    return printable(dict(labels).get("instance", "-"))
+
+
+def _took(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

@@ -1,0 +1,167 @@
+"""Rule files tried on recorded history: gpuwatch's own engine evaluates them at each of their
+groups' evaluation times over a span of the past, reading the raw samples a Prometheus server
+recorded, and says when each alert was pending and firing.
+
+The samples come through `fetch` (the selector's raw samples in a span), a chunk of time at a
+time, as far back before each evaluation as the rules read (a range, an offset, the 5-minute
+lookback, a subquery); what no evaluation can read any more is dropped, so a week's history
+costs the memory of a chunk and the rules' reach, not of the week.
+
+The evaluation times are those Prometheus's rule manager would use for a group of that
+interval whose offset is 0: the multiples of the interval, in Unix time. Alerts start inactive
+at the span's start, as in a Prometheus that starts then: an alert already true waits out its
+`for` again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import promql_parser as pp
+
+from gpuwatch.promql.evaluator import DEFAULT_LOOKBACK_S, Evaluator
+from gpuwatch.promql.history import history_needed
+from gpuwatch.promql.memory import MemoryStorage
+from gpuwatch.promql.values import NAME, Labels
+from gpuwatch.promql.walk import nodes
+from gpuwatch.rules.alerting import AlertingRule, AlertState, RuleGroup
+from gpuwatch.rules.files import GroupDef
+from gpuwatch.store.series import on_ms
+
+# A selector's raw samples in (start, end]: (its labels with __name__, [(time, value), ...]).
+Fetched = Iterable[tuple[Labels, list[tuple[float, float]]]]
+FetchFn = Callable[[str, float, float], Fetched]
+CHUNK_S = 3600.0  # history read at a time
+DEFAULT_INTERVAL_S = 60.0  # Prometheus's default evaluation_interval
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """An alert in one state from `start` up to, not including, `end` (None: still so when
+    the span ended)."""
+
+    labels: Labels  # the alert's, alertname included, sorted
+    state: str  # pending or firing
+    start: float
+    end: float | None
+
+    @property
+    def alertname(self) -> str:
+        return dict(self.labels).get("alertname", "")
+
+
+def selector_text(node: pp.VectorSelector) -> str:
+    """The selector as Prometheus's query API reads it: its name and matchers, no offset."""
+    matchers = [
+        f"{m.name}{_OPS[str(m.op)]}{_quoted(m.value)}"
+        for m in node.matchers.matchers
+        if not (node.name and m.name == NAME)
+    ]
+    return f"{node.name or ''}{{{','.join(matchers)}}}"
+
+
+_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def selections(groups: list[GroupDef]) -> dict[str, float]:
+    """Each selector the rules read, with how far before an evaluation they read it."""
+    out: dict[str, float] = {}
+    for group in groups:
+        for rule in group.rules:
+            reach = history_needed(rule.expr, DEFAULT_LOOKBACK_S)
+            longest = max(reach.values(), default=DEFAULT_LOOKBACK_S)
+            for node, _depth in nodes(rule.expr):
+                if isinstance(node, pp.VectorSelector):
+                    text = selector_text(node)
+                    # by name (a selector without one: all such of the rule, None)
+                    got = reach.get(node.name or None, longest)
+                    out[text] = max(out.get(text, 0.0), got)
+    return out
+
+
+def evaluation_times(interval: float, start: float, end: float) -> list[float]:
+    """The multiples of `interval` in [start, end]."""
+    first = math.ceil(start / interval - 1e-9)
+    last = math.floor(end / interval + 1e-9)
+    return [k * interval for k in range(first, last + 1)]
+
+
+class Backtest:
+    def __init__(
+        self,
+        groups: list[GroupDef],
+        fetch: FetchFn,
+        *,
+        default_interval: float = DEFAULT_INTERVAL_S,
+        external_labels: Mapping[str, str] | None = None,
+        chunk: float = CHUNK_S,
+    ) -> None:
+        self.definitions = groups
+        self.fetch = fetch
+        self.default_interval = default_interval
+        self.external = dict(external_labels or {})
+        self.chunk = chunk
+        self.selections = selections(groups)
+        # What an evaluation reads back, recorded series included (a record read by another
+        # rule), plus a chunk: what is kept of the history.
+        self.keep = max(self.selections.values(), default=DEFAULT_LOOKBACK_S) + chunk
+        self.samples_read = 0
+
+    def run(self, start: float, end: float) -> list[Interval]:
+        """Each alert's pending and firing intervals over [start, end], in order of start."""
+        groups = [RuleGroup.build(d, self.external) for d in self.definitions]
+        schedule = sorted(
+            (t, order)
+            for order, group in enumerate(groups)
+            for t in evaluation_times(self._interval(group), start, end)
+        )
+        storage = MemoryStorage()
+        evaluator = Evaluator(storage, subquery_step=self.default_interval)
+        reach = max(self.selections.values(), default=DEFAULT_LOOKBACK_S)
+        read_until = start - reach
+        opened: dict[tuple[Labels, str], float] = {}
+        done: list[Interval] = []
+        for t, order in schedule:
+            while read_until < t:
+                upto = min(read_until + self.chunk, end)
+                upto = max(upto, t)
+                self._read(storage, read_until, upto)
+                read_until = upto
+                storage.trim(read_until - self.keep)
+            group = groups[order]
+            group.evaluate(evaluator, t, storage.ingest)
+            now = {
+                (alert.labels, alert.state.value)
+                for rule in group.rules
+                if isinstance(rule, AlertingRule)
+                for alert in rule.active.values()
+                if alert.state != AlertState.INACTIVE  # resolved, kept a while as Prometheus does
+            }
+            mine = {r.rule.name for r in group.rules if isinstance(r, AlertingRule)}
+            for key in [k for k in opened if k not in now and _name(k[0]) in mine]:
+                done.append(Interval(key[0], key[1], opened.pop(key), t))
+            for key in now - opened.keys():
+                opened[key] = t
+        done += [Interval(labels, state, since, None) for (labels, state), since in opened.items()]
+        return sorted(done, key=lambda i: (i.start, i.labels, i.state))
+
+    def _interval(self, group: RuleGroup) -> float:
+        return group.definition.interval or self.default_interval
+
+    def _read(self, storage: MemoryStorage, start: float, end: float) -> None:
+        for selector in self.selections:
+            for metric, points in self.fetch(selector, start, end):
+                series = storage.series(metric)
+                for t, value in points:
+                    series.add(on_ms(t), value)
+                self.samples_read += len(points)
+
+
+def _name(labels: Labels) -> str:
+    return dict(labels).get("alertname", "")
