@@ -10,10 +10,13 @@ import sys
 import time
 import urllib.error
 from collections import defaultdict
+from dataclasses import asdict
 from urllib.parse import urlencode
 
+from gpuwatch.actions.replay import Aftermath, Page
 from gpuwatch.clients.exits import EXIT_UNREACHABLE, fail
 from gpuwatch.clients.tls import open_url, redact
+from gpuwatch.config import load_config
 from gpuwatch.promql.values import Labels
 from gpuwatch.rules.backtest import Backtest, Fetched, FetchFn, Interval
 from gpuwatch.rules.files import load_rule_files
@@ -90,22 +93,41 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     test = Backtest(
         groups, prometheus_history(base, args.ca_file), default_interval=interval, chunk=chunk
     )
+    aftermath = None
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except FileError as exc:
+            return fail(str(exc))
+        slurm = config.actions.slurm if config.actions.slurm.drain_on else None
+        notify = config.notify if config.notify.receivers else None
+        aftermath = Aftermath(slurm, notify, test.instances)
     try:
-        intervals = test.run(start, end)
+        intervals = test.run(start, end, aftermath.observe if aftermath else None)
     except HistoryError as exc:
         return fail(str(exc))
     except (urllib.error.URLError, OSError) as exc:
         return fail(f"Prometheus {redact(base)} unreachable: {exc}", EXIT_UNREACHABLE)
+    if aftermath is not None:
+        aftermath.finish(end)
     if args.json:
         for i in intervals:
             print(json.dumps(interval_json(i)))
+        for a in aftermath.actions if aftermath else ():
+            print(json.dumps({"kind": "action", **asdict(a), "time": rfc3339(a.time)}))
+        for p in aftermath.pages if aftermath else ():
+            print(json.dumps({"kind": "page", **asdict(p), "time": rfc3339(p.time)}))
         return 0
-    sys.stdout.write(report(intervals, start, end, test.samples_read))
+    text = report(intervals, start, end, test.samples_read)
+    if aftermath is not None:
+        text += aftermath_report(aftermath)
+    sys.stdout.write(text)
     return 0
 
 
 def interval_json(i: Interval) -> dict[str, object]:
     return {
+        "kind": "interval",
         "alertname": i.alertname,
         "labels": dict(i.labels),
         "state": i.state,
@@ -141,6 +163,40 @@ def report(intervals: list[Interval], start: float, end: float, samples: int) ->
                 f'{k}="{printable(v)}"' for k, v in i.labels if k not in ("alertname", "instance")
             )
             lines.append(f"  {_node(i.labels):<24} {when(i.start)} -> {upto:<19} {took:>7}  {rest}")
+    return "\n".join(lines) + "\n"
+
+
+def aftermath_report(done: Aftermath) -> str:
+    """The drains and pages, when a config was given."""
+    lines = [""]
+    if done.slurm is None:
+        lines.append("Drains: the config drains on nothing (actions.slurm.drain_on)")
+    else:
+        slurm = done.slurm
+        lines.append(
+            f"Drains (drain_on: {', '.join(slurm.drain_on)}; the {len(done.nodes)} nodes of "
+            f"the history as one partition, max_drained_fraction {slurm.max_drained_fraction:g}"
+            f"): {sum(a.action == 'drain' for a in done.actions)} drains, "
+            f"{sum(a.action == 'held' for a in done.actions)} held"
+        )
+        lines += [
+            f"  {printable(a.node):<24} {when(a.time)}  {a.action:<7} {printable(a.message)}"
+            for a in done.actions
+        ]
+    lines.append("")
+    if done.notify is None:
+        lines.append("Pages: the config has no receivers (notify.receivers)")
+    else:
+        lines.append(f"Pages: {len(done.pages)}")
+        by_receiver: dict[str, list[Page]] = defaultdict(list)
+        for page in done.pages:
+            by_receiver[page.receiver].append(page)
+        for receiver in sorted(by_receiver):
+            pages = by_receiver[receiver]
+            lines.append(f"  {printable(receiver)}: {len(pages)} pages")
+            for page in pages:
+                said = ", ".join(f"{printable(name)} {status}" for name, status in page.alerts)
+                lines.append(f"    {when(page.time)}  {printable(page.node):<24} {said}")
     return "\n".join(lines) + "\n"
 
 

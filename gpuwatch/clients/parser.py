@@ -193,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", default="1m", help="for groups without their own (default 1m)"
     )
     backtest.add_argument("--chunk", default="1h", help="history read at a time (default 1h)")
+    backtest.add_argument(
+        "-c",
+        "--config",
+        metavar="CONFIG",
+        help="a gpuwatch config: replay its actions.slurm drains and notify receivers too",
+    )
     backtest.add_argument("--json", action="store_true", help="each interval as a JSON line")
     _ca_argument(backtest)
 

@@ -33,6 +33,8 @@ from gpuwatch.store.series import on_ms
 # A selector's raw samples in (start, end]: (its labels with __name__, [(time, value), ...]).
 Fetched = Iterable[tuple[Labels, list[tuple[float, float]]]]
 FetchFn = Callable[[str, float, float], Fetched]
+# Handed the alerting rules after each evaluation time (notify and the actions replayed).
+Observe = Callable[[float, list[AlertingRule]], None]
 CHUNK_S = 3600.0  # history read at a time
 DEFAULT_INTERVAL_S = 60.0  # Prometheus's default evaluation_interval
 
@@ -112,42 +114,50 @@ class Backtest:
         # rule), plus a chunk: what is kept of the history.
         self.keep = max(self.selections.values(), default=DEFAULT_LOOKBACK_S) + chunk
         self.samples_read = 0
+        self.instances: set[str] = set()  # the targets the history has samples of
 
-    def run(self, start: float, end: float) -> list[Interval]:
-        """Each alert's pending and firing intervals over [start, end], in order of start."""
+    def run(self, start: float, end: float, observe: Observe | None = None) -> list[Interval]:
+        """Each alert's pending and firing intervals over [start, end], in order of start.
+        `observe` is handed the alerting rules after each evaluation time's groups have run
+        (what the notifier and the actions would have seen then)."""
         groups = [RuleGroup.build(d, self.external) for d in self.definitions]
-        schedule = sorted(
-            (t, order)
-            for order, group in enumerate(groups)
-            for t in evaluation_times(self._interval(group), start, end)
-        )
+        due: dict[float, list[int]] = {}
+        for order, group in enumerate(groups):
+            for t in evaluation_times(self._interval(group), start, end):
+                due.setdefault(t, []).append(order)
+        alerting = [r for g in groups for r in g.rules if isinstance(r, AlertingRule)]
         storage = MemoryStorage()
         evaluator = Evaluator(storage, subquery_step=self.default_interval)
         reach = max(self.selections.values(), default=DEFAULT_LOOKBACK_S)
         read_until = start - reach
         opened: dict[tuple[Labels, str], float] = {}
         done: list[Interval] = []
-        for t, order in schedule:
+        for t in sorted(due):
             while read_until < t:
-                upto = min(read_until + self.chunk, end)
-                upto = max(upto, t)
+                upto = max(min(read_until + self.chunk, end), t)
                 self._read(storage, read_until, upto)
                 read_until = upto
                 storage.trim(read_until - self.keep)
-            group = groups[order]
-            group.evaluate(evaluator, t, storage.ingest)
-            now = {
-                (alert.labels, alert.state.value)
-                for rule in group.rules
-                if isinstance(rule, AlertingRule)
-                for alert in rule.active.values()
-                if alert.state != AlertState.INACTIVE  # resolved, kept a while as Prometheus does
-            }
-            mine = {r.rule.name for r in group.rules if isinstance(r, AlertingRule)}
-            for key in [k for k in opened if k not in now and _name(k[0]) in mine]:
+            now: set[tuple[Labels, str]] = set()
+            ran: set[str] = set()
+            for order in due[t]:
+                group = groups[order]
+                group.evaluate(evaluator, t, storage.ingest)
+                for rule in group.rules:
+                    if isinstance(rule, AlertingRule):
+                        ran.add(rule.rule.name)
+                        now.update(
+                            (alert.labels, alert.state.value)
+                            for alert in rule.active.values()
+                            # resolved alerts are kept a while, as Prometheus does
+                            if alert.state != AlertState.INACTIVE
+                        )
+            for key in [k for k in opened if k not in now and _name(k[0]) in ran]:
                 done.append(Interval(key[0], key[1], opened.pop(key), t))
             for key in now - opened.keys():
                 opened[key] = t
+            if observe is not None:
+                observe(t, alerting)
         done += [Interval(labels, state, since, None) for (labels, state), since in opened.items()]
         return sorted(done, key=lambda i: (i.start, i.labels, i.state))
 
@@ -157,6 +167,9 @@ class Backtest:
     def _read(self, storage: MemoryStorage, start: float, end: float) -> None:
         for selector in self.selections:
             for metric, points in self.fetch(selector, start, end):
+                instance = dict(metric).get("instance")
+                if instance:
+                    self.instances.add(instance)
                 series = storage.series(metric)
                 for t, value in points:
                     series.add(on_ms(t), value)

@@ -131,3 +131,78 @@ def test_a_span_that_ends_before_it_starts_is_refused(
     assert "is not after --from" in capsys.readouterr().err
     assert main([*argv, "--from", "yesterday"]) == 2
     assert "expected a duration (1h), an RFC 3339 time or Unix seconds" in capsys.readouterr().err
+
+
+CAUSED = """
+groups:
+  - name: g
+    interval: 1m
+    rules:
+      - alert: Hot
+        expr: gpuwatch_gpu_temperature_celsius > 85
+        for: 2m
+        labels: {severity: critical, cause: too-hot}
+        annotations: {summary: "GPU {{ $labels.gpu }} is hot"}
+"""
+CONFIG = """
+node_name: backtest
+actions:
+  slurm:
+    drain_on: [too-*]
+    max_drained_fraction: 0.5
+    resume_after: 2m
+notify:
+  receivers:
+    - {name: chat, type: webhook, url: "http://127.0.0.1:9/hook"}
+"""
+
+
+def two_nodes(selector: str, start: float, end: float) -> Fetched:
+    """n1 hot in [10m, 30m), n2 in [15m, 50m); samples 7 s into each 15 s step."""
+    out = []
+    for node, hot in (("n1:10040", (10, 30)), ("n2:10040", (15, 50))):
+        points = []
+        for k in range(0, 4 * 90):
+            t = T0 + 7 + 15 * k
+            minute = (t - T0) / 60
+            if start < t <= end:
+                points.append((t, 90.0 if hot[0] <= minute < hot[1] else 60.0))
+        name = ("__name__", "gpuwatch_gpu_temperature_celsius")
+        out.append(((name, ("gpu", "0"), ("instance", node)), points))
+    return out
+
+
+def test_the_drains_the_breaker_held_and_the_pages_each_receiver_got(tmp_path: Path) -> None:
+    from gpuwatch.actions.replay import Aftermath
+    from gpuwatch.config import load_config
+
+    rules, config_path = tmp_path / "rules.yaml", tmp_path / "gpuwatch.yaml"
+    rules.write_text(CAUSED)
+    config_path.write_text(CONFIG)
+    config = load_config(config_path)
+    test = Backtest(load_rule_file(str(rules)), two_nodes)
+    after = Aftermath(config.actions.slurm, config.notify, test.instances)
+    test.run(T0, T0 + 80 * 60, after.observe)
+    after.finish(T0 + 80 * 60)
+    minute = lambda t: (t - T0) / 60  # noqa: E731
+    assert [(a.node, minute(a.time), a.action) for a in after.actions] == [
+        ("n1:10040", 13.0, "drain"),  # hot read at 11m, firing at 13m
+        # 1 of the 2 nodes out: half the partition, the breaker's limit
+        ("n2:10040", 18.0, "held"),
+        ("n1:10040", 33.0, "resume"),  # resolved at 31m, clear for 2 minutes
+        ("n2:10040", 33.0, "drain"),
+        ("n2:10040", 53.0, "resume"),
+    ]
+    assert after.actions[0].message == "drained: gpuwatch: too-hot GPU 0:"  # the reason Slurm gets
+    assert after.actions[1].message.startswith(
+        "drain held: gpuwatch has 1 of 2 nodes of partition history out already"
+    )
+    # A critical alert's group waits 0 s, then flushes every minute from its first page: the
+    # flush due at the minute the alert resolves comes before that minute's evaluation, so
+    # the resolution goes out with the next. Each node's daemon pages for itself.
+    assert [(p.receiver, p.node, minute(p.time), p.alerts) for p in after.pages] == [
+        ("chat", "n1:10040", 13.0, (("Hot", "firing"),)),
+        ("chat", "n2:10040", 18.0, (("Hot", "firing"),)),
+        ("chat", "n1:10040", 32.0, (("Hot", "resolved"),)),
+        ("chat", "n2:10040", 52.0, (("Hot", "resolved"),)),
+    ]
