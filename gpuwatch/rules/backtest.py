@@ -7,6 +7,9 @@ time, as far back before each evaluation as the rules read (a range, an offset, 
 lookback, a subquery); what no evaluation can read any more is dropped, so a week's history
 costs the memory of a chunk and the rules' reach, not of the week.
 
+Prometheus's stale markers, which its query API leaves out, are put back from each target's
+`up` (rules/staleness.py), so a series that went away stops where Prometheus saw it stop.
+
 The evaluation times are those Prometheus's rule manager would use for a group of that
 interval whose offset is 0: the multiples of the interval, in Unix time. Alerts start inactive
 at the span's start, as in a Prometheus that starts then: an alert already true waits out its
@@ -28,6 +31,7 @@ from gpuwatch.promql.values import NAME, Labels
 from gpuwatch.promql.walk import nodes
 from gpuwatch.rules.alerting import AlertingRule, AlertState, RuleGroup
 from gpuwatch.rules.files import GroupDef
+from gpuwatch.rules.staleness import UP, Points, Scrapes, Target, target_of
 from gpuwatch.store.series import on_ms
 
 # A selector's raw samples in (start, end]: (its labels with __name__, [(time, value), ...]).
@@ -72,14 +76,17 @@ def _quoted(value: str) -> str:
 
 
 def selections(groups: list[GroupDef]) -> dict[str, float]:
-    """Each selector the rules read, with how far before an evaluation they read it."""
+    """Each selector the rules read, with how far before an evaluation they read it; not
+    those of series the files record themselves, which the backtest makes (a Prometheus
+    that loaded the same files has them too, from its own evaluations)."""
     out: dict[str, float] = {}
+    recorded = {r.name for g in groups for r in g.rules if r.kind == "record"}
     for group in groups:
         for rule in group.rules:
             reach = history_needed(rule.expr, DEFAULT_LOOKBACK_S)
             longest = max(reach.values(), default=DEFAULT_LOOKBACK_S)
             for node, _depth in nodes(rule.expr):
-                if isinstance(node, pp.VectorSelector):
+                if isinstance(node, pp.VectorSelector) and node.name not in recorded:
                     text = selector_text(node)
                     # by name (a selector without one: all such of the rule, None)
                     got = reach.get(node.name or None, longest)
@@ -115,6 +122,7 @@ class Backtest:
         self.keep = max(self.selections.values(), default=DEFAULT_LOOKBACK_S) + chunk
         self.samples_read = 0
         self.instances: set[str] = set()  # the targets the history has samples of
+        self.scrapes = Scrapes()
 
     def run(self, start: float, end: float, observe: Observe | None = None) -> list[Interval]:
         """Each alert's pending and firing intervals over [start, end], in order of start.
@@ -165,15 +173,26 @@ class Backtest:
         return group.definition.interval or self.default_interval
 
     def _read(self, storage: MemoryStorage, start: float, end: float) -> None:
+        chunk: dict[Labels, Points] = {}
         for selector in self.selections:
             for metric, points in self.fetch(selector, start, end):
+                if metric in chunk:
+                    continue  # read by another selector too
+                chunk[metric] = [(round(t * 1000), value) for t, value in points]
+                self.samples_read += len(points)
                 instance = dict(metric).get("instance")
                 if instance:
                     self.instances.add(instance)
-                series = storage.series(metric)
-                for t, value in points:
-                    series.add(on_ms(t), value)
-                self.samples_read += len(points)
+        ups: dict[Target, list[int]] = {}
+        for metric, points in self.fetch(UP, start, end):
+            target = target_of(metric)
+            if target is not None:
+                ups[target] = sorted(round(t * 1000) for t, _ in points)
+        self.scrapes.mark(chunk, ups)
+        for metric, marked in chunk.items():
+            series = storage.series(metric)
+            for ms, value in marked:
+                series.add(on_ms(ms / 1000), value)
 
 
 def _name(labels: Labels) -> str:

@@ -206,3 +206,25 @@ def test_the_drains_the_breaker_held_and_the_pages_each_receiver_got(tmp_path: P
         ("chat", "n1:10040", 32.0, (("Hot", "resolved"),)),
         ("chat", "n2:10040", 52.0, (("Hot", "resolved"),)),
     ]
+
+
+def test_a_series_that_went_away_stops_where_prometheus_saw_it_stop(tmp_path: Path) -> None:
+    """Its `up` says when the target was scraped: the first scrape without the series is
+    where Prometheus wrote its stale marker, not 5 minutes of lookback later."""
+    target = (("instance", "n1:10040"), ("job", "gpuwatch"))
+
+    def scraped(selector: str, start: float, end: float) -> Fetched:
+        times = [T0 + 5 + 15 * k for k in range(4 * 30) if start < T0 + 5 + 15 * k <= end]
+        if selector == "up":
+            return [((("__name__", "up"), *target), [(t, 1.0) for t in times])]
+        gone = T0 + 10 * 60  # the daemon stopped reporting the series at 10 minutes
+        points = [(t, 90.0) for t in times if t < gone]
+        return [((("__name__", "temp"), ("gpu", "1"), *target), points)] if points else []
+
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: Hot\n        expr: temp > 85\n"
+    )
+    test = Backtest(load_rule_file(str(path)), scraped)
+    assert spans(test.run(T0, T0 + 20 * 60)) == [("Hot", "firing", 1.0, 11.0)]
+    assert test.scrapes.marked == 1
