@@ -20,7 +20,7 @@ from gpuwatch.config import load_config
 from gpuwatch.promql.values import Labels
 from gpuwatch.rules.backtest import Backtest, Fetched, FetchFn, Interval
 from gpuwatch.rules.files import load_rule_files
-from gpuwatch.text.printable import printable
+from gpuwatch.text.printable import one_line, printable
 from gpuwatch.text.timefmt import parse_since, rfc3339
 from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import FileError
@@ -44,8 +44,10 @@ def prometheus_history(base: str, ca_file: str | None, timeout: float = TIMEOUT_
             with open_url(url, ca_file, timeout) as answer:
                 body = answer.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as exc:
-            said = _error_of(exc.read(65536) if exc.fp is not None else b"")
-            raise HistoryError(f"Prometheus refused {selector}[{window}]: {said or exc}") from None
+            said = _error_of(exc.read(65536) if exc.fp is not None else b"") or str(exc)
+            raise HistoryError(
+                f"Prometheus refused {selector}[{window}]: {one_line(said, 500)}"
+            ) from None
         if len(body) > MAX_ANSWER_BYTES:
             raise HistoryError(
                 f"{selector}: one chunk's answer is over {MAX_ANSWER_BYTES >> 20} MiB; "
@@ -85,6 +87,8 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         return fail(str(exc))
     if end <= start:
         return fail(f"--to ({rfc3339(end)}) is not after --from ({rfc3339(start)})")
+    if interval <= 0 or chunk <= 0:
+        return fail("--interval and --chunk must be longer than 0s")
     try:
         groups = load_rule_files(args.files)
     except FileError as exc:

@@ -37,7 +37,7 @@ REPEAT_S = 600.0  # a fault again within this of the last time: a repeat, not a 
 APPLICATION_REPEAT_S = 86400.0  # a job's own XIDs: one entry a day, however many
 REFRESH_S = 600.0  # how often a GPU's row is rewritten when nothing changes (its last sight)
 HELD_EVENTS = 1000  # events held between cycles
-NO_SERIAL = frozenset({"", "N/A", "[N/A]", "Not Supported", "0"})
+NO_SERIAL = frozenset({"", "N/A", "[N/A]"})  # what drivers and nvidia-smi print for none
 # Events that are the GPU's own, by kind; what a kind counts as among its lifetime faults.
 GPU_EVENTS = {
     "gpu_lost": "lost",

@@ -65,6 +65,8 @@ def selector_text(node: pp.VectorSelector) -> str:
         for m in node.matchers.matchers
         if not (node.name and m.name == NAME)
     ]
+    if node.name and not matchers:
+        return str(node.name)
     return f"{node.name or ''}{{{','.join(matchers)}}}"
 
 

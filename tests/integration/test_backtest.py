@@ -17,8 +17,10 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -178,6 +180,9 @@ def test_the_backtest_agrees_with_prometheus_evaluation_by_evaluation(tmp_path: 
             {
                 "rule_files": [str(RULES)],
                 "evaluation_interval": "1m",
+                # The backtest runs groups due at one time in the file's order; promtool, in
+                # no set order unless told (its sort of the groups is not stable).
+                "group_eval_order": ["gpus", "nodes"],
                 "tests": [
                     {"interval": "1s", "input_series": promtool_input(), "promql_expr_test": checks}
                 ],
@@ -200,3 +205,48 @@ def _at(text: str) -> float:
     from gpuwatch.text.timefmt import parse_rfc3339
 
     return parse_rfc3339(text)
+
+
+class _NotPrometheus(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if "refuse" in self.server.mode:  # type: ignore[attr-defined]
+            body = b'{"status":"error","errorType":"bad_data","error":"parse error: \\u001b[31m"}'
+            self.send_response(400)
+        else:
+            body = b"<html>a login page</html>"
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("refuse", "refused gpuwatch_gpu_temperature_celsius[3600000ms]: parse error: \\x1b[31m"),
+        ("html", "not a Prometheus query answer: Expecting value"),
+    ],
+)
+def test_a_server_that_is_not_prometheus_or_refuses_is_said_in_one_line(
+    tmp_path: Path, mode: str, said: str
+) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotPrometheus)
+    server.mode = mode  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuwatch", "rules", "backtest", str(RULES), "--prometheus",
+             f"http://127.0.0.1:{server.server_port}", "--from", "2h", "--to", "1h"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "\x1b" not in done.stderr

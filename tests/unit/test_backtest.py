@@ -131,6 +131,8 @@ def test_a_span_that_ends_before_it_starts_is_refused(
     assert "is not after --from" in capsys.readouterr().err
     assert main([*argv, "--from", "yesterday"]) == 2
     assert "expected a duration (1h), an RFC 3339 time or Unix seconds" in capsys.readouterr().err
+    assert main([*argv, "--from", "2h", "--interval", "0s"]) == 2
+    assert "--interval and --chunk must be longer than 0s" in capsys.readouterr().err
 
 
 CAUSED = """
