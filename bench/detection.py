@@ -168,6 +168,15 @@ CASES: dict[str, Case] = {
         after=420,  # the 5-minute windows empty: everything clears
         cleared=_all_cleared,
     ),
+    # The slow GPU among the job's eight, named with its reason within 2 minutes.
+    "h100_straggler_hw_slowdown": Case(
+        (Expect("GpuStraggler", gpu(6), 120),),
+        {6: Health.DEGRADED},
+    ),
+    "h100_pcie_downtrain": Case(
+        (Expect("GpuPcieLinkDowntrained", gpu(2), 120),),
+        {2: Health.DEGRADED},
+    ),
     "a100_nvlink_replay": Case(
         (Expect("GpuNvlinkErrors", {**gpu(2), "severity": "critical"}, 30),),
         {2: Health.UNHEALTHY},

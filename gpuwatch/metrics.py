@@ -78,6 +78,7 @@ RULE_EVALUATION_FAILURES = "gpuwatch_rule_evaluation_failures_total"
 RULES_LAST_RELOAD_SUCCESSFUL = "gpuwatch_rules_last_reload_successful"
 GPU_PROCESSES = "gpuwatch_gpu_processes"
 PROCESS_GPU_MEMORY = "gpuwatch_process_gpu_memory_bytes"
+GPU_JOB = "gpuwatch_gpu_job_info"
 INSTANCE_MEMORY_USED = "gpuwatch_gpu_instance_memory_used_bytes"
 INSTANCE_MEMORY_TOTAL = "gpuwatch_gpu_instance_memory_total_bytes"
 INSTANCE_PROCESSES = "gpuwatch_gpu_instance_processes"
@@ -192,6 +193,7 @@ _DEFS = [
         RULES_LAST_RELOAD_SUCCESSFUL, "gauge", "1 when the last load of the rule files worked."
     ),
     MetricDef(GPU_PROCESSES, "gauge", "Compute processes running on the GPU."),
+    MetricDef(GPU_JOB, "gauge", "A job (scheduler, job_id) running on the GPU; always 1."),
     MetricDef(INSTANCE_MEMORY_USED, "gauge", "Memory in use in a MIG GPU instance."),
     MetricDef(INSTANCE_MEMORY_TOTAL, "gauge", "Memory of a MIG GPU instance."),
     MetricDef(INSTANCE_PROCESSES, "gauge", "Compute processes running in a MIG GPU instance."),

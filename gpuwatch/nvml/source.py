@@ -36,6 +36,7 @@ from gpuwatch.nvml.errors import NvmlGpuError, NvmlModule, as_text
 from gpuwatch.nvml.events import EventWaiter, describe
 from gpuwatch.nvml.opening import open_device
 from gpuwatch.nvml.pcie_reads import PcieReads
+from gpuwatch.nvml.process_samples import process_samples
 from gpuwatch.nvml.watched import INIT_DEADLINE_S, WatchedGpu, init_failure_reason
 from gpuwatch.state.inventory import Inventory, missing_samples
 from gpuwatch.xid.known import APPLICATION_FAULTS
@@ -331,7 +332,8 @@ class NvmlSource:
             self._transition(gpu, GpuStatus.UNRESPONSIVE, f"sampling failed: {result}")
         else:
             fast, slow = cast(tuple[list[Sample], list[Sample] | None], result)
-            fast += self._process_samples(gpu)
+            memory = self._sampling.process_memory_metrics
+            fast += process_samples(gpu.info, gpu.processes, memory)
             gpu.late_since, gpu.last_samples = None, fast
             if slow is not None:
                 gpu.slow, gpu.slow_now = slow, False
@@ -384,15 +386,4 @@ class NvmlSource:
                 1.0,
             )
         )
-        return out
-
-    def _process_samples(self, gpu: WatchedGpu) -> list[Sample]:
-        """gpuwatch_process_gpu_memory_bytes (opt-in), with the fast tier that reads them."""
-        if not self._sampling.process_memory_metrics:
-            return []
-        out = []
-        for p in gpu.processes:
-            labels = (*gpu.info.labels, ("pid", str(p.pid)), ("process", p.name),
-                      ("user", p.user), ("job", p.job_id))  # fmt: skip
-            out.append(Sample(m.PROCESS_GPU_MEMORY, labels, p.gpu_memory_bytes or 0.0))
         return out

@@ -40,6 +40,7 @@ FAULT_KINDS = (
     "thermal_shutdown",
     "gpu_missing",
     "pcie_aer",
+    "pcie_downtrain",
     *JOB_FAULT_KINDS,
     "ib_port_down",
     "ib_port_flap",

@@ -27,6 +27,17 @@ class PcieCalls(LibraryCore):
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int, out: int) -> int:
         gpu = self._whole_gpu(handle)
         self._not_in_vgpu_guest()
+        width = gpu.model.pcie_width
+        if gpu.active("pcie_downtrain", self.clock.now()):
+            # The link trained to half its lanes (a riser, a slot, a cable), as `nvidia-smi
+            # -q` shows it: "Link Width  Max : 16x  Current : 8x".
+            width //= 2
+        put(ctypes.c_uint, out, width)
+        return c.SUCCESS
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int, out: int) -> int:
+        gpu = self._whole_gpu(handle)
+        self._not_in_vgpu_guest()
         put(ctypes.c_uint, out, gpu.model.pcie_width)
         return c.SUCCESS
 
@@ -42,6 +53,5 @@ class PcieCalls(LibraryCore):
         put(ctypes.c_uint, out, int((tx if counter == PCIE_UTIL_TX else rx) / 1024))
         return c.SUCCESS
 
-    # The link trains to its maximum under load, which is all the simulator plays.
+    # The link trains to its top generation under load, which is all the simulator plays.
     nvmlDeviceGetMaxPcieLinkGeneration = nvmlDeviceGetCurrPcieLinkGeneration
-    nvmlDeviceGetMaxPcieLinkWidth = nvmlDeviceGetCurrPcieLinkWidth

@@ -28,7 +28,7 @@ EXPECTED = {
         "GpuRetiredPagesHigh",
         "GpuNvlinkErrors", "GpuNvlinkDown", "GpuPcieReplayRate", "GpuRecoveryActionRequired",
         "GpuXidWarning", "GpuXidUnknown", "GpuFabricNotRegistered", "GpuFabricRegistrationFailed",
-        "GpuFabricUnhealthy", "GpuFabricDegraded",
+        "GpuFabricUnhealthy", "GpuFabricDegraded", "GpuStraggler", "GpuPcieLinkDowntrained",
     },
     "thermal-power.yaml": {
         "GpuTemperatureHigh",
