@@ -16,6 +16,7 @@ from gpuwatch.life.book import FILE_NAME, LifeBook, read_entries, read_gpus
 from gpuwatch.life.history import find, gpu_table, history_json, history_text
 from gpuwatch.life.rma import SUMMARY, write_bundle
 from gpuwatch.state.paths import default_state_dir
+from gpuwatch.text.printable import printable
 
 EXIT_NOT_FOUND = 1
 
@@ -44,11 +45,15 @@ def _run(args: argparse.Namespace, db: sqlite3.Connection) -> int:
         return 0
     found = find(db, args.serial)
     if len(found) != 1:
-        known = ", ".join(read_gpus(db)) or "none"
+        known = printable(", ".join(read_gpus(db))) or "none"
         if found:  # a board with several GPUs: which one
             uuids = ", ".join(str(g.known.get("uuid")) for g in found)
-            return fail(f"board {args.serial} holds {len(found)} GPUs: name one by UUID: {uuids}")
-        return fail(f"no GPU with serial or UUID {args.serial!r}; known: {known}", EXIT_NOT_FOUND)
+            said = printable(
+                f"board {args.serial} holds {len(found)} GPUs: name one by UUID: {uuids}"
+            )
+            return fail(said)
+        wanted = printable(repr(args.serial))
+        return fail(f"no GPU with serial or UUID {wanted}; known: {known}", EXIT_NOT_FOUND)
     [life] = found
     entries = read_entries(db, life.serial)
     if args.gpu_command == "history":

@@ -28,17 +28,19 @@ CORRECTED_EVERY_S = 3600.0  # corrected errors climb steadily on some boards: an
 # rises count as ("" for none).
 TOLD = {
     "ecc_uncorrected": ("uncorrected (double-bit) ECC errors, aggregate", "ecc", "ecc_uncorrected"),
-    "ecc_corrected": ("corrected (single-bit) ECC errors, aggregate", "ecc", ""),
+    # Corrected errors, and the rows and pages they retire, are wear a healthy board shows: not
+    # faults, kinds of their own (an RMA lists faults; a full record keeps faults longest).
+    "ecc_corrected": ("corrected (single-bit) ECC errors, aggregate", "ecc_corrected", ""),
     "remapped_uncorrectable": (
         "rows remapped for uncorrectable errors",
         "row_remap",
         "row_remap_uncorrectable",
     ),
-    "remapped_correctable": ("rows remapped for correctable errors", "row_remap", ""),
+    "remapped_correctable": ("rows remapped for correctable errors", "wear", ""),
     "row_remap_pending": ("row remap pending (a reset applies it)", "row_remap", ""),
     "row_remap_failed": ("row remapping failed", "row_remap", "row_remap_failed"),
     "retired_dbe": ("pages retired for double-bit errors", "retired_pages", "retired_pages_dbe"),
-    "retired_sbe": ("pages retired for single-bit errors", "retired_pages", ""),
+    "retired_sbe": ("pages retired for single-bit errors", "wear", ""),
     "retired_pending": ("page retirement pending (a reset applies it)", "retired_pages", ""),
 }
 
@@ -95,7 +97,7 @@ def count_changes(now: float, known: dict[str, Any], reading: Counts) -> list[Ne
             continue  # told at the next hour with the count it has then
         what, kind, fault = TOLD[key]
         message = f"{what}: {old:g} -> {value:g}"
-        if value < old and kind == "ecc":
+        if value < old and kind.startswith("ecc"):
             message += " (cleared by an operator: nvidia-smi --reset-ecc-errors)"
         found.append(NewEntry(now, kind, key, message, {"from": old, "to": value}))
         if fault and value > old:

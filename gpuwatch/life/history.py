@@ -22,13 +22,9 @@ def find(db: sqlite3.Connection, wanted: str) -> list[GpuLife]:
     """The GPUs whose serial, or UUID, is `wanted`: more than one for the serial of a board
     that holds several GPUs."""
     lives = read_gpus(db)
-    if wanted in lives:
-        return [lives[wanted]]
-    return [
-        life
-        for key, life in lives.items()
-        if life.known.get("uuid") == wanted or key.partition(":")[0] == wanted
-    ]
+    by_uuid = [life for life in lives.values() if life.known.get("uuid") == wanted]
+    # A board's serial: its record, and those of each of its GPUs kept by serial and UUID.
+    return by_uuid or [life for key, life in lives.items() if key.partition(":")[0] == wanted]
 
 
 def gpu_table(lives: dict[str, GpuLife]) -> list[str]:
@@ -38,7 +34,7 @@ def gpu_table(lives: dict[str, GpuLife]) -> list[str]:
     for life in sorted(lives.values(), key=lambda g: (-(g.last_seen // 3600), _index(g))):
         known = life.known
         faults = ", ".join(f"{k} {n}" for k, n in sorted(known.get("faults", {}).items()))
-        slot = f"{known.get('pci_bus_id', '?')} ({known.get('index', '?')})"
+        slot = printable(f"{known.get('pci_bus_id', '?')} ({known.get('index', '?')})")
         model = printable(str(known.get("model", "?")))
         lines.append(
             f"{printable(life.serial):<16} {model:<26} {slot:<22} {when(life.last_seen):<20} "
@@ -58,9 +54,11 @@ def describe(life: GpuLife) -> list[str]:
     lines = [
         f"GPU serial {printable(life.serial)}: {printable(str(k.get('model', '?')))}, "
         f"UUID {printable(str(k.get('uuid', '?')))}",
-        f"  last in node {printable(str(k.get('node', '?')))}, slot {k.get('pci_bus_id', '?')} "
-        f"(GPU {k.get('index', '?')}), driver {k.get('driver') or '?'}, "
-        f"VBIOS {printable(str(k.get('vbios') or '?'))}",
+        printable(
+            f"  last in node {k.get('node', '?')}, slot {k.get('pci_bus_id', '?')} "
+            f"(GPU {k.get('index', '?')}), driver {k.get('driver') or '?'}, "
+            f"VBIOS {k.get('vbios') or '?'}"
+        ),
         f"  first seen {when(life.first_seen)} UTC, last seen {when(life.last_seen)} UTC",
     ]
     counts = k.get("counts", {})

@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 REPEAT_S = 600.0  # a fault again within this of the last time: a repeat, not a new entry
 APPLICATION_REPEAT_S = 86400.0  # a job's own XIDs: one entry a day, however many
 REFRESH_S = 600.0  # how often a GPU's row is rewritten when nothing changes (its last sight)
-HELD_EVENTS = 1000  # events held between cycles
+HELD_EVENTS = 1000  # events held between cycles, and entries held while the disk refuses
+# A job's own XIDs, held in a lane of their own: a burst of them (two events each, NVML's and
+# the kernel log's) must not push a fault of the board's out of the one above.
+HELD_APPLICATION_EVENTS = 100
 NO_SERIAL = frozenset({"", "N/A", "[N/A]"})  # what drivers and nvidia-smi print for none
 # Events that are the GPU's own, by kind; what a kind counts as among its lifetime faults.
 GPU_EVENTS = {
@@ -69,6 +72,7 @@ class LifeRecorder:
         self.lives = book.gpus()
         self._by_uuid = {str(life.known.get("uuid", "")): s for s, life in self.lives.items()}
         self._held: deque[Event] = deque(maxlen=HELD_EVENTS)
+        self._held_application: deque[Event] = deque(maxlen=HELD_APPLICATION_EVENTS)
         self._written: dict[str, float] = {}  # serial -> when its row was last written
         self._present: list[tuple[GpuInfo, str]] = []  # this cycle's GPUs and their keys
         # The identity (the GpuInfo read when the GPU was opened) and driver each GPU was last
@@ -79,7 +83,8 @@ class LifeRecorder:
 
     def on_event(self, event: Event) -> None:
         if event.kind in GPU_EVENTS or event.kind in ("xid", "action", KERNEL_LOG):
-            self._held.append(event)
+            application = event.data.get("xid") in APPLICATION_FAULTS
+            (self._held_application if application else self._held).append(event)
 
     def after_cycle(self, now: float, view: NodeView) -> None:
         batch = view.batch
@@ -92,7 +97,11 @@ class LifeRecorder:
         readings: list[tuple[str, Counts]] = []  # each present GPU's key and counts
         self._present = []
         for state in batch.gpus:
-            key = life_key(state.info, serials[state.info.serial.strip()] > 1)
+            # A GPU keeps the key it was first recorded under: the other GPU of its board
+            # gone missing must not make it a new record.
+            key = self._by_uuid.get(state.info.uuid) or life_key(
+                state.info, serials[state.info.serial.strip()] > 1
+            )
             if not key:  # a GPU not yet opened: nothing says which board it is
                 continue
             self._present.append((state.info, key))
@@ -103,11 +112,11 @@ class LifeRecorder:
             if found or now - self._written.get(key, 0.0) >= REFRESH_S:
                 changed.add(key)
         # The events before the counts: an XID comes before the count this cycle read.
-        while self._held:
-            event = self._held.popleft()
-            for key, entry in self._from_event(event, view):
-                entries.append((key, entry))
-                changed.add(key)
+        for held in (self._held, self._held_application):
+            while held:
+                for key, entry in self._from_event(held.popleft(), view):
+                    entries.append((key, entry))
+                    changed.add(key)
         for key, reading in readings:
             found = count_changes(now, self.lives[key].known, reading) if reading else []
             entries += [(key, e) for e in found]
@@ -117,7 +126,19 @@ class LifeRecorder:
         if self.book.write([self.lives[k] for k in changed], entries, self.boot_id):
             self._written.update((k, now) for k in changed)
         else:
-            self._unwritten = entries[-HELD_EVENTS:]
+            self._unwritten = _keep_faults(entries, HELD_EVENTS)
+
+    def close(self, now: float) -> None:
+        """At shutdown: each GPU's last sight, and what the last cycle did not write."""
+        for life in self.lives.values():
+            if any(key == life.serial for _, key in self._present):
+                life.last_seen = max(life.last_seen, now)
+        entries = self._unwritten
+        for held in (self._held, self._held_application):
+            while held:
+                entries += self._from_event(held.popleft(), NodeView())
+        keys = {key for _, key in self._present} | {key for key, _ in entries}
+        self.book.write([self.lives[k] for k in keys], entries, self.boot_id)
 
     def collect(self) -> list[Sample]:
         """Each present GPU's lifetime faults on this node, by kind: a counter that a restart,
@@ -243,6 +264,21 @@ class LifeRecorder:
             for key, life in self.lives.items():
                 if life.known.pop("drained", False):
                     yield key, NewEntry(event.time, "resume", "", event.message, dict(event.data))
+
+
+def _keep_faults(entries: list[tuple[str, NewEntry]], limit: int) -> list[tuple[str, NewEntry]]:
+    """At most `limit` entries, a job's own XIDs given up first, then the oldest."""
+    if len(entries) <= limit:
+        return entries
+    own = [e for e in entries if not (e[1].kind == "xid" and _application(e[1].key))]
+    if len(own) >= limit:
+        return own[-limit:]
+    theirs = [e for e in entries if e[1].kind == "xid" and _application(e[1].key)]
+    return [*own, *theirs[len(own) - limit :]]
+
+
+def _application(code: str) -> bool:
+    return code.isdigit() and int(code) in APPLICATION_FAULTS
 
 
 def _counted_samples(batch: Batch) -> Iterable[Sample]:

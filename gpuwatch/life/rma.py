@@ -5,12 +5,16 @@ nvidia-bug-report.sh's output) and `history.json` (the whole life record, for to
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
+from shlex import quote
 
 from gpuwatch import __version__
 from gpuwatch.life.book import FAULT_KINDS, Entry, GpuLife
 from gpuwatch.life.history import describe, entry_lines, history_json, when
+from gpuwatch.text.printable import printable
+from gpuwatch.xid.known import APPLICATION_FAULTS
 
 SUMMARY = "summary.txt"
 HISTORY = "history.json"
@@ -26,7 +30,7 @@ Before sending: add NVIDIA's own report
   the node, keep the file it wrote, and run it once more (NVIDIA asks for both). Then send the
   folder as one file:
 
-      tar czf {folder}.tar.gz -C {parent} {name}
+      tar czf {tarball} -C {parent} {name}
 """
 
 
@@ -36,10 +40,11 @@ def bundle_name(serial: str, now: float) -> str:
 
 
 def summary_text(life: GpuLife, entries: list[Entry], folder: Path, now: float) -> str:
-    faults = [e for e in entries if e.kind in FAULT_KINDS]
+    # A job's own XIDs (application faults, kept a day to an entry) are not the board's.
+    faults = [e for e in entries if e.kind in FAULT_KINDS and not _application(e)]
     lines = [
-        f"RMA evidence for GPU serial {life.serial}, written by gpuwatch {__version__} at "
-        f"{when(now)} UTC",
+        f"RMA evidence for GPU serial {printable(life.serial)}, written by gpuwatch "
+        f"{__version__} at {when(now)} UTC",
         "",
         *describe(life),
         "",
@@ -49,7 +54,12 @@ def summary_text(life: GpuLife, entries: list[Entry], folder: Path, now: float) 
         "",
         f"The whole record (installs, moves, driver upgrades, drains, acknowledgements): {HISTORY}",
         "",
-        BUG_REPORT.format(folder=folder, parent=folder.parent, name=folder.name),
+        BUG_REPORT.format(
+            folder=quote(str(folder)),
+            tarball=quote(f"{folder}.tar.gz"),
+            parent=quote(str(folder.parent)),
+            name=quote(folder.name),
+        ),
     ]
     return "\n".join(lines)
 
@@ -59,7 +69,17 @@ def write_bundle(life: GpuLife, entries: list[Entry], out: Path, now: float) -> 
     the record names the jobs that ran on the GPU."""
     folder = (out / bundle_name(life.serial, now)).absolute()
     folder.mkdir(mode=0o700)
-    (folder / SUMMARY).write_text(summary_text(life, entries, folder, now), encoding="utf-8")
-    payload = history_json(life, entries)
-    (folder / HISTORY).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _private(folder / SUMMARY, summary_text(life, entries, folder, now))
+    _private(folder / HISTORY, json.dumps(history_json(life, entries), indent=2) + "\n")
     return folder
+
+
+def _private(path: Path, text: str) -> None:
+    """A new file only its owner reads (a tarball of the folder keeps the files' modes)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _application(entry: Entry) -> bool:
+    return entry.kind == "xid" and entry.key.isdigit() and int(entry.key) in APPLICATION_FAULTS

@@ -103,14 +103,15 @@ class Wired:
     reports: JobReports
     keeper: StateKeeper
     readers: ReaderOptions  # what the HTTP API and the control socket are handed
-    life: LifeBook
+    life: LifeRecorder
 
     async def close(self) -> None:
         """Stop the notifier's senders and close what wiring opened: the outbox, the journal,
         the life record."""
         await self.notifier.stop()
         self.journal.close()
-        self.life.close()
+        self.life.close(self.daemon.clock.now())
+        self.life.book.close()
 
 
 def wire(
@@ -213,7 +214,7 @@ def wire(
         reread=reread,
     )
     readers = reader_options(daemon, reports, foreground.serving)
-    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers, book)
+    return Wired(daemon, rules, journal, notifier, reloader, reports, keeper, readers, life)
 
 
 def _advisor(

@@ -67,8 +67,8 @@ async def test_a_boards_record_survives_restart_reboot_upgrade_and_a_slot_move(
     xid = scenario(tmp_path, "xid", faults="[{kind: xid, gpu: 1, at: 2s, code: 79}]")
     wired = await run(simulate, config, state, xid, start=START, cycles=4)
     for _ in range(200):  # the event thread hands the XID to the loop on its own time
-        if read_gpus(wired.life._db).get(serial := _serial(wired, 1), None) and any(
-            e.kind == "xid" for e in read_entries(wired.life._db, serial)
+        if read_gpus(wired.life.book._db).get(serial := _serial(wired, 1), None) and any(
+            e.kind == "xid" for e in read_entries(wired.life.book._db, serial)
         ):
             break
         await asyncio.sleep(0.01)

@@ -4,6 +4,7 @@ record the recorder wrote."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,22 @@ def test_a_board_with_several_gpus_is_asked_for_by_uuid(
     )
     assert main(["gpu", "history", "--state-dir", str(tmp_path), "GPU-other"]) == 0
     assert capsys.readouterr().out.startswith(f"GPU serial {SERIAL}:GPU-other: NVIDIA A16")
+
+
+def test_the_bundle_is_private_quoted_for_a_shell_and_leaves_a_jobs_xids_out(
+    state: Path, tmp_path: Path
+) -> None:
+    rec = LifeRecorder(LifeBook(state / FILE_NAME), "n1", "boot-1")
+    rec.after_cycle(T0 + 20, view(info()))
+    rec.on_event(Event(T0 + 21, "xid", 1, UUID, "XID 13 on GPU 1: a job's fault", {"xid": 13}))
+    rec.after_cycle(T0 + 22, view(info()))
+    rec.book.close()
+    out = tmp_path / "rma dir" / "it's $(id)"
+    out.mkdir(parents=True)
+    assert main(["gpu", "rma", "--state-dir", str(state), SERIAL, "-o", str(out)]) == 0
+    (folder,) = out.iterdir()
+    summary = (folder / "summary.txt").read_text()
+    assert "XID 13" not in summary.split("The whole record")[0]
+    assert "Faults this node recorded (2;" in summary
+    assert f"cd {shlex.quote(str(folder))} && sudo nvidia-bug-report.sh" in summary
+    assert [oct(f.stat().st_mode & 0o777) for f in sorted(folder.iterdir())] == ["0o600"] * 2

@@ -91,7 +91,7 @@ def test_board_counts_are_recorded_as_they_change(tmp_path: Path) -> None:
     rec.after_cycle(T0 + 3, view(info(), [ecc("corrected", "aggregate", 40)]))
     rec.after_cycle(T0 + 3700, view(info(), [ecc("corrected", "aggregate", 41)]))
     entries = read_entries(rec.book._db, SERIAL)
-    told = [e.message for e in entries if e.kind == "ecc"]
+    told = [e.message for e in entries if e.kind.startswith("ecc")]
     assert told == [
         "uncorrected (double-bit) ECC errors, aggregate: 0 -> 1",
         "corrected (single-bit) ECC errors, aggregate: 5 -> 9",
@@ -229,3 +229,62 @@ def test_the_gpus_of_one_board_each_keep_a_record(tmp_path: Path) -> None:
         rec.after_cycle(t, NodeView(Batch("nvml", t, [], backend, states)))
     assert sorted(rec.lives) == [f"{SERIAL}:{UUID}", f"{SERIAL}:GPU-other"]
     assert kinds(rec, f"{SERIAL}:{UUID}") == ["installed"]  # no slot move between the two
+
+
+def test_a_burst_of_a_jobs_own_xids_loses_no_fault_of_the_board(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    rec.after_cycle(T0, view(info()))
+    rec.on_event(xid(48, T0 + 1))
+    for n in range(1000):  # NVML's and the kernel log's report of each, in one cycle
+        rec.on_event(xid(13, T0 + 1 + n / 1000))
+        said = {"xid": 13, "source": "kernel_log", "driver_text": "NVRM: Xid 13"}
+        rec.on_event(Event(T0 + 1, "kernel_log", 1, UUID, "kernel log", said))
+    rec.after_cycle(T0 + 2, view(info()))
+    entries = [(e.kind, e.key) for e in read_entries(rec.book._db, SERIAL)]
+    assert ("xid", "48") in entries and ("xid", "13") in entries
+    assert rec.lives[SERIAL].known["faults"] == {"xid": 1}
+
+
+def test_corrected_errors_are_wear_that_a_full_record_gives_up_before_faults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(book_module, "MAX_ENTRIES", 5)
+    rec = recorder(tmp_path)
+    rec.after_cycle(T0, view(info(), [ecc("corrected", "aggregate", 0)]))
+    rec.on_event(xid(79, T0 + 1))
+    for hour in range(1, 10):  # a healthy board's corrected errors, an entry an hour
+        t = T0 + hour * 3600
+        rec.after_cycle(t, view(info(), [ecc("corrected", "aggregate", float(hour))]))
+    kinds_kept = [e.kind for e in read_entries(rec.book._db, SERIAL)]
+    assert "xid" in kinds_kept
+    assert kinds_kept.count("ecc_corrected") == 4
+
+
+def test_a_gpu_of_a_board_keeps_its_record_when_the_other_goes_missing(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    other = GpuInfo(2, "GPU-other", "Tesla K80", "00000000:3A:00.0", SERIAL, "80.0", 0)
+    backend = BackendState(True, "nvml", driver_version="470.1")
+    both = [GpuState(info(), GpuStatus.OK), GpuState(other, GpuStatus.OK)]
+    rec.after_cycle(T0, NodeView(Batch("nvml", T0, [], backend, both)))
+    rec.on_event(xid(79, T0 + 1))
+    rec.after_cycle(T0 + 1, NodeView(Batch("nvml", T0 + 1, [], backend, both)))
+    rec.book.close()
+    rebooted = recorder(tmp_path, boot="boot-2")
+    alone = [GpuState(info(), GpuStatus.OK)]
+    rebooted.after_cycle(T0 + 600, NodeView(Batch("nvml", T0 + 600, [], backend, alone)))
+    assert sorted(rebooted.lives) == [f"{SERIAL}:{UUID}", f"{SERIAL}:GPU-other"]
+    assert kinds(rebooted, f"{SERIAL}:{UUID}") == ["installed", "xid", "boot"]
+
+
+def test_a_stop_writes_each_gpus_last_sight_and_the_events_since_the_cycle(
+    tmp_path: Path,
+) -> None:
+    rec = recorder(tmp_path)
+    rec.after_cycle(T0, view(info()))
+    rec.after_cycle(T0 + 60, view(info()))  # not written: nothing changed within 10 minutes
+    rec.on_event(Event(T0 + 61, "gpu_lost", 1, UUID, "GPU 1 lost"))
+    rec.close(T0 + 62)
+    rec.book.close()
+    again = recorder(tmp_path)
+    assert again.lives[SERIAL].last_seen == T0 + 62
+    assert kinds(again) == ["installed", "gpu_lost"]
