@@ -11,7 +11,7 @@ import time
 import urllib.error
 from collections import defaultdict
 from dataclasses import asdict
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from gpuwatch.actions.replay import Aftermath, Page
 from gpuwatch.clients.exits import EXIT_UNREACHABLE, fail
@@ -85,8 +85,12 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         chunk = parse_duration(args.chunk)
     except ValueError as exc:
         return fail(str(exc))
+    if end > now:
+        return fail(f"--to ({rfc3339(end)}) is in the future: Prometheus has no history there")
     if end <= start:
         return fail(f"--to ({rfc3339(end)}) is not after --from ({rfc3339(start)})")
+    if urlsplit(args.prometheus).scheme not in ("http", "https"):
+        return fail(f"--prometheus {args.prometheus!r}: expected an http:// or https:// URL")
     if interval <= 0 or chunk <= 0:
         return fail("--interval and --chunk must be longer than 0s")
     try:
@@ -121,12 +125,22 @@ def cmd_backtest(args: argparse.Namespace) -> int:
             print(json.dumps({"kind": "action", **asdict(a), "time": rfc3339(a.time)}))
         for p in aftermath.pages if aftermath else ():
             print(json.dumps({"kind": "page", **asdict(p), "time": rfc3339(p.time)}))
-        return 0
+        return _failed(test.failures)
     text = report(intervals, start, end, test.samples_read)
     if aftermath is not None:
         text += aftermath_report(aftermath)
     sys.stdout.write(text)
-    return 0
+    return _failed(test.failures)
+
+
+def _failed(failures: dict[str, tuple[int, str]]) -> int:
+    """Rules that failed to evaluate would have failed in Prometheus too: said, exit 1."""
+    for name, (count, error) in sorted(failures.items()):
+        said = one_line(error, 300)
+        print(
+            f"gpuwatch: rule {printable(name)} failed {count} evaluations: {said}", file=sys.stderr
+        )
+    return 1 if failures else 0
 
 
 def interval_json(i: Interval) -> dict[str, object]:
@@ -209,5 +223,7 @@ def _node(labels: Labels) -> str:
 
 
 def _took(seconds: float) -> str:
+    if seconds < 60:
+        return f"{round(seconds)}s"
     minutes = round(seconds / 60)
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"

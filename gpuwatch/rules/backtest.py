@@ -18,9 +18,11 @@ at the span's start, as in a Prometheus that starts then: an alert already true 
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import groupby
 
 import promql_parser as pp
 
@@ -96,11 +98,11 @@ def selections(groups: list[GroupDef]) -> dict[str, float]:
     return out
 
 
-def evaluation_times(interval: float, start: float, end: float) -> list[float]:
+def evaluation_times(interval: float, start: float, end: float) -> Iterator[float]:
     """The multiples of `interval` in [start, end]."""
     first = math.ceil(start / interval - 1e-9)
     last = math.floor(end / interval + 1e-9)
-    return [k * interval for k in range(first, last + 1)]
+    return (k * interval for k in range(first, last + 1))
 
 
 class Backtest:
@@ -119,9 +121,16 @@ class Backtest:
         self.external = dict(external_labels or {})
         self.chunk = chunk
         self.selections = selections(groups)
-        # What an evaluation reads back, recorded series included (a record read by another
-        # rule), plus a chunk: what is kept of the history.
-        self.keep = max(self.selections.values(), default=DEFAULT_LOOKBACK_S) + chunk
+        # What any rule reads back (of a series the files record too: `max_over_time(r[30m])`
+        # of a record `r`), plus a chunk: what is kept of the history.
+        reach = [
+            max(history_needed(r.expr, DEFAULT_LOOKBACK_S).values(), default=DEFAULT_LOOKBACK_S)
+            for g in groups
+            for r in g.rules
+        ]
+        self.keep = max(reach, default=DEFAULT_LOOKBACK_S) + chunk
+        # Rules that failed, by name: (evaluations failed, the last error).
+        self.failures: dict[str, tuple[int, str]] = {}
         self.samples_read = 0
         self.instances: set[str] = set()  # the targets the history has samples of
         self.scrapes = Scrapes()
@@ -131,10 +140,12 @@ class Backtest:
         `observe` is handed the alerting rules after each evaluation time's groups have run
         (what the notifier and the actions would have seen then)."""
         groups = [RuleGroup.build(d, self.external) for d in self.definitions]
-        due: dict[float, list[int]] = {}
-        for order, group in enumerate(groups):
-            for t in evaluation_times(self._interval(group), start, end):
-                due.setdefault(t, []).append(order)
+        # Each group's times, merged as they come: a year at 1 s is never a list.
+        times = [
+            _numbered(order, evaluation_times(self._interval(group), start, end))
+            for order, group in enumerate(groups)
+        ]
+        schedule = groupby(heapq.merge(*times), key=lambda due: due[0])
         alerting = [r for g in groups for r in g.rules if isinstance(r, AlertingRule)]
         storage = MemoryStorage()
         evaluator = Evaluator(storage, subquery_step=self.default_interval)
@@ -142,7 +153,7 @@ class Backtest:
         read_until = start - reach
         opened: dict[tuple[Labels, str], float] = {}
         done: list[Interval] = []
-        for t in sorted(due):
+        for t, due in schedule:
             while read_until < t:
                 upto = max(min(read_until + self.chunk, end), t)
                 self._read(storage, read_until, upto)
@@ -150,10 +161,13 @@ class Backtest:
                 storage.trim(read_until - self.keep)
             now: set[tuple[Labels, str]] = set()
             ran: set[str] = set()
-            for order in due[t]:
+            for _, order in due:
                 group = groups[order]
                 group.evaluate(evaluator, t, storage.ingest)
                 for rule in group.rules:
+                    if rule.status.health == "err":
+                        failed, _ = self.failures.get(rule.rule.name, (0, ""))
+                        self.failures[rule.rule.name] = (failed + 1, rule.status.last_error)
                     if isinstance(rule, AlertingRule):
                         ran.add(rule.rule.name)
                         now.update(
@@ -195,6 +209,10 @@ class Backtest:
             series = storage.series(metric)
             for ms, value in marked:
                 series.add(on_ms(ms / 1000), value)
+
+
+def _numbered(order: int, times: Iterator[float]) -> Iterator[tuple[float, int]]:
+    return ((t, order) for t in times)
 
 
 def _name(labels: Labels) -> str:

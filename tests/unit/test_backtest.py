@@ -3,6 +3,7 @@ alert pended and fired, read a chunk at a time."""
 
 from __future__ import annotations
 
+import time
 from itertools import pairwise
 from pathlib import Path
 
@@ -133,6 +134,11 @@ def test_a_span_that_ends_before_it_starts_is_refused(
     assert "expected a duration (1h), an RFC 3339 time or Unix seconds" in capsys.readouterr().err
     assert main([*argv, "--from", "2h", "--interval", "0s"]) == 2
     assert "--interval and --chunk must be longer than 0s" in capsys.readouterr().err
+    assert main([*argv, "--from", "2h", "--to", str(time.time() + 600)]) == 2
+    assert "is in the future: Prometheus has no history there" in capsys.readouterr().err
+    argv[-1] = "127.0.0.1:9090"
+    assert main([*argv, "--from", "2h"]) == 2
+    assert "expected an http:// or https:// URL" in capsys.readouterr().err
 
 
 CAUSED = """
@@ -230,3 +236,33 @@ def test_a_series_that_went_away_stops_where_prometheus_saw_it_stop(tmp_path: Pa
     test = Backtest(load_rule_file(str(path)), scraped)
     assert spans(test.run(T0, T0 + 20 * 60)) == [("Hot", "firing", 1.0, 11.0)]
     assert test.scrapes.marked == 1
+
+
+def test_a_range_over_a_series_the_files_record_does_not_depend_on_the_chunk(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "groups:\n  - name: g\n    interval: 1m\n    rules:\n"
+        "      - record: r:temp\n        expr: temp\n"
+        "      - alert: HotWithinHalfAnHour\n        expr: max_over_time(r:temp[30m]) > 85\n"
+    )
+    found = {
+        chunk: spans(Backtest(load_rule_file(str(path)), History(), chunk=chunk).run(T0, T0 + 5400))
+        for chunk in (3600.0, 300.0, 60.0)
+    }
+    assert found[3600.0] == found[300.0] == found[60.0]
+    assert ("HotWithinHalfAnHour", "firing", 21.0, 70.0) in found[60.0]
+
+
+def test_a_rule_that_fails_is_counted_with_its_error(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    clash = 'vector(1) * on() group_left() (temp or label_replace(temp, "c", "1", "", ""))'
+    path.write_text(
+        f"groups:\n  - name: g\n    rules:\n      - alert: Clash\n        expr: '{clash}'\n"
+    )
+    test = Backtest(load_rule_file(str(path)), History())
+    test.run(T0, T0 + 600)
+    (name, (count, error)) = next(iter(test.failures.items()))
+    assert (name, count) == ("Clash", 10)  # every evaluation but the first, before any sample
+    assert "many-to-many" in error or "duplicate series" in error
