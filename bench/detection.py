@@ -41,6 +41,7 @@ from gpuwatch.model import Sample
 from gpuwatch.rules.alerting import AlertState
 from gpuwatch.serve.wiring import Wired, wire
 from gpuwatch.sim.job import JOB_NAME, TrainingJob
+from gpuwatch.sim.jobrun import SLURM_JOB_ID
 from gpuwatch.sim.library import SimulatedNvml
 from gpuwatch.sim.scenario import Scenario, load_scenario
 
@@ -124,6 +125,7 @@ CASES: dict[str, Case] = {
     "h100_power_brake": Case(
         (Expect("GpuPowerBrake", gpu(3), 30),),
         {3: Health.DEGRADED},
+        frozenset({"GpuStraggler"}),  # braked to a fifth of its clock, it holds its job back
         after=300,  # GpuThermalThrottling in the minutes after the brake ends is false
     ),
     "h100_nan_loss": Case((Expect("TrainingLossNaN", rank(3), 30),)),
@@ -146,7 +148,8 @@ CASES: dict[str, Case] = {
             Expect("GpuEccUncorrectable", gpu(0), 30),
         ),
         {2: Health.DEGRADED, 5: Health.DEGRADED, 0: Health.UNHEALTHY},
-        frozenset({"GpuThermalThrottling", "GpuXidCritical"}),  # the hot GPU's; XID 48
+        # the hot GPU's; XID 48; the hot and the braked GPUs lag their job's others
+        frozenset({"GpuThermalThrottling", "GpuXidCritical", "GpuStraggler"}),
         after=300,
     ),
     # Idle for its whole 15-minute window, then `for: 5m`.
@@ -172,6 +175,7 @@ CASES: dict[str, Case] = {
     "h100_straggler_hw_slowdown": Case(
         (Expect("GpuStraggler", gpu(6), 120),),
         {6: Health.DEGRADED},
+        frozenset({"GpuThermalThrottling"}),  # a hardware slowdown holds its clocks down
     ),
     "h100_pcie_downtrain": Case(
         (Expect("GpuPcieLinkDowntrained", gpu(2), 120),),
@@ -209,7 +213,8 @@ CASES: dict[str, Case] = {
     "h100_thermal_shutdown": Case(
         (Expect("GpuTemperatureHigh", gpu(4), 290), Expect("GpuFellOffBus", gpu(4), 315)),
         {4: Health.UNHEALTHY},
-        frozenset({"GpuThermalThrottling", "GpuXidCritical"}),  # hot, then XID 79
+        # hot (and throttled below its job's other GPUs), then XID 79
+        frozenset({"GpuThermalThrottling", "GpuXidCritical", "GpuStraggler"}),
     ),
     # After the reboot the GPU is not listed at all: no XID, no error, only its absence.
     "h100_missing_after_reboot": Case(
@@ -277,8 +282,18 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
         wired = await _start(config, clock, boot)
         daemon, rules = wired.daemon, wired.rules
         job = TrainingJob(scenario) if scenario.workload == "training" else None
+        slurm = None
         if job is not None:
             library.node.pids.append(os.getpid())  # this process plays the job's, as jobrun's
+            # And a process started in the job's environment holds its GPUs too, as
+            # `gpuwatch run --simulate`'s job does: which job holds a GPU is learned from it.
+            slurm = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                "import time; time.sleep(86400)",
+                env={**os.environ, "SLURM_JOB_ID": SLURM_JOB_ID},
+            )
+            library.node.pids.append(slurm.pid)
         wall = time.monotonic()
         try:
             while clock.now() - start < duration:
@@ -325,6 +340,9 @@ async def play(name: str, scenario: Scenario, case: Case, duration: float) -> Re
             await daemon.source.stop()
             await wired.close()
             SimulatedNvml.uninstall()
+            if slurm is not None:
+                slurm.kill()
+                await slurm.wait()
     judge(result, case, scenario, sorted(fired.values(), key=lambda f: f.time), worst)
     return result
 
