@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "docs" / "grafana" / "gpuwatch.json"
 RECORDING = ROOT / "rules" / "fleet" / "recording.yaml"
 BOARDS = ROOT / "rules" / "fleet" / "boards.yaml"
+STRAGGLERS = ROOT / "rules" / "fleet" / "stragglers.yaml"
 EXAMPLE = ROOT / "docs" / "prometheus" / "prometheus.yml"
 
 
@@ -41,7 +42,8 @@ def dashboard_queries(instance: str = ".*") -> list[str]:
 
 
 def recording_rules() -> dict[str, str]:
-    groups = [g for f in (RECORDING, BOARDS) for g in yaml.safe_load(f.read_text())["groups"]]
+    files = (RECORDING, BOARDS, STRAGGLERS)
+    groups = [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
     return {r["record"]: r["expr"] for g in groups for r in g["rules"] if "record" in r}
 
 
@@ -145,9 +147,10 @@ def test_a_real_prometheus_over_two_nodes_runs_every_query_and_keeps_each_node(
     # Two hosts' GPUs are distinct GPUs, whatever the scenario they play.
     assert gpu_uuids(nodes[0]) and not gpu_uuids(nodes[0]) & gpu_uuids(nodes[1])
     # The recording rules as shipped, evaluated every second instead of 30 for the test.
-    fast = [tmp_path / "recording.yaml", tmp_path / "boards.yaml"]
+    fast = [tmp_path / "recording.yaml", tmp_path / "boards.yaml", tmp_path / "stragglers.yaml"]
     fast[0].write_text(RECORDING.read_text().replace("interval: 30s", "interval: 1s"))
     fast[1].write_text(BOARDS.read_text().replace("interval: 1m", "interval: 1s"))
+    fast[2].write_text(STRAGGLERS.read_text().replace("interval: 30s", "interval: 1s"))
     prom = launch_prometheus(tmp_path, fleet_config(tmp_path, nodes, *fast))
     instances = [n.url.removeprefix("http://") for n in nodes]
     try:
@@ -168,6 +171,10 @@ def test_a_real_prometheus_over_two_nodes_runs_every_query_and_keeps_each_node(
                 boards = prom.query("serial_instance:gpuwatch_gpu_life_faults:sum")
                 if len({(b["metric"]["instance"], b["metric"]["serial"]) for b in boards}) != 2:
                     empty.append("(a board with faults on each node)")
+                # Both nodes play Slurm job 81234: one job over two nodes, every GPU compared.
+                ratios = prom.query("scheduler_job_id:gpuwatch_gpu_sm_clock:median_ratio")
+                if len({r["metric"]["instance"] for r in ratios}) != 2:
+                    empty.append("(each node's GPUs against the job's across both)")
             except urllib.error.HTTPError:
                 raise  # a query Prometheus refuses
             except OSError:

@@ -132,7 +132,8 @@ def test_every_alert_is_exercised_by_the_pack_tests(pack: str) -> None:
 
 
 FLEET_TESTS = {"fleet/recording.yaml": "tests/fleet.test.yaml",
-               "fleet/boards.yaml": "tests/boards.test.yaml"}  # fmt: skip
+               "fleet/boards.yaml": "tests/boards.test.yaml",
+               "fleet/stragglers.yaml": "tests/stragglers.test.yaml"}  # fmt: skip
 
 
 @needs_promtool
