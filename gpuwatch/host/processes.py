@@ -41,11 +41,20 @@ def with_jobs(
     return f"{message}, running {jobs}", {**data, "job": jobs}
 
 
+# The cgroup subtree systemd delegates to each user (`systemd-run --user`, a user's services):
+# a user may create a directory of any name there, `job_81234` included, so no job is read
+# from it (Slurm's jobs are under slurmstepd.scope or /slurm, pods under kubepods).
+USER_DELEGATED = "/user.slice/"
+
+
 def job_from_cgroup(text: str) -> tuple[str, str]:
+    """The job of a process (`/proc/PID/cgroup`'s `text`): its kind and id, or ("", "")."""
+    paths = [line.split(":", 2)[-1] for line in text.splitlines()]
     for kind, pattern in CGROUP_JOBS:
-        found = pattern.search(text)
-        if found:
-            return kind, found.group(1).replace("_", "-")
+        for path in paths:
+            found = None if path.startswith(USER_DELEGATED) else pattern.search(path)
+            if found:
+                return kind, found.group(1).replace("_", "-")
     return "", ""
 
 

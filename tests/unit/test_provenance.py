@@ -14,6 +14,7 @@ from gpuwatch.health.acks import AckStore
 from gpuwatch.health.judge import RAISED_ACK_GRACE_S, HealthJudge
 from gpuwatch.health.raised import raised_causes
 from gpuwatch.health.verdict import Health, Verdict
+from gpuwatch.host.processes import job_from_cgroup
 from gpuwatch.model import (
     BackendState,
     GpuInfo,
@@ -249,6 +250,15 @@ def test_a_job_is_its_cgroups_path_down_to_the_jobs_directory() -> None:
     mine = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_81234\n"
     assert job_cgroup(mine) != job_cgroup(v2)
     assert job_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") == ""
+
+
+def test_a_job_directory_a_user_made_names_no_job_of_the_gpus() -> None:
+    """Which job holds a GPU (gpuwatch_gpu_job_info, which the straggler rules compare GPUs
+    by) is never one a user made in the cgroup subtree systemd delegates to them."""
+    v2 = "0::/system.slice/slurmstepd.scope/job_81234/step_0/user/task_0\n"
+    assert job_from_cgroup(v2) == ("slurm", "81234")
+    mine = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_81234\n"
+    assert job_from_cgroup(mine) == ("", "")
 
 
 CRC_RULES = """\
