@@ -74,6 +74,7 @@ def test_a_gpu_falling_off_the_bus_fires_at_once(run_daemon: Any, tmp_path: Path
     assert {g["name"]: g["interval"] for g in groups} == {
         "gpuwatch-hardware": 5.0,
         "gpuwatch-hardware-trends": 15.0,
+        "gpuwatch-stragglers": 15.0,
         "gpuwatch-thermal-power": 5.0,
         "gpuwatch-training": 5.0,
         "gpuwatch-training-trends": 15.0,
