@@ -22,6 +22,7 @@ from gpuwatch.rules.backtest import Backtest, Fetched, FetchFn, Interval
 from gpuwatch.rules.files import load_rule_files
 from gpuwatch.text.printable import one_line, printable
 from gpuwatch.text.timefmt import parse_since, rfc3339
+from gpuwatch.text.timefmt import utc_second as when
 from gpuwatch.text.units import parse_duration
 from gpuwatch.text.yamlfile import FileError
 
@@ -152,10 +153,6 @@ def interval_json(i: Interval) -> dict[str, object]:
         "start": rfc3339(i.start),
         "end": rfc3339(i.end),
     }
-
-
-def when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 
 
 def report(intervals: list[Interval], start: float, end: float, samples: int) -> str:

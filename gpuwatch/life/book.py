@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.state.statedir import StateProblems, open_sqlite, reopen_if_unlinked
+from gpuwatch.xid.known import APPLICATION_FAULTS
 
 FILE_NAME = "life.db"
 MAX_ENTRIES = 2000  # rows kept per GPU
@@ -42,6 +43,13 @@ FAULT_KINDS = (
     "gpu_missing",
     "gpu_init_failed",
 )
+
+
+def jobs_own_xid(kind: str, key: str) -> bool:
+    """Whether an entry is an XID a program's own fault raises: the job's, not the board's."""
+    return kind == "xid" and key.isdigit() and int(key) in APPLICATION_FAULTS
+
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gpus (
     serial TEXT PRIMARY KEY,

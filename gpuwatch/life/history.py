@@ -5,17 +5,13 @@ driver's text) is printed with its control characters escaped."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from typing import Any
 
 from gpuwatch.life.book import Entry, GpuLife, read_gpus
 from gpuwatch.life.counts import TOLD
 from gpuwatch.text.printable import one_line, printable
 from gpuwatch.text.timefmt import rfc3339
-
-
-def when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+from gpuwatch.text.timefmt import utc_second as when
 
 
 def find(db: sqlite3.Connection, wanted: str) -> list[GpuLife]:

@@ -16,7 +16,6 @@ hardware, the driver, the kernel or the operator said is recorded; nothing a job
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -26,12 +25,10 @@ from gpuwatch import metrics as m
 from gpuwatch.health.view import NodeView
 from gpuwatch.kernel.merge import KERNEL_LOG
 from gpuwatch.kernel.merge import WINDOW_S as TWIN_WINDOW_S
-from gpuwatch.life.book import GpuLife, LifeBook, NewEntry
+from gpuwatch.life.book import GpuLife, LifeBook, NewEntry, jobs_own_xid
 from gpuwatch.life.counts import COUNTED, VOLATILE, Counts, count_changes, counts_of
 from gpuwatch.model import Batch, Event, GpuInfo, GpuStatus, Sample
 from gpuwatch.xid.known import APPLICATION_FAULTS
-
-log = logging.getLogger(__name__)
 
 REPEAT_S = 600.0  # a fault again within this of the last time: a repeat, not a new entry
 APPLICATION_REPEAT_S = 86400.0  # a job's own XIDs: one entry a day, however many
@@ -130,9 +127,8 @@ class LifeRecorder:
 
     def close(self, now: float) -> None:
         """At shutdown: each GPU's last sight, and what the last cycle did not write."""
-        for life in self.lives.values():
-            if any(key == life.serial for _, key in self._present):
-                life.last_seen = max(life.last_seen, now)
+        for _, key in self._present:
+            self.lives[key].last_seen = max(self.lives[key].last_seen, now)
         entries = self._unwritten
         for held in (self._held, self._held_application):
             while held:
@@ -270,15 +266,11 @@ def _keep_faults(entries: list[tuple[str, NewEntry]], limit: int) -> list[tuple[
     """At most `limit` entries, a job's own XIDs given up first, then the oldest."""
     if len(entries) <= limit:
         return entries
-    own = [e for e in entries if not (e[1].kind == "xid" and _application(e[1].key))]
+    own = [e for e in entries if not jobs_own_xid(e[1].kind, e[1].key)]
     if len(own) >= limit:
         return own[-limit:]
-    theirs = [e for e in entries if e[1].kind == "xid" and _application(e[1].key)]
+    theirs = [e for e in entries if jobs_own_xid(e[1].kind, e[1].key)]
     return [*own, *theirs[len(own) - limit :]]
-
-
-def _application(code: str) -> bool:
-    return code.isdigit() and int(code) in APPLICATION_FAULTS
 
 
 def _counted_samples(batch: Batch) -> Iterable[Sample]:

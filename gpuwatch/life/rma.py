@@ -11,10 +11,10 @@ from pathlib import Path
 from shlex import quote
 
 from gpuwatch import __version__
-from gpuwatch.life.book import FAULT_KINDS, Entry, GpuLife
-from gpuwatch.life.history import describe, entry_lines, history_json, when
+from gpuwatch.life.book import FAULT_KINDS, Entry, GpuLife, jobs_own_xid
+from gpuwatch.life.history import describe, entry_lines, history_json
 from gpuwatch.text.printable import printable
-from gpuwatch.xid.known import APPLICATION_FAULTS
+from gpuwatch.text.timefmt import utc_second as when
 
 SUMMARY = "summary.txt"
 HISTORY = "history.json"
@@ -41,7 +41,7 @@ def bundle_name(serial: str, now: float) -> str:
 
 def summary_text(life: GpuLife, entries: list[Entry], folder: Path, now: float) -> str:
     # A job's own XIDs (application faults, kept a day to an entry) are not the board's.
-    faults = [e for e in entries if e.kind in FAULT_KINDS and not _application(e)]
+    faults = [e for e in entries if e.kind in FAULT_KINDS and not jobs_own_xid(e.kind, e.key)]
     lines = [
         f"RMA evidence for GPU serial {printable(life.serial)}, written by gpuwatch "
         f"{__version__} at {when(now)} UTC",
@@ -79,7 +79,3 @@ def _private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
-
-
-def _application(entry: Entry) -> bool:
-    return entry.kind == "xid" and entry.key.isdigit() and int(entry.key) in APPLICATION_FAULTS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timezone
 
 from gpuwatch.text.units import parse_duration
@@ -13,6 +14,11 @@ def rfc3339(t: float | None) -> str | None:
         return None
     moment = datetime.fromtimestamp(t, timezone.utc)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def utc_second(t: float) -> str:
+    """A time as a person reads it in a table: `2026-11-29 09:38:05`, in UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 
 
 def parse_since(text: str, now: float) -> float:
