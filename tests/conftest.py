@@ -21,15 +21,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 import uvloop
 import yaml
 
-from gpuwatch.clock import Clock
+from gpuwatch.clock import Clock, ManualClock
 from gpuwatch.config import Config, load_config
 from gpuwatch.push.jobs import JobInputs
+from gpuwatch.serve.wiring import Wired, wire
 from gpuwatch.sim.library import SimulatedNvml
-from gpuwatch.sim.scenario import Scenario
+from gpuwatch.sim.scenario import Scenario, load_scenario
 from gpuwatch.store.tsdb import Store
 from gpuwatch.text.units import parse_duration
 
@@ -195,6 +197,30 @@ def pytest_report_header() -> str:
 
     version = importlib.metadata.version("nvidia-ml-py")
     return f"nvidia-ml-py {version} ({pynvml.__file__})"
+
+
+async def sampled(
+    simulate: Simulate,
+    scenario: str,
+    config: Config,
+    state: Path,
+    cycles: int,
+    *,
+    start: float = 1_700_000_000.0,
+    boot: str | None = None,
+) -> Wired:
+    """The node wired as `gpuwatch run` wires it (the machine's boot unless `boot` says), over
+    a simulated scenario (a built-in's name or a file) on a manual clock from `start`, with
+    `cycles` cycles sampled a second apart. Left running: the caller stops it."""
+    clock = ManualClock(start)
+    simulate(load_scenario(scenario), clock)
+    wired = wire(config, pynvml, clock, state, 10040, boot_id=boot)
+    await wired.daemon.source.start()
+    for cycle in range(cycles):
+        if cycle:
+            clock.advance(1.0)
+        await wired.daemon.sample_once()
+    return wired
 
 
 def node_config(directory: Path, more: str = "") -> tuple[Config, Path]:

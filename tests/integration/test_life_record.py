@@ -5,42 +5,16 @@ slot, and its lifetime fault count follows the board, not the slot."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 
-import pynvml
-
 from gpuwatch import metrics as m
-from gpuwatch.clock import ManualClock
-from gpuwatch.config import Config
 from gpuwatch.life.book import FILE_NAME, LifeBook, read_entries, read_gpus
-from gpuwatch.serve.wiring import Wired, wire
-from gpuwatch.sim.scenario import load_scenario
-from tests.conftest import Simulate, node_config
+from gpuwatch.serve.wiring import Wired
+from tests.conftest import Simulate, node_config, sampled
 
 START = 1_790_000_000.0
 NODE = "node: {gpus: 8, model: H100, workload: training, seed: 1"
-
-
-async def run(
-    simulate: Simulate,
-    config: Config,
-    state: Path,
-    scenario: Path,
-    *,
-    start: float,
-    cycles: int = 2,
-    boot: str = "boot-1",
-) -> Wired:
-    """`cycles` cycles a second apart, from `start`, then stopped as the daemon stops."""
-    clock = ManualClock(start)
-    simulate(load_scenario(str(scenario)), clock)
-    wired = wire(config, pynvml, clock, state, 10040, boot_id=boot)
-    await wired.daemon.source.start()
-    for cycle in range(cycles):
-        if cycle:
-            clock.advance(1.0)
-        await wired.daemon.sample_once()
-    return wired
 
 
 async def stop(wired: Wired) -> None:
@@ -64,8 +38,15 @@ async def test_a_boards_record_survives_restart_reboot_upgrade_and_a_slot_move(
     tmp_path: Path, simulate: Simulate
 ) -> None:
     config, state = node_config(tmp_path)
+
+    def node(playing: Path, since: float, boot: str, cycles: int = 2) -> Awaitable[Wired]:
+        """The node on the same state directory, `since` seconds on, in boot `boot`."""
+        return sampled(
+            simulate, str(playing), config, state, cycles, start=START + since, boot=boot
+        )
+
     xid = scenario(tmp_path, "xid", faults="[{kind: xid, gpu: 1, at: 2s, code: 79}]")
-    wired = await run(simulate, config, state, xid, start=START, cycles=4)
+    wired = await node(xid, 0, "boot-1", cycles=4)
     for _ in range(200):  # the event thread hands the XID to the loop on its own time
         if read_gpus(wired.life.book._db).get(serial := _serial(wired, 1), None) and any(
             e.kind == "xid" for e in read_entries(wired.life.book._db, serial)
@@ -77,16 +58,16 @@ async def test_a_boards_record_survives_restart_reboot_upgrade_and_a_slot_move(
     await stop(wired)
 
     healthy = scenario(tmp_path, "healthy")
-    wired = await run(simulate, config, state, healthy, start=START + 100)  # a restart
+    wired = await node(healthy, 100, "boot-1")  # a restart
     assert faults_by_gpu(wired) == {"1": 1.0}
     await stop(wired)
-    wired = await run(simulate, config, state, healthy, start=START + 200, boot="boot-2")
+    wired = await node(healthy, 200, "boot-2")
     await stop(wired)
     upgraded = scenario(tmp_path, "upgraded", node=", driver: R615")
-    wired = await run(simulate, config, state, upgraded, start=START + 300, boot="boot-3")
+    wired = await node(upgraded, 300, "boot-3")
     await stop(wired)
     swapped = scenario(tmp_path, "swapped", node=", driver: R615, boards: [1, 0, 2, 3, 4, 5, 6, 7]")
-    wired = await run(simulate, config, state, swapped, start=START + 400, boot="boot-3")
+    wired = await node(swapped, 400, "boot-3")
     assert _serial(wired, 0) == board  # the board keeps its serial in its new slot
     assert faults_by_gpu(wired) == {"0": 1.0}  # the count follows the board
     await stop(wired)

@@ -10,11 +10,10 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import ManualClock
-from gpuwatch.config import Config
 from gpuwatch.health.verdict import Health
 from gpuwatch.serve.wiring import Wired, wire
 from gpuwatch.sim.scenario import load_scenario
-from tests.conftest import Simulate, node_config
+from tests.conftest import Simulate, node_config, sampled
 
 PACK = Path(__file__).resolve().parents[2] / "rules" / "hardware.yaml"
 LIMIT = "sum without (cause) (gpuwatch_gpu_retired_pages) >= 63"
@@ -27,22 +26,6 @@ def firing(wired: Wired) -> set[tuple[str, str]]:
         for a in r.active.values()
         if a.state.value == "firing"
     }
-
-
-async def sampled(
-    simulate: Simulate, scenario: str, config: Config, state: Path, cycles: int
-) -> Wired:
-    """The node wired as `gpuwatch run` wires it, over a simulated scenario on a manual clock,
-    with `cycles` cycles sampled a second apart."""
-    clock = ManualClock()
-    simulate(load_scenario(scenario), clock)
-    wired = wire(config, pynvml, clock, state, 10040)
-    await wired.daemon.source.start()
-    for cycle in range(cycles):
-        if cycle:
-            clock.advance(1.0)
-        await wired.daemon.sample_once()
-    return wired
 
 
 async def run_retired_pages(
